@@ -1,0 +1,169 @@
+"""`edt`: EDT from a terminal or a script.
+
+Exit status: 0 done; 1 the server refused or failed (its message is printed on stderr), or
+the job followed by `logs --follow` did not complete; 2 the command line is wrong.
+Every read command takes ``--json``. Progress bars go to stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import getpass
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from edtcli import commands, config
+from edtcli.client import Client, CliError
+from edtcli.commands import show
+
+Handler = Callable[[argparse.Namespace, Client], None]
+
+
+def login(args: argparse.Namespace) -> None:
+    """Trade the password for a token and keep it (mode 0600) under the config dir."""
+    if args.password_stdin:
+        password = sys.stdin.readline().rstrip("\r\n")
+    else:
+        password = getpass.getpass(f"password for {args.user} at {args.url}: ")
+    if not password:
+        raise CliError("no password given")
+    url = args.url.rstrip("/")
+    answer = Client(url).call("POST", "auth/token/", {"username": args.user, "password": password})
+    path = config.save(url, answer["username"], answer["token"])
+    show(args, {"url": url, "username": answer["username"], "credentials": str(path)},
+         f"logged in to {url} as {answer['username']} (token in {path})")  # fmt: skip
+
+
+def logout(args: argparse.Namespace) -> None:
+    saved = config.load()
+    if saved.get("url") and saved.get("token"):
+        try:
+            Client(saved["url"], saved["token"]).call("DELETE", "auth/token/")
+        except CliError as exc:
+            print(f"edt: the server did not revoke the token: {exc}", file=sys.stderr)
+    forgot = config.forget()
+    show(args, {"logged_out": forgot}, "logged out" if forgot else "not logged in")
+
+
+def whoami(args: argparse.Namespace, api: Client) -> None:
+    me = api.call("GET", "auth/me/")
+    show(args, {**me, "url": api.url}, f"{me['username']} at {api.url}")
+
+
+def client_for(args: argparse.Namespace) -> Client:
+    saved = config.load()
+    url = args.url or saved.get("url")
+    if not url or not saved.get("token"):
+        raise CliError("not logged in: run `edt login --url URL --user NAME` first")
+    return Client(url, saved["token"])
+
+
+# The command line ------------------------------------------------------------------------
+
+
+def parser() -> argparse.ArgumentParser:
+    top = argparse.ArgumentParser(prog="edt", description=__doc__,
+                                  formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    top.add_argument("--url", help="EDT's address (default: the one you logged in to)")
+    top.add_argument("--json", action="store_true", help="print JSON (for scripts)")
+    top.add_argument("-q", "--quiet", action="store_true", help="no progress bars")
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--json", action="store_true", default=argparse.SUPPRESS,
+                        help="print JSON (for scripts)")  # fmt: skip
+    sub = top.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def add(parent: Any, name: str, handler: Any, helptext: str) -> argparse.ArgumentParser:
+        p: argparse.ArgumentParser = parent.add_parser(name, parents=[common], help=helptext,
+                                                       description=helptext)  # fmt: skip
+        p.set_defaults(handler=handler)
+        return p
+
+    p = add(sub, "login", login, "log in and keep a token under your config directory")
+    p.add_argument("--url", required=True, help="e.g. http://127.0.0.1:8000")
+    p.add_argument("--user", required=True)
+    p.add_argument("--password-stdin", action="store_true", help="read the password from stdin")
+    add(sub, "logout", logout, "revoke the token and forget it")
+    add(sub, "whoami", whoami, "who the stored token belongs to")
+    _datasets(add, sub)
+    _models(add, sub)
+    _jobs(add, sub)
+    add(sub, "cluster", commands.cluster, "slots, their jobs, and the queue")
+    return top
+
+
+def _datasets(add: Any, sub: Any) -> None:
+    group = sub.add_parser("datasets", help="upload, list, show, delete datasets")
+    inner = group.add_subparsers(dest="action", required=True, metavar="ACTION")
+    add(inner, "list", commands.datasets_list, "your datasets")
+    add(inner, "show", commands.datasets_show, "one dataset").add_argument("id", type=int)
+    p = add(inner, "upload", commands.datasets_upload, "upload a .zip, .tar or .tar.gz")
+    p.add_argument("path")
+    p.add_argument("--name", help="default: the file's name")
+    p.add_argument("--resume", type=int, metavar="ID", help="continue an interrupted upload")
+    p.add_argument("--no-wait", action="store_true", help="do not wait until it is READY")
+    add(inner, "delete", commands.datasets_delete, "delete a dataset").add_argument("id", type=int)
+
+
+def _models(add: Any, sub: Any) -> None:
+    group = sub.add_parser("models", help="upload, list, show, delete model definitions")
+    inner = group.add_subparsers(dest="action", required=True, metavar="ACTION")
+    add(inner, "list", commands.models_list, "your model definitions")
+    add(inner, "show", commands.models_show, "one model and its check").add_argument("id", type=int)
+    p = add(inner, "upload", commands.models_upload, "upload a .py file or an archive")
+    p.add_argument("path")
+    p.add_argument("--name", help="default: the file's name")
+    p.add_argument("--entry", help="the entry module inside an archive")
+    p.add_argument("--no-wait", action="store_true", help="do not wait for the check")
+    add(inner, "delete", commands.models_delete, "delete a model").add_argument("id", type=int)
+
+
+def _jobs(add: Any, sub: Any) -> None:
+    p = add(sub, "submit", commands.submit, "submit a training job")
+    p.add_argument("--model", required=True, help="model id or name")
+    p.add_argument("--dataset", required=True, help="dataset id or name")
+    p.add_argument("--max-workers", type=int, required=True, help="the most slots (GPUs)")
+    for flag, kind in (("--min-workers", int), ("--priority", int), ("--epochs", int),
+                       ("--batch-size", int), ("--lr", float), ("--checkpoint-every", int),
+                       ("--max-micro-batch", int), ("--name", str)):  # fmt: skip
+        p.add_argument(flag, type=kind)
+    jobs = add(sub, "jobs", commands.jobs_list, "list jobs, or show one")
+    jobs.add_argument("--state", help="only jobs in this state")
+    inner = jobs.add_subparsers(dest="action", metavar="ACTION")
+    add(inner, "list", commands.jobs_list, "your jobs").add_argument("--state")
+    add(inner, "show", commands.jobs_show, "one job").add_argument("job", type=int)
+    add(inner, "events", commands.jobs_events, "a job's timeline").add_argument("job", type=int)
+    p = add(inner, "metrics", commands.jobs_metrics, "a job's metrics history")
+    p.add_argument("job", type=int)
+    p.add_argument("--points", type=int, default=200, help="about this many (default 200)")
+    p = add(sub, "logs", commands.logs, "print a job's learner logs")
+    p.add_argument("job", type=int)
+    p.add_argument("-f", "--follow", action="store_true", help="until the job ends")
+    p.add_argument("--slot", help="one learner's log only")
+    p = add(sub, "priority", commands.priority, "change a job's priority (1-10000)")
+    p.add_argument("job", type=int)
+    p.add_argument("value", type=int)
+    p.add_argument("--preview", action="store_true", help="only say what would change")
+    add(sub, "stop", commands.stop, "stop a job").add_argument("job", type=int)
+    p = add(sub, "download", commands.download, "download the final model or a checkpoint")
+    p.add_argument("job", type=int)
+    p.add_argument("--file", default="model.pt", help="model.pt (default) or a checkpoint")
+    p.add_argument("-o", "--output", help="file or folder to write to")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    try:
+        if args.handler in (login, logout):
+            args.handler(args)
+        else:
+            args.handler(args, client_for(args))
+    except CliError as exc:
+        print(f"edt: error: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("edt: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return 0
+    return 0

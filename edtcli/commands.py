@@ -1,0 +1,318 @@
+"""What each `edt` command does. Each takes the parsed arguments and a logged-in client,
+prints to stdout (JSON with ``--json``) and returns nothing; failures raise ``CliError``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from edtcli.client import Client, CliError
+from edtcli.output import emit_json, fields, table
+from edtcli.progress import Progress, size
+
+CHUNK = 4 * 1024 * 1024
+ENDED = ("COMPLETED", "FAILED", "STOPPED")
+POLL = 1.0
+
+
+def show(args: argparse.Namespace, value: Any, human: Any) -> None:
+    """JSON for --json, else ``human`` (a callable printing it, or a line)."""
+    if args.json:
+        emit_json(value)
+    elif callable(human):
+        human(value)
+    else:
+        print(human)
+
+
+# Datasets --------------------------------------------------------------------------------
+
+DATASET_COLUMNS = [("id", "id"), ("name", "name"), ("status", "status"),
+                   ("format", "format"), ("size_shown", "size"), ("owner", "owner")]  # fmt: skip
+
+
+def datasets_list(args: argparse.Namespace, api: Client) -> None:
+    rows = list(api.pages("datasets/"))
+    shown = [{**d, "size_shown": size(d["size"])} for d in rows]
+    show(args, rows, lambda _: table(shown, DATASET_COLUMNS))
+
+
+def datasets_show(args: argparse.Namespace, api: Client) -> None:
+    found = api.call("GET", f"datasets/{args.id}/")
+    show(args, found, _describe_dataset)
+
+
+def _describe_dataset(dataset: dict[str, Any]) -> None:
+    fields(dataset, ["id", "name", "owner", "status", "format", "size", "filename", "error",
+                     "created_at"])  # fmt: skip
+    for split, info in dataset.get("summary", {}).get("splits", {}).items():
+        print(f"{split:<8}  {info.get('count', 0)} samples")
+
+
+def datasets_upload(args: argparse.Namespace, api: Client) -> None:
+    """Chunked and resumable: the size is announced first (an oversized archive is refused
+    before a byte is sent), then 4 MiB pieces; a dropped piece is retried from where the
+    server says the upload stands."""
+    path = Path(args.path)
+    if not path.is_file():
+        raise CliError(f"no file {path}")
+    total = path.stat().st_size
+    if args.resume:
+        state = api.call("GET", f"datasets/uploads/{args.resume}/")
+        if state["size"] != total:
+            raise CliError(f"upload {args.resume} is for {state['size']} bytes, not {total}")
+    else:
+        body = {"name": args.name or path.name.split(".")[0], "filename": path.name, "size": total}
+        state = api.call("POST", "datasets/uploads/", body)
+    pk = state["id"]
+    bar = Progress(f"upload {path.name}", total, quiet=args.quiet)
+    with path.open("rb") as source:
+        received = state["received"]
+        while received < total:
+            received = _put_chunk(api, pk, source, received, total)
+            bar(received)
+    bar.finish()
+    dataset = api.call("POST", f"datasets/uploads/{pk}/complete/")
+    if not args.no_wait:
+        dataset = _wait_dataset(api, pk)
+    show(args, dataset, f"dataset {pk} {dataset['status']}: {dataset['name']}")
+
+
+def _put_chunk(api: Client, pk: int, source: Any, start: int, total: int, tries: int = 3) -> int:
+    """Send the chunk at ``start``; on a dropped connection or a conflict, ask the server
+    where the upload stands and send from there. Returns the bytes it now holds."""
+    for attempt in range(tries):
+        try:
+            if attempt:
+                time.sleep(0.5 * attempt)
+                start = int(api.call("GET", f"datasets/uploads/{pk}/")["received"])
+            state = api.put_chunk(f"datasets/uploads/{pk}/", source, start, CHUNK, total)
+            return int(state["received"])
+        except CliError as exc:
+            if exc.status not in (None, 409) or attempt == tries - 1:
+                hint = f"; resume with `edt datasets upload FILE --resume {pk}`"
+                raise CliError(f"{exc}{hint}", exc.status) from None
+    raise AssertionError("unreachable")
+
+
+def _wait_dataset(api: Client, pk: int) -> Any:
+    while True:
+        dataset = api.call("GET", f"datasets/{pk}/")
+        if dataset["status"] == "READY":
+            return dataset
+        if dataset["status"] == "FAILED":
+            raise CliError(f"dataset {pk} FAILED: {dataset['error']}")
+        time.sleep(POLL / 2)
+
+
+def datasets_delete(args: argparse.Namespace, api: Client) -> None:
+    api.call("DELETE", f"datasets/{args.id}/")
+    show(args, {"id": args.id, "deleted": True}, f"dataset {args.id} deleted")
+
+
+# Models ----------------------------------------------------------------------------------
+
+MODEL_COLUMNS = [("id", "id"), ("name", "name"), ("status", "status"), ("style", "style"),
+                 ("entry", "entry"), ("parameters", "parameters"), ("owner", "owner")]  # fmt: skip
+MODEL_KEYS = ["id", "name", "owner", "status", "entry", "style", "parameters", "output_shape",
+              "error", "error_line", "warnings", "created_at"]  # fmt: skip
+
+
+def models_list(args: argparse.Namespace, api: Client) -> None:
+    rows = list(api.pages("models/"))
+    show(args, rows, lambda r: table(r, MODEL_COLUMNS))
+
+
+def models_show(args: argparse.Namespace, api: Client) -> None:
+    show(args, api.call("GET", f"models/{args.id}/"), lambda m: fields(m, MODEL_KEYS))
+
+
+def models_upload(args: argparse.Namespace, api: Client) -> None:
+    path = Path(args.path)
+    if not path.is_file():
+        raise CliError(f"no file {path}")
+    form = {"name": args.name or path.name.rsplit(".", 1)[0], "entry": args.entry or ""}
+    model = api.post_file("models/", form, path)
+    while not args.no_wait and model["status"] == "CHECKING":
+        time.sleep(POLL / 2)
+        model = api.call("GET", f"models/{model['id']}/")
+    if model["status"] == "INVALID":
+        where = f" ({model['error_line']})" if model.get("error_line") else ""
+        raise CliError(f"model {model['id']} INVALID: {model['error']}{where}")
+    show(args, model, f"model {model['id']} {model['status']}: {model['name']}")
+
+
+def models_delete(args: argparse.Namespace, api: Client) -> None:
+    api.call("DELETE", f"models/{args.id}/")
+    show(args, {"id": args.id, "deleted": True}, f"model {args.id} deleted")
+
+
+# Jobs ------------------------------------------------------------------------------------
+
+JOB_COLUMNS = [("id", "id"), ("name", "name"), ("state", "state"), ("workers", "workers"),
+               ("priority", "priority"), ("progress", "progress"), ("owner", "owner")]  # fmt: skip
+JOB_KEYS = ["id", "name", "owner", "state", "priority", "workers", "progress", "eta_seconds",
+            "model", "dataset", "epochs", "batch_size", "lr", "checkpoints", "logs",
+            "model_ready", "error", "created_at", "started_at", "finished_at"]  # fmt: skip
+SUBMIT_FIELDS = ("name", "epochs", "batch_size", "max_workers", "min_workers", "priority",
+                 "checkpoint_every", "lr", "max_micro_batch")  # fmt: skip
+
+
+def _readable(job: dict[str, Any]) -> dict[str, Any]:
+    """The job as people read it: workers now/max, progress in percent, lists joined."""
+    shown = {k: ", ".join(v) if isinstance(v, list) else v for k, v in job.items()}
+    shown["workers"] = f"{job['workers']}/{job['max_workers']}"
+    shown["progress"] = f"{100 * job['progress']:.0f}%"
+    return shown
+
+
+def submit(args: argparse.Namespace, api: Client) -> None:
+    body = {k: getattr(args, k) for k in SUBMIT_FIELDS if getattr(args, k) is not None}
+    body["model"] = _resolve(api, "models/", args.model, "model")
+    body["dataset"] = _resolve(api, "datasets/", args.dataset, "dataset")
+    job = api.call("POST", "jobs/", body)
+    show(args, job, f"job {job['id']} {job['state']}: {job['name']}")
+
+
+def _resolve(api: Client, path: str, ref: str, what: str) -> int:
+    """An id, or the newest of your objects with that name."""
+    if ref.isdigit():
+        return int(ref)
+    named = [o for o in api.pages(path) if o["name"] == ref]
+    if not named:
+        raise CliError(f"no {what} named {ref!r}; `edt {what}s list` shows yours")
+    return int(named[0]["id"])
+
+
+def jobs_list(args: argparse.Namespace, api: Client) -> None:
+    rows = list(api.pages("jobs/", {"state": getattr(args, "state", None)}))
+    show(args, rows, lambda r: table([_readable(j) for j in r], JOB_COLUMNS))
+
+
+def jobs_show(args: argparse.Namespace, api: Client) -> None:
+    job = api.call("GET", f"jobs/{args.job}/")
+    show(args, job, lambda j: fields(_readable(j), JOB_KEYS))
+
+
+def jobs_events(args: argparse.Namespace, api: Client) -> None:
+    events = api.call("GET", f"jobs/{args.job}/events/")
+    columns = [("at", "at"), ("kind", "kind"), ("message", "message")]
+    show(args, events, lambda e: table(e, columns))
+
+
+def jobs_metrics(args: argparse.Namespace, api: Client) -> None:
+    history = api.call("GET", f"jobs/{args.job}/metrics/", query={"points": args.points})
+    columns = [("step", "step"), ("epoch", "epoch"), ("loss", "loss"), ("workers", "workers")]
+    show(args, history, lambda h: table(h["train"], columns))
+
+
+def priority(args: argparse.Namespace, api: Client) -> None:
+    if args.preview:
+        path, query = f"jobs/{args.job}/priority/preview/", {"priority": args.value}
+        preview = api.call("GET", path, query=query)
+        show(args, preview, f"at priority {args.value}: {preview['text']}")
+        return
+    job = api.call("POST", f"jobs/{args.job}/priority/", {"priority": args.value})
+    show(args, job, f"job {job['id']} priority {job['priority']}")
+
+
+def stop(args: argparse.Namespace, api: Client) -> None:
+    job = api.call("POST", f"jobs/{args.job}/stop/")
+    show(args, job, f"job {job['id']} {job['state']}")
+
+
+def download(args: argparse.Namespace, api: Client) -> None:
+    dest = Path(args.output or f"job{args.job}-{args.file}")
+    if dest.is_dir():
+        dest = dest / f"job{args.job}-{args.file}"
+    bar = Progress(f"download {args.file}", 0, quiet=args.quiet)
+    written = api.download(f"jobs/{args.job}/files/{args.file}", dest, bar)
+    bar.finish()
+    show(args, {"path": str(dest), "bytes": written}, str(dest))
+
+
+def logs(args: argparse.Namespace, api: Client) -> None:
+    """Print the learners' logs; with --follow, keep printing until the job ends: exit 0
+    when it COMPLETED, 1 when it FAILED or was STOPPED."""
+    reader = LogReader(api, args.job, args.slot, args.json)
+    while True:
+        job = api.call("GET", f"jobs/{args.job}/")
+        reader.read_all()
+        if not args.follow:
+            return
+        if job["state"] in ENDED:
+            time.sleep(POLL / 2)  # what the learners wrote as they exited
+            reader.read_all()
+            break
+        time.sleep(POLL)
+    reader.flush()
+    if job["state"] != "COMPLETED":
+        raise CliError(f"job {job['id']} ended {job['state']}: {job['error'] or 'see its events'}")
+    print(f"job {job['id']} COMPLETED", file=sys.stderr)
+
+
+class LogReader:
+    """Reads each slot's log from where it stopped; prints whole lines, ``slot | text``."""
+
+    def __init__(self, api: Client, job: int, slot: str | None, as_json: bool) -> None:
+        self.api, self.job, self.slot, self.as_json = api, job, slot, as_json
+        self.offsets: dict[str, int] = {}
+        self.partial: dict[str, str] = {}
+
+    def read_all(self) -> None:
+        for entry in self.api.call("GET", f"jobs/{self.job}/logs/"):
+            name = entry["slot"]
+            if self.slot and name != self.slot:
+                continue
+            while self.offsets.get(name, 0) < entry["size"]:
+                query = {"offset": self.offsets.get(name, 0), "limit": 1 << 20}
+                chunk = self.api.call("GET", f"jobs/{self.job}/logs/{name}/", query=query)
+                if not chunk["text"]:
+                    break
+                self.offsets[name] = chunk["offset"]
+                self.emit(name, self.partial.pop(name, "") + chunk["text"])
+
+    def emit(self, slot: str, text: str) -> None:
+        *lines, rest = text.split("\n")
+        if rest:
+            self.partial[slot] = rest
+        for line in lines:
+            self.line(slot, line)
+
+    def flush(self) -> None:
+        for slot, rest in self.partial.items():
+            self.line(slot, rest)
+        self.partial.clear()
+
+    def line(self, slot: str, line: str) -> None:
+        if self.as_json:
+            emit_compact({"slot": slot, "line": line})
+        else:
+            print(line if self.slot else f"{slot} | {line}", flush=True)
+
+
+def emit_compact(value: Any) -> None:
+    print(json.dumps(value), flush=True)
+
+
+# Cluster ---------------------------------------------------------------------------------
+
+
+def cluster(args: argparse.Namespace, api: Client) -> None:
+    slots = api.call("GET", "cluster/slots/")
+    queue = api.call("GET", "cluster/queue/")
+    rows = [{**s, "job": s["job"] or ("another user's" if s["busy"] else "idle")} for s in slots]
+    columns = [("slot_id", "slot"), ("device", "device"), ("state", "state"), ("job", "job")]
+
+    def human(_: Any) -> None:
+        table(rows, columns)
+        if queue:
+            print()
+            table(queue, [("position", "queue"), ("id", "job"), ("name", "name"),
+                          ("priority", "priority")])  # fmt: skip
+
+    show(args, {"slots": slots, "queue": queue}, human)

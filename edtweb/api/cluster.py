@@ -1,0 +1,94 @@
+"""The cluster over the API: slots now, allocations over time, the queue, decisions."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.http import HttpResponse
+from drf_spectacular.utils import extend_schema
+from rest_framework import generics
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+from edtweb.api import serializers as s
+from edtweb.api.common import Pages, scoped
+from edtweb.dashboard import views as dashboard
+from edtweb.dashboard.live import current_slots
+from edtweb.training.models import Job, JobEvent
+from edtweb.training.services import job_store
+
+TAGS = ["cluster"]
+
+
+class Slots(generics.GenericAPIView):
+    @extend_schema(tags=TAGS, responses={200: s.SlotSerializer(many=True)})
+    def get(self, request: Request) -> Response:
+        """Every slot (one GPU, or one CPU slot): host, device, state, telemetry, and the
+        job it runs (its id when the job is yours; ``busy`` either way)."""
+        holders = slot_holders()
+        mine = set(
+            scoped(request, Job).filter(pk__in=holders.values()).values_list("pk", flat=True)
+        )
+        slots = []
+        for slot in current_slots():
+            holder = holders.get(slot["slot_id"])
+            job = holder if holder in mine else None
+            slots.append({**slot, "busy": holder is not None, "job": job})
+        return Response(slots)
+
+
+def slot_holders() -> dict[str, int]:
+    """Slot id -> the running job whose current generation includes it."""
+    holders = {}
+    for pk in Job.objects.filter(state=Job.State.RUNNING).values_list("pk", flat=True):
+        store = job_store(pk)
+        for slot in store.members(store.generation()):
+            holders[slot] = pk
+    return holders
+
+
+class Allocations(generics.GenericAPIView):
+    @extend_schema(tags=TAGS, responses={200: s.AllocationsSerializer})
+    def get(self, request: Request) -> HttpResponse:
+        """Slots per job over time (the Cluster page's chart) and the latest decisions."""
+        return dashboard.cluster_allocations(request._request)
+
+
+class Queue(generics.GenericAPIView):
+    @extend_schema(tags=TAGS, responses={200: s.QueueEntrySerializer(many=True)})
+    def get(self, request: Request) -> Response:
+        """Your waiting jobs (QUEUED or SUSPENDED) with their place in the whole queue
+        (priority first, then submission time)."""
+        waiting = Job.objects.filter(state__in=[Job.State.QUEUED, Job.State.SUSPENDED])
+        order = list(waiting.order_by("-priority", "created_at").values_list("pk", flat=True))
+        positions = {pk: place for place, pk in enumerate(order, start=1)}
+        mine = scoped(request, Job).filter(pk__in=order).select_related("owner")
+        jobs = sorted(mine, key=lambda j: positions[j.pk])
+        context = {"positions": positions}
+        return Response(s.QueueEntrySerializer(jobs, many=True, context=context).data)
+
+
+class Decisions(generics.ListAPIView):
+    pagination_class = Pages
+    serializer_class = s.DecisionSerializer
+
+    def get_queryset(self) -> Any:
+        events = JobEvent.objects.filter(kind="scaled").select_related("job").order_by("-at")
+        if not self.request.user.is_staff:
+            events = events.filter(job__owner=self.request.user)
+        return events
+
+    def list(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        page = self.paginate_queryset(self.get_queryset())
+        rows = [
+            {"at": e.at, "job": e.job_id, "job_name": e.job.name, "message": e.message,
+             "data": e.data}
+            for e in page
+        ]  # fmt: skip
+        return self.get_paginated_response(s.DecisionSerializer(rows, many=True).data)
+
+    @extend_schema(tags=TAGS)
+    def get(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        """The scheduler's decisions about your jobs, newest first, each with its reason and
+        its inputs (weights, demands, capacity)."""
+        return super().get(request, *args, **kwargs)

@@ -1,0 +1,366 @@
+"""What the API reads and writes. Bounds repeat the Train form's, and submissions are
+checked by that form too, so the pages and the API accept exactly the same jobs."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from drf_spectacular.utils import OpenApiResponse, extend_schema_field
+from rest_framework import serializers
+
+from edtweb.datasets import services as datasets
+from edtweb.datasets.models import Dataset
+from edtweb.registry.models import ModelDefinition
+from edtweb.training import history
+from edtweb.training.models import Job, JobEvent, Metric
+
+# Errors ----------------------------------------------------------------------------------
+
+
+class ErrorSerializer(serializers.Serializer):
+    error = serializers.CharField(help_text="what went wrong and what to do")
+    fields = serializers.DictField(
+        child=serializers.ListField(child=serializers.CharField()),
+        required=False,
+        help_text="validation errors only: each offending field and its messages",
+    )
+
+
+def problem(description: str) -> OpenApiResponse:
+    """An error response in the schema: always ``{"error": ...}``."""
+    return OpenApiResponse(response=ErrorSerializer, description=description)
+
+
+# Auth ------------------------------------------------------------------------------------
+
+
+class LoginSerializer(serializers.Serializer):
+    username = serializers.CharField()
+    password = serializers.CharField(style={"input_type": "password"}, trim_whitespace=False)
+
+
+class TokenSerializer(serializers.Serializer):
+    token = serializers.CharField(help_text="send as 'Authorization: Token <token>'")
+    username = serializers.CharField()
+
+
+class UserSerializer(serializers.Serializer):
+    username = serializers.CharField()
+    is_staff = serializers.BooleanField(help_text="staff see every user's objects")
+
+
+# Datasets --------------------------------------------------------------------------------
+
+
+class ThumbnailSerializer(serializers.Serializer):
+    file = serializers.CharField()
+    label = serializers.CharField()
+    url = serializers.CharField()
+
+
+class DatasetSerializer(serializers.ModelSerializer):
+    owner = serializers.CharField(source="owner.username", read_only=True)
+    thumbnails = serializers.SerializerMethodField()
+
+    class Meta:
+        model = Dataset
+        fields = ["id", "name", "owner", "filename", "status", "size", "received", "format",
+                  "summary", "error", "progress", "created_at", "thumbnails"]  # fmt: skip
+        read_only_fields = fields
+
+    @extend_schema_field(ThumbnailSerializer(many=True))
+    def get_thumbnails(self, dataset: Dataset) -> list[dict[str, str]]:
+        base = f"/api/v1/datasets/{dataset.pk}/thumbnails/"
+        return [{**t, "url": base + t["file"]} for t in datasets.thumbnails(dataset)]
+
+
+class UploadStartSerializer(serializers.Serializer):
+    name = serializers.CharField(max_length=200, help_text="the dataset's name")
+    filename = serializers.CharField(max_length=300, required=False, allow_blank=True, default="")
+    size = serializers.IntegerField(min_value=1, help_text="the archive's size in bytes")
+
+
+class DatasetUploadSerializer(serializers.Serializer):
+    """A whole archive in one multipart request (small archives; large ones resume better
+    through the chunked upload)."""
+
+    name = serializers.CharField(
+        max_length=200, required=False, allow_blank=True, help_text="default: the file's name"
+    )
+    file = serializers.FileField(help_text=".zip, .tar or .tar.gz")
+
+
+class UploadStateSerializer(serializers.Serializer):
+    id = serializers.IntegerField()
+    status = serializers.CharField()
+    received = serializers.IntegerField(help_text="bytes stored: the next chunk starts here")
+    size = serializers.IntegerField()
+
+
+# Models ----------------------------------------------------------------------------------
+
+
+class ModelDefinitionSerializer(serializers.ModelSerializer):
+    owner = serializers.CharField(source="owner.username", read_only=True)
+    error_line = serializers.CharField(read_only=True, help_text="the line of the user's file")
+
+    class Meta:
+        model = ModelDefinition
+        fields = ["id", "name", "owner", "entry", "style", "status", "parameters",
+                  "output_shape", "error", "error_line", "warnings", "created_at"]  # fmt: skip
+        read_only_fields = fields
+
+
+class ModelUploadSerializer(serializers.Serializer):
+    name = serializers.CharField(
+        max_length=200, required=False, allow_blank=True, help_text="default: the file's name"
+    )
+    file = serializers.FileField(help_text="a .py file, or a .zip/.tar/.tar.gz of a folder")
+    entry = serializers.CharField(
+        max_length=300,
+        required=False,
+        allow_blank=True,
+        default="",
+        help_text="the entry module in an archive",
+    )
+
+
+class ModelSourceSerializer(serializers.Serializer):
+    entry = serializers.CharField()
+    source = serializers.CharField()
+
+
+# Jobs ------------------------------------------------------------------------------------
+
+
+class JobSerializer(serializers.ModelSerializer):
+    owner = serializers.CharField(source="owner.username", read_only=True)
+    model = serializers.IntegerField(source="model_definition_id", read_only=True, allow_null=True)
+    dataset = serializers.IntegerField(source="dataset_id", read_only=True, allow_null=True)
+    workers = serializers.SerializerMethodField(help_text="slots the job holds now")
+    progress = serializers.SerializerMethodField(help_text="0..1, iterations done")
+    eta_seconds = serializers.SerializerMethodField(help_text="estimated time left, if known")
+
+    class Meta:
+        model = Job
+        fields = ["id", "name", "owner", "state", "priority", "workers", "max_workers",
+                  "min_workers", "model", "dataset", "epochs", "batch_size", "lr",
+                  "checkpoint_every", "max_micro_batch", "steps_done", "total_steps",
+                  "progress", "eta_seconds", "created_at", "started_at", "finished_at",
+                  "error"]  # fmt: skip
+        read_only_fields = fields
+
+    def get_workers(self, job: Job) -> int:
+        return workers_now(job)
+
+    def get_progress(self, job: Job) -> float:
+        return progress_of(job)
+
+    def get_eta_seconds(self, job: Job) -> float | None:
+        from django.utils import timezone
+
+        if job.state != Job.State.RUNNING or not job.started_at or not job.steps_done:
+            return None
+        elapsed = (timezone.now() - job.started_at).total_seconds()
+        left = max(0, job.total_steps - job.steps_done)
+        return round(elapsed / job.steps_done * left, 1)
+
+
+def workers_now(job: Job) -> int:
+    """Slots the job holds: the size of its latest generation while it runs."""
+    if job.state != Job.State.RUNNING:
+        return 0
+    last = job.events.filter(kind="generation").order_by("-at", "-pk").first()
+    return int(last.data.get("workers", 0)) if last else 0
+
+
+def progress_of(job: Job) -> float:
+    if job.state == Job.State.COMPLETED:
+        return 1.0
+    return min(1.0, job.steps_done / job.total_steps) if job.total_steps else 0.0
+
+
+class JobDetailSerializer(JobSerializer):
+    logs = serializers.SerializerMethodField(help_text="learner logs, by slot")
+    checkpoints = serializers.SerializerMethodField()
+    model_ready = serializers.SerializerMethodField(help_text="the final model can be downloaded")
+
+    class Meta(JobSerializer.Meta):
+        fields = [*JobSerializer.Meta.fields, "logs", "checkpoints", "model_ready"]
+        read_only_fields = fields
+
+    def get_logs(self, job: Job) -> list[str]:
+        return history.log_names(job)
+
+    def get_checkpoints(self, job: Job) -> list[str]:
+        return history.checkpoints(job)
+
+    def get_model_ready(self, job: Job) -> bool:
+        return history.downloadable(job, "model.pt") is not None
+
+
+class JobSubmitSerializer(serializers.Serializer):
+    name = serializers.CharField(max_length=200, required=False, default="")
+    model = serializers.IntegerField(help_text="id of a model definition that passed its check")
+    dataset = serializers.IntegerField(help_text="id of a READY dataset")
+    epochs = serializers.IntegerField(min_value=1, max_value=10_000, default=5)
+    batch_size = serializers.IntegerField(
+        min_value=1, max_value=65_536, default=64, help_text="the effective (global) batch"
+    )
+    max_workers = serializers.IntegerField(min_value=1, max_value=1024, default=1)
+    min_workers = serializers.IntegerField(min_value=1, max_value=1024, default=1)
+    priority = serializers.IntegerField(min_value=1, max_value=10_000, default=5000)
+    checkpoint_every = serializers.IntegerField(min_value=1, max_value=1000, default=1)
+    lr = serializers.FloatField(min_value=1e-8, max_value=10.0, default=0.01)
+    max_micro_batch = serializers.IntegerField(
+        min_value=0, default=0, help_text="0: none; else accumulate over micro-batches"
+    )
+
+
+class PrioritySerializer(serializers.Serializer):
+    priority = serializers.IntegerField(min_value=1, max_value=10_000, help_text="1 to 10000")
+
+
+class PreviewSerializer(serializers.Serializer):
+    targets = serializers.DictField(child=serializers.IntegerField(), help_text="slots per job")
+    text = serializers.CharField()
+    capacity = serializers.IntegerField(required=False)
+
+
+class EventSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = JobEvent
+        fields = ["id", "at", "kind", "message", "data"]
+        read_only_fields = fields
+
+
+class MetricSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = Metric
+        fields = ["kind", "step", "epoch", "time", "values"]
+        read_only_fields = fields
+
+
+class MetricsHistorySerializer(serializers.Serializer):
+    seq = serializers.IntegerField(help_text="live updates continue from this number")
+    total = serializers.IntegerField(help_text="training records stored")
+    train = serializers.ListField(child=serializers.DictField(), help_text="thinned to ~points")
+    test = serializers.ListField(child=serializers.DictField(), help_text="one per epoch")
+    events = serializers.ListField(child=serializers.DictField())
+
+
+class LogFileSerializer(serializers.Serializer):
+    slot = serializers.CharField()
+    size = serializers.IntegerField()
+
+
+class LogChunkSerializer(serializers.Serializer):
+    slot = serializers.CharField()
+    offset = serializers.IntegerField(help_text="pass it back to read on")
+    text = serializers.CharField()
+
+
+class FileSerializer(serializers.Serializer):
+    name = serializers.CharField()
+    size = serializers.IntegerField()
+    url = serializers.CharField()
+
+
+def file_entry(job: Job, name: str) -> dict[str, Any]:
+    path = history.downloadable(job, name)
+    size = path.stat().st_size if path else 0
+    return {"name": name, "size": size, "url": f"/api/v1/jobs/{job.pk}/files/{name}"}
+
+
+# Cluster ---------------------------------------------------------------------------------
+
+
+class SlotSerializer(serializers.Serializer):
+    slot_id = serializers.CharField()
+    host = serializers.CharField()
+    index = serializers.IntegerField()
+    device = serializers.CharField(help_text="'cpu', or the GPU's UUID")
+    queue = serializers.CharField()
+    state = serializers.CharField(help_text="ALIVE, LOST or OFFLINE")
+    pid = serializers.IntegerField()
+    telemetry = serializers.DictField()
+    busy = serializers.BooleanField(help_text="a job's learner runs there")
+    job = serializers.IntegerField(allow_null=True, help_text="that job, if it is yours")
+
+
+class AllocationsSerializer(serializers.Serializer):
+    series = serializers.DictField(
+        child=serializers.ListField(child=serializers.ListField(child=serializers.FloatField())),
+        help_text="job id -> [[unix time, workers], ...]",
+    )
+    names = serializers.DictField(child=serializers.CharField(), help_text="job id -> name")
+    now = serializers.FloatField()
+    decisions = serializers.ListField(child=serializers.DictField(), help_text="the latest")
+
+
+class QueueEntrySerializer(JobSerializer):
+    position = serializers.SerializerMethodField()
+
+    class Meta(JobSerializer.Meta):
+        fields = ["position", *JobSerializer.Meta.fields]
+        read_only_fields = fields
+
+    def get_position(self, job: Job) -> int:
+        return int(self.context["positions"][job.pk])
+
+
+class DecisionSerializer(serializers.Serializer):
+    at = serializers.DateTimeField()
+    job = serializers.IntegerField()
+    job_name = serializers.CharField()
+    message = serializers.CharField(help_text="the reason, as a person reads it")
+    data = serializers.DictField(help_text="the decision's inputs")
+
+
+# WMLA compatibility ----------------------------------------------------------------------
+
+WMLA_STATES = ["SUBMITTED", "RUNNING", "PENDING_JOB_SCHEDULER", "FINISHED", "ERROR", "KILLED"]
+
+
+class WmlaFrameworkSerializer(serializers.Serializer):
+    name = serializers.CharField(help_text="a value for --exec-start")
+    frameworkVersion = serializers.CharField()
+    desc = serializers.ListField(child=serializers.CharField())
+
+
+class WmlaSubmitSerializer(serializers.Serializer):
+    file = serializers.FileField(help_text="the model folder as .tar, .tar.gz or .zip (or a .py)")
+    args = serializers.CharField(
+        required=False,
+        help_text="e.g. --exec-start edtPyTorch --model-main main.py --edt-options maxWorkers=4 "
+        "--epochs 5 --cs-datastore-meta type=fs,data_path=DATASET_NAME (or pass it in the query)",
+    )
+    data = serializers.CharField(required=False, help_text='JSON: {"args": "..."}')
+
+
+class WmlaSubmittedSerializer(serializers.Serializer):
+    id = serializers.CharField(help_text="the exec's id (the EDT job's id)")
+    appId = serializers.CharField()
+    state = serializers.CharField()
+    ignored = serializers.ListField(child=serializers.CharField(), help_text="options not used")
+
+
+class WmlaExecSerializer(serializers.Serializer):
+    id = serializers.CharField()
+    appId = serializers.CharField()
+    name = serializers.CharField()
+    appName = serializers.CharField()
+    framework = serializers.CharField()
+    creator = serializers.CharField()
+    state = serializers.ChoiceField(choices=WMLA_STATES)
+    edtState = serializers.CharField(help_text="the EDT job's state")
+    elastic = serializers.BooleanField()
+    numWorker = serializers.IntegerField(help_text="slots held now")
+    maxWorkers = serializers.IntegerField()
+    priority = serializers.IntegerField()
+    createTime = serializers.CharField()
+    startTime = serializers.CharField(allow_null=True)
+    endTime = serializers.CharField(allow_null=True)
+    progress = serializers.FloatField()
+    error = serializers.CharField()
+    args = serializers.CharField()

@@ -1,0 +1,57 @@
+"""/api/v1/: every route here is in the OpenAPI schema (tests/test_openapi.py checks)."""
+
+from __future__ import annotations
+
+from django.urls import path, re_path
+
+from edtweb.api import auth, cluster, datasets, jobs, modeldefs
+from edtweb.api.errors import unknown_endpoint
+
+app_name = "api"
+
+urlpatterns = [
+    path("auth/token/", auth.TokenView.as_view(), name="token"),
+    path("auth/me/", auth.Me.as_view(), name="me"),
+    path("datasets/", datasets.DatasetList.as_view(), name="datasets"),
+    path("datasets/uploads/", datasets.UploadStart.as_view(), name="upload-start"),
+    path("datasets/uploads/<int:pk>/", datasets.UploadChunk.as_view(), name="upload"),
+    path(
+        "datasets/uploads/<int:pk>/complete/",
+        datasets.UploadComplete.as_view(),
+        name="upload-complete",
+    ),
+    path("datasets/<int:pk>/", datasets.DatasetDetail.as_view(), name="dataset"),
+    path(
+        "datasets/<int:pk>/thumbnails/<str:name>",
+        datasets.DatasetThumbnail.as_view(),
+        name="dataset-thumbnail",
+    ),
+    path("models/", modeldefs.ModelList.as_view(), name="models"),
+    path("models/<int:pk>/", modeldefs.ModelDetail.as_view(), name="model"),
+    path("models/<int:pk>/source/", modeldefs.ModelSource.as_view(), name="model-source"),
+    path("jobs/", jobs.JobList.as_view(), name="jobs"),
+    path("jobs/<int:pk>/", jobs.JobDetail.as_view(), name="job"),
+    path("jobs/<int:pk>/priority/", jobs.JobPriority.as_view(), name="job-priority"),
+    path(
+        "jobs/<int:pk>/priority/preview/",
+        jobs.JobPriorityPreview.as_view(),
+        name="job-priority-preview",
+    ),
+    path("jobs/<int:pk>/stop/", jobs.JobStop.as_view(), name="job-stop"),
+    path("jobs/<int:pk>/events/", jobs.JobEvents.as_view(), name="job-events"),
+    path("jobs/<int:pk>/metrics/", jobs.JobMetrics.as_view(), name="job-metrics"),
+    path(
+        "jobs/<int:pk>/metrics/records/",
+        jobs.JobMetricRecords.as_view(),
+        name="job-metric-records",
+    ),
+    path("jobs/<int:pk>/logs/", jobs.JobLogs.as_view(), name="job-logs"),
+    path("jobs/<int:pk>/logs/<str:slot>/", jobs.JobLog.as_view(), name="job-log"),
+    path("jobs/<int:pk>/checkpoints/", jobs.JobCheckpoints.as_view(), name="job-checkpoints"),
+    path("jobs/<int:pk>/files/<str:name>", jobs.JobFile.as_view(), name="job-file"),
+    path("cluster/slots/", cluster.Slots.as_view(), name="cluster-slots"),
+    path("cluster/allocations/", cluster.Allocations.as_view(), name="cluster-allocations"),
+    path("cluster/queue/", cluster.Queue.as_view(), name="cluster-queue"),
+    path("cluster/decisions/", cluster.Decisions.as_view(), name="cluster-decisions"),
+    re_path(r"^.*$", unknown_endpoint, name="unknown"),
+]

@@ -1,0 +1,398 @@
+"""The part of IBM WMLA's Deep Learning REST API that its tutorials and ``dlicmd`` call,
+under /platform/rest/deeplearning/v1/, mapped onto EDT jobs, so that notebooks move over
+with a new URL and nothing else.
+
+An *exec* is an EDT job. ``POST execs`` takes the model folder as a multipart archive
+(field ``file``) and an ``args`` string (query or form field, or form field ``data`` holding
+``{"args": ...}``), e.g. ``--exec-start edtPyTorch --model-main main.py --edt-options
+maxWorkers=4 --epochs 5 --cs-datastore-meta type=fs,data_path=cifar10`` where ``data_path``
+names one of the user's EDT datasets. HTTP basic authentication, as the notebooks send it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import posixpath
+import shlex
+import shutil
+import tarfile
+import tempfile
+import zipfile
+from dataclasses import dataclass, field
+from importlib import metadata
+from typing import Any
+
+from django.http import FileResponse, HttpRequest, HttpResponse
+from django.urls import Resolver404, resolve
+from django.views.decorators.csrf import csrf_exempt
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, extend_schema
+from rest_framework import authentication, generics
+from rest_framework.parsers import MultiPartParser
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+from edtweb.api import serializers as s
+from edtweb.api.common import CappedUploadView, Owned, scoped
+from edtweb.api.errors import ApiError, unknown_endpoint
+from edtweb.api.jobs import checked
+from edtweb.datasets.models import Dataset
+from edtweb.registry import services as registry
+from edtweb.registry.models import ModelDefinition
+from edtweb.training import history, services
+from edtweb.training.models import Job
+
+TAGS = ["wmla"]
+FRAMEWORKS = ("edtPyTorch", "PyTorch")
+STATES = {
+    Job.State.QUEUED: "SUBMITTED",
+    Job.State.RUNNING: "RUNNING",
+    Job.State.SUSPENDED: "PENDING_JOB_SCHEDULER",
+    Job.State.COMPLETED: "FINISHED",
+    Job.State.FAILED: "ERROR",
+    Job.State.STOPPED: "KILLED",
+}
+EDT_OPTIONS = {"maxWorkers": "max_workers", "minWorkers": "min_workers", "priority": "priority"}
+LOG_TAIL_BYTES = 4 * 1024 * 1024
+NOT_FOUND = {404: s.problem("no such exec, or not yours")}
+
+
+class WmlaView(generics.GenericAPIView):
+    authentication_classes = [
+        authentication.BasicAuthentication,
+        authentication.TokenAuthentication,
+        authentication.SessionAuthentication,
+    ]
+
+
+# The args string ---------------------------------------------------------------------------
+
+
+@dataclass
+class WmlaArgs:
+    framework: str
+    model_main: str
+    data_path: str
+    fields: dict[str, Any]
+    ignored: list[str] = field(default_factory=list)
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> Any:  # a 400, never an exit
+        raise ApiError(f"args: {message}", 400)
+
+
+def parse_args(text: str) -> WmlaArgs:
+    """The submission that ``text`` describes; options EDT has no use for are listed in
+    ``ignored`` (they go on the job's timeline), never silently dropped."""
+    parser = _Parser(prog="args", add_help=False, allow_abbrev=False)
+    parser.add_argument("--exec-start", required=True)
+    parser.add_argument("--model-main", required=True)
+    parser.add_argument("--cs-datastore-meta", required=True)
+    parser.add_argument("--edt-options", default="")
+    parser.add_argument("--epochs", type=int)
+    parser.add_argument("--batch-size", "--train-batch-size", dest="batch_size", type=int)
+    parser.add_argument("--lr", "--learning-rate", dest="lr", type=float)
+    parser.add_argument("--numWorker", type=int)
+    try:
+        words = shlex.split(text)
+    except ValueError as exc:
+        raise ApiError(f"args: {exc}", 400) from None
+    known, rest = parser.parse_known_args(words)
+    if known.exec_start not in FRAMEWORKS:
+        raise ApiError(f"args: --exec-start {known.exec_start}: use one of {FRAMEWORKS}", 400)
+    store = _pairs(known.cs_datastore_meta, "--cs-datastore-meta")
+    if store.get("type", "fs") != "fs" or not store.get("data_path"):
+        raise ApiError("args: --cs-datastore-meta must be type=fs,data_path=<dataset name>", 400)
+    fields = {k: v for k, v in vars(known).items() if k in ("epochs", "batch_size", "lr")}
+    fields = {k: v for k, v in fields.items() if v is not None}
+    if known.numWorker:
+        fields["max_workers"] = known.numWorker
+    ignored = list(rest)
+    for key, value in _pairs(known.edt_options, "--edt-options").items():
+        if key not in EDT_OPTIONS:
+            ignored.append(f"--edt-options {key}={value}")
+            continue
+        try:
+            fields[EDT_OPTIONS[key]] = int(value)
+        except ValueError:
+            raise ApiError(f"args: --edt-options {key}={value}: not a whole number", 400) from None
+    return WmlaArgs(known.exec_start, known.model_main, store["data_path"], fields, ignored)
+
+
+def _pairs(text: str, option: str) -> dict[str, str]:
+    out = {}
+    for item in text.replace(" ", ",").split(","):
+        if not item:
+            continue
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise ApiError(f"args: {option} takes key=value pairs, not {item!r}", 400)
+        out[key.strip()] = value.strip()
+    return out
+
+
+def entry_in(content: bytes, filename: str, model_main: str) -> str:
+    """``model_main``'s path inside the archive: at its top, or under the one folder that
+    WMLA's tutorials pack (``tar.add(dir, arcname=basename(dir))``)."""
+    if filename.endswith(".py"):
+        if posixpath.basename(filename) != posixpath.basename(model_main):
+            raise ApiError(f"args: --model-main {model_main} is not the file sent ({filename})")
+        return posixpath.basename(filename)
+    names = [posixpath.normpath(n) for n in _members(content)]
+    scripts = [n for n in names if n.endswith(".py")]
+    wanted = posixpath.normpath(model_main)
+    if wanted in scripts:
+        return wanted
+    nested = [n for n in scripts if n.endswith("/" + wanted)]
+    if len(nested) == 1:
+        return nested[0]
+    shown = ", ".join(scripts[:10]) or "no .py file"
+    raise ApiError(f"args: --model-main {model_main} is not in {filename}; it holds: {shown}")
+
+
+def _members(content: bytes) -> list[str]:
+    try:
+        if zipfile.is_zipfile(io.BytesIO(content)):
+            with zipfile.ZipFile(io.BytesIO(content)) as z:
+                return z.namelist()
+        with tarfile.open(fileobj=io.BytesIO(content), mode="r:*") as t:
+            return t.getnames()
+    except (tarfile.TarError, zipfile.BadZipFile, EOFError, OSError) as exc:
+        raise ApiError(f"file: not a .tar, .tar.gz or .zip archive ({exc})", 400) from None
+
+
+# Views -----------------------------------------------------------------------------------
+
+
+class Frameworks(WmlaView):
+    @extend_schema(tags=TAGS, responses={200: s.WmlaFrameworkSerializer(many=True)})
+    def get(self, request: Request) -> Response:
+        """The frameworks ``--exec-start`` accepts: both run PyTorch under EDT."""
+        version = metadata.version("torch")
+        desc = ["Elastic distributed training on EDT: native or WMLA-style (FabricModel)"]
+        offered = [{"name": n, "frameworkVersion": version, "desc": desc} for n in FRAMEWORKS]
+        return Response(offered)
+
+
+class Execs(CappedUploadView, WmlaView):
+    parser_classes = [MultiPartParser]
+
+    def upload_limit(self) -> int:
+        return registry.MAX_MODEL_BYTES
+
+    @extend_schema(tags=TAGS, responses={200: s.WmlaExecSerializer(many=True)})
+    def get(self, request: Request) -> Response:
+        """Your execs (EDT jobs), newest first."""
+        return Response([as_exec(j) for j in scoped(request, Job).select_related("owner")])
+
+    @extend_schema(
+        tags=TAGS,
+        parameters=[OpenApiParameter("args", str, description="the WMLA args string")],
+        request={"multipart/form-data": s.WmlaSubmitSerializer},
+        responses={
+            200: s.WmlaSubmittedSerializer,
+            400: s.problem("bad args, archive or model; `error` says which"),
+            413: s.problem("archive over 50 MiB"),
+        },
+    )
+    def post(self, request: Request) -> Response:
+        """Submit a training: the model folder as an archive, the args string; answers
+        the exec's ``id``. The model is checked first, and a broken one is a 400 with its
+        error and line, not a failed exec."""
+        data, upload = self.uploaded_file()
+        text = _args_text(request, data)
+        wmla = parse_args(text)
+        dataset = _dataset_named(request, wmla.data_path)
+        model = _checked_model(request, upload, wmla.model_main)
+        try:
+            form = s.JobSubmitSerializer(data={
+                "name": f"{model.entry} ({wmla.framework})", "model": model.pk,
+                "dataset": dataset.pk, **wmla.fields,
+            })  # fmt: skip
+            form.is_valid(raise_exception=True)  # and the Train form's defaults filled in
+            job = services.submit_from_form(request.user, checked(request, form.validated_data))
+        except Exception:
+            registry.delete(model)
+            raise
+        services.record_event(job.pk, "wmla", "submitted through the WMLA API", args=text,
+                              framework=wmla.framework, ignored=wmla.ignored)  # fmt: skip
+        return Response({"id": str(job.pk), "appId": f"edt-job-{job.pk}",
+                         "state": STATES[job.state], "ignored": wmla.ignored})  # fmt: skip
+
+
+def _checked_model(request: Request, upload: Any, model_main: str) -> ModelDefinition:
+    """The uploaded model folder as a model definition that passed its check (run now, in a
+    child process, so that broken code is a 400 rather than an exec that fails)."""
+    content = upload.read()
+    entry = entry_in(content, upload.name, model_main)
+    model = registry.create(request.user, f"WMLA exec: {entry}", upload.name, content, entry,
+                            check_async=False)  # fmt: skip
+    if model.status != ModelDefinition.Status.VALID:
+        error, line = model.error, model.error_line
+        registry.delete(model)
+        where = f" ({line})" if line else ""
+        raise ApiError(f"file: the model check failed: {error}{where}")
+    return model
+
+
+def _args_text(request: Request, data: Any) -> str:
+    text = request.query_params.get("args") or data.get("args") or ""
+    if not text and data.get("data"):
+        try:
+            text = str(json.loads(data["data"]).get("args", ""))
+        except (ValueError, AttributeError):
+            raise ApiError('data: send JSON such as {"args": "--exec-start ..."}') from None
+    if not text.strip():
+        raise ApiError("args: send the WMLA args string (query or form field 'args')")
+    return str(text)
+
+
+def _dataset_named(request: Request, name: str) -> Dataset:
+    mine = scoped(request, Dataset).filter(owner=request.user)
+    found = mine.filter(name=name, status=Dataset.Status.READY).order_by("-created_at").first()
+    if found is None:
+        names = ", ".join(sorted({d.name for d in mine})) or "none yet"
+        raise ApiError(
+            f"args: --cs-datastore-meta data_path={name}: no READY dataset of yours has that "
+            f"name (yours: {names}); upload it with `edt datasets upload`"
+        )
+    return found
+
+
+class ExecDetail(Owned, WmlaView):
+    model = Job
+    noun = "exec"
+
+    @extend_schema(tags=TAGS, responses={200: s.WmlaExecSerializer, **NOT_FOUND})
+    def get(self, request: Request, pk: int) -> Response:
+        """The exec: ``state`` is WMLA's (FINISHED, ERROR, KILLED when it ended)."""
+        return Response(as_exec(self.get_object()))
+
+    @extend_schema(
+        tags=TAGS,
+        request=None,
+        parameters=[OpenApiParameter("action", str, enum=["stop"], required=True)],
+        responses={200: s.WmlaExecSerializer, 400: s.problem("not ?action=stop"), **NOT_FOUND},
+    )
+    def put(self, request: Request, pk: int) -> Response:
+        """``?action=stop``: stop the exec (as ``POST execs/{id}/stop``)."""
+        job = self.get_object()
+        if request.query_params.get("action") != "stop":
+            raise ApiError("action: the only action is 'stop' (PUT execs/{id}?action=stop)")
+        services.stop_job(job.pk)
+        job.refresh_from_db()
+        return Response(as_exec(job))
+
+    @extend_schema(
+        tags=TAGS,
+        responses={200: s.WmlaExecSerializer, 409: s.problem("still active"), **NOT_FOUND},
+    )
+    def delete(self, request: Request, pk: int) -> Response:
+        """Delete an exec that has ended, with its logs, checkpoints and model."""
+        job = self.get_object()
+        if job.state in Job.ACTIVE:
+            raise ApiError(f"exec {job.pk} is {STATES[job.state]}: stop it first", 409)
+        gone = as_exec(job)
+        shutil.rmtree(job.workdir, ignore_errors=True)
+        job.delete()
+        return Response(gone)
+
+
+class ExecStop(Owned, WmlaView):
+    model = Job
+    noun = "exec"
+
+    @extend_schema(tags=TAGS, request=None, responses={200: s.WmlaExecSerializer, **NOT_FOUND})
+    def post(self, request: Request, pk: int) -> Response:
+        """Stop the exec: its learners checkpoint and exit (state KILLED)."""
+        job = self.get_object()
+        services.stop_job(job.pk)
+        job.refresh_from_db()
+        return Response(as_exec(job))
+
+
+class ExecLog(Owned, WmlaView):
+    model = Job
+    noun = "exec"
+
+    @extend_schema(
+        tags=TAGS,
+        parameters=[OpenApiParameter("logType", str, description="accepted, not used")],
+        responses={(200, "text/plain"): OpenApiTypes.STR, **NOT_FOUND},
+    )
+    def get(self, request: Request, pk: int) -> HttpResponse:
+        """Every learner's output (the last 4 MiB of each), one section per slot."""
+        job = self.get_object()
+        parts = []
+        for slot in history.log_names(job):
+            text = history.log_tail(job, slot, -LOG_TAIL_BYTES, LOG_TAIL_BYTES)["text"]
+            parts.append(f"==== learner {slot} ====\n{text}")
+        return HttpResponse("\n".join(parts), content_type="text/plain; charset=utf-8")
+
+
+class ExecResult(Owned, WmlaView):
+    model = Job
+    noun = "exec"
+
+    @extend_schema(
+        tags=TAGS,
+        responses={(200, "application/zip"): OpenApiTypes.BINARY, **NOT_FOUND},
+    )
+    def get(self, request: Request, pk: int) -> FileResponse:
+        """The result as a zip: the final model, ``model.pt`` (load it with
+        ``torch.load(path, weights_only=True)``)."""
+        job = self.get_object()
+        path = history.downloadable(job, "model.pt")
+        if path is None:
+            raise ApiError(f"exec {job.pk} has no result: it is {STATES[job.state]}", 404)
+        out = tempfile.TemporaryFile()  # noqa: SIM115 (FileResponse closes it)
+        with zipfile.ZipFile(out, "w") as z:
+            z.write(path, "model.pt")
+        out.seek(0)
+        name = f"exec-{job.pk}-result.zip"
+        return FileResponse(out, as_attachment=True, filename=name, content_type="application/zip")
+
+
+def as_exec(job: Job) -> dict[str, Any]:
+    wmla = job.events.filter(kind="wmla").first()
+    return {
+        "id": str(job.pk),
+        "appId": f"edt-job-{job.pk}",
+        "name": job.name,
+        "appName": job.name,
+        "framework": wmla.data.get("framework", FRAMEWORKS[0]) if wmla else FRAMEWORKS[0],
+        "creator": job.owner.get_username(),
+        "state": STATES[job.state],
+        "edtState": job.state,
+        "elastic": True,
+        "numWorker": s.workers_now(job),
+        "maxWorkers": job.max_workers,
+        "priority": job.priority,
+        "createTime": _utc(job.created_at),
+        "startTime": _utc(job.started_at),
+        "endTime": _utc(job.finished_at),
+        "progress": s.progress_of(job),
+        "error": job.error,
+        "args": wmla.data.get("args", "") if wmla else "",
+    }
+
+
+def _utc(moment: Any) -> str | None:
+    return moment.strftime("%Y-%m-%dT%H:%M:%SZ") if moment else None
+
+
+@csrf_exempt
+def slash_tolerant(request: HttpRequest, rest: str = "") -> HttpResponse:
+    """WMLA clients write both ``execs`` and ``execs/``: a trailing slash is ignored."""
+    path = request.path_info
+    if path.endswith("/"):
+        try:
+            match = resolve(path.rstrip("/"))
+        except Resolver404:
+            match = None
+        if match is not None and match.func is not slash_tolerant:
+            return match.func(request, *match.args, **match.kwargs)
+    return unknown_endpoint(request)

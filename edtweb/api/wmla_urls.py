@@ -1,0 +1,19 @@
+"""/platform/rest/deeplearning/v1/: the WMLA-compatible subset (edtweb/api/wmla.py)."""
+
+from __future__ import annotations
+
+from django.urls import path, re_path
+
+from edtweb.api import wmla
+
+app_name = "wmla"
+
+urlpatterns = [
+    path("execs/frameworks", wmla.Frameworks.as_view(), name="frameworks"),
+    path("execs", wmla.Execs.as_view(), name="execs"),
+    path("execs/<int:pk>", wmla.ExecDetail.as_view(), name="exec"),
+    path("execs/<int:pk>/stop", wmla.ExecStop.as_view(), name="exec-stop"),
+    path("execs/<int:pk>/log", wmla.ExecLog.as_view(), name="exec-log"),
+    path("execs/<int:pk>/result", wmla.ExecResult.as_view(), name="exec-result"),
+    re_path(r"^(?P<rest>.*)$", wmla.slash_tolerant, name="slash-tolerant"),
+]

@@ -1,0 +1,34 @@
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+from django.core.management.base import BaseCommand
+
+from edtweb.launcher import DEFAULT_PROBE, LaunchError, Options, run
+
+
+class Command(BaseCommand):
+    help = (
+        "Run EDT on this machine (what `make run` does): Redis if none is reachable, "
+        "migrations, the admin account, then web, scheduler and worker host."
+    )
+
+    def add_arguments(self, parser: Any) -> None:
+        parser.add_argument("--port", type=int, default=8000, help="web port (default 8000)")
+        parser.add_argument(
+            "--cpu-slots", type=int, default=None, help="CPU slots for the worker host"
+        )
+        parser.add_argument(
+            "--redis-probe",
+            default=DEFAULT_PROBE,
+            help="Redis to use when REDIS_URL is unset, if it answers (default %(default)s)",
+        )
+
+    def handle(self, *args: Any, **opts: Any) -> None:
+        try:
+            code = run(Options(opts["port"], opts["cpu_slots"], opts["redis_probe"]))
+        except LaunchError as exc:
+            sys.stderr.write(f"EDT: {exc}\n")
+            raise SystemExit(1) from None
+        raise SystemExit(code)

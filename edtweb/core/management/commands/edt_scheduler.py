@@ -1,0 +1,47 @@
+from __future__ import annotations
+
+import signal
+from typing import Any
+
+from django.conf import settings
+from django.core.management.base import BaseCommand, CommandError
+
+from edtweb.dashboard.live import publish_slots
+from edtweb.redis_server import ping_error
+from edtweb.training.scheduling import LiveScheduler
+from scheduler.policies import POLICIES
+from scheduler.service import SchedulerService
+from scheduler.store import Store, connect
+
+
+class Command(BaseCommand):
+    help = (
+        "Run the scheduler: one active instance (Redis lease) decides every job's workers by "
+        "policy and applies it between iterations; others stand by."
+    )
+
+    def add_arguments(self, parser: Any) -> None:
+        parser.add_argument(
+            "--interval", type=float, default=1.0, help="seconds between ticks (default 1)"
+        )
+        parser.add_argument(
+            "--policy", default="fairshare", choices=sorted(POLICIES),
+            help="allocation policy (default fairshare)",
+        )  # fmt: skip
+
+    def handle(self, *args: Any, **opts: Any) -> None:
+        error = ping_error(settings.REDIS_URL)
+        if error:
+            raise CommandError(f"Redis at {settings.REDIS_URL} does not answer ({error})")
+        planner = LiveScheduler(opts["policy"])
+        service = SchedulerService(
+            Store(connect(settings.REDIS_URL)), publish_slots, opts["interval"], planner.step,
+            assignments=planner.assignments,
+        )  # fmt: skip
+
+        def _stop(signum: int, _frame: object) -> None:
+            service.stopping.set()
+
+        signal.signal(signal.SIGTERM, _stop)
+        signal.signal(signal.SIGINT, _stop)
+        service.run()

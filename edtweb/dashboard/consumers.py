@@ -1,0 +1,100 @@
+from __future__ import annotations
+
+from typing import Any
+
+from channels.db import database_sync_to_async
+from channels.generic.websocket import AsyncJsonWebsocketConsumer
+
+from edtweb.dashboard.live import CLUSTER_GROUP, current_slots
+
+
+class ClusterConsumer(AsyncJsonWebsocketConsumer):
+    """Live cluster state for the Cluster page: the slots, then every change."""
+
+    # WebSocket handlers ---------------------------------------------------------------
+
+    async def connect(self) -> None:
+        user = self.scope.get("user")
+        if user is None or not user.is_authenticated:
+            await self.close()  # before accept: the handshake is refused (HTTP 403)
+            return
+        await self.channel_layer.group_add(CLUSTER_GROUP, self.channel_name)
+        await self.accept()
+        await self.send_json({"type": "slots", "slots": await self.load_slots()})
+
+    async def disconnect(self, code: int) -> None:
+        await self.channel_layer.group_discard(CLUSTER_GROUP, self.channel_name)
+
+    # Helpers ---------------------------------------------------------------------------
+
+    @database_sync_to_async
+    def load_slots(self) -> list[dict[str, Any]]:
+        return current_slots()
+
+    # Group message handlers -------------------------------------------------------------
+
+    async def cluster_slots(self, event: dict[str, Any]) -> None:
+        await self.send_json({"type": "slots", "slots": event["slots"]})
+
+    async def cluster_allocation(self, event: dict[str, Any]) -> None:
+        if await self.may_see(event["job"]):
+            await self.send_json(
+                {"type": "allocation", **{k: v for k, v in event.items() if k != "type"}}
+            )
+
+    @database_sync_to_async
+    def may_see(self, job_id: int) -> bool:
+        from edtweb.training.models import Job
+
+        user = self.scope["user"]
+        return bool(user.is_staff or Job.objects.filter(pk=job_id, owner=user).exists())
+
+
+class JobConsumer(AsyncJsonWebsocketConsumer):
+    """One job's live updates: metrics with sequence numbers, events, state changes."""
+
+    # WebSocket handlers ---------------------------------------------------------------
+
+    async def connect(self) -> None:
+        job_id = int(self.scope["url_route"]["kwargs"]["pk"])
+        self.group = await self.group_if_allowed(job_id)
+        if self.group is None:
+            await self.close()  # not logged in, or not this user's job: refused
+            return
+        await self.channel_layer.group_add(self.group, self.channel_name)
+        await self.accept()
+
+    async def disconnect(self, code: int) -> None:
+        if getattr(self, "group", None):
+            await self.channel_layer.group_discard(self.group, self.channel_name)
+
+    # Helpers ---------------------------------------------------------------------------
+
+    @database_sync_to_async
+    def group_if_allowed(self, job_id: int) -> str | None:
+        from edtweb.training.models import Job
+
+        user = self.scope.get("user")
+        if user is None or not user.is_authenticated:
+            return None
+        jobs = Job.objects.all() if user.is_staff else Job.objects.filter(owner=user)
+        job = jobs.filter(pk=job_id).first()
+        return job.group_name if job else None
+
+    # Group message handlers -------------------------------------------------------------
+
+    async def job_metrics(self, event: dict[str, Any]) -> None:
+        await self.send_json(
+            {
+                "type": "metrics",
+                "from": event["from"],
+                "to": event["to"],
+                "records": event["records"],
+            }
+        )
+
+    async def job_event(self, event: dict[str, Any]) -> None:
+        await self.send_json({"type": "event", "event": event["event"]})
+
+    async def job_state(self, event: dict[str, Any]) -> None:
+        await self.send_json({"type": "state", "state": event["state"]})

@@ -1,0 +1,77 @@
+from __future__ import annotations
+
+import time
+from itertools import groupby
+from typing import Any
+
+from django.contrib.auth.decorators import login_required
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.shortcuts import render
+
+from edtweb.dashboard.live import current_slots
+from edtweb.redis_server import ping_error
+
+
+def _hosts(slots: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [
+        {"name": host, "slots": list(group)}
+        for host, group in groupby(slots, key=lambda s: s["host"])
+    ]
+
+
+@login_required
+def cluster(request: HttpRequest) -> HttpResponse:
+    from django.conf import settings
+
+    error = ping_error(settings.REDIS_URL, timeout=1.0)
+    slots = [] if error else current_slots()
+    from edtweb.ownership import owned
+    from edtweb.training.models import Job
+
+    queue = owned(request, Job).filter(state__in=[Job.State.QUEUED, Job.State.SUSPENDED])
+    context = {
+        "hosts": _hosts(slots),
+        "redis_error": error,
+        "slot_count": len(slots),
+        "queue": queue.order_by("-priority", "created_at"),
+        "nav": "cluster",
+    }
+    return render(request, "dashboard/cluster.html", context)
+
+
+@login_required
+def cluster_slots(request: HttpRequest) -> JsonResponse:
+    return JsonResponse({"slots": current_slots()})
+
+
+@login_required
+def cluster_allocations(request: HttpRequest) -> JsonResponse:
+    """Slots per job over time, from the jobs' generation events (the Cluster chart)."""
+    from edtweb.training.models import JobEvent
+
+    events = JobEvent.objects.filter(
+        kind__in=["generation", "completed", "failed", "stopped", "suspended"]
+    ).select_related("job")
+    if not request.user.is_staff:
+        events = events.filter(job__owner=request.user)
+    series: dict[str, list[list[float]]] = {}
+    names: dict[str, str] = {}
+    for e in events.order_by("at")[:20000]:
+        key = str(e.job_id)
+        names[key] = e.job.name
+        workers = e.data.get("workers", 0) if e.kind == "generation" else 0
+        series.setdefault(key, []).append([e.at.timestamp(), workers])
+    decisions = JobEvent.objects.filter(kind="scaled").select_related("job").order_by("-at")
+    if not request.user.is_staff:
+        decisions = decisions.filter(job__owner=request.user)
+    return JsonResponse(
+        {
+            "series": series,
+            "names": names,
+            "now": time.time(),
+            "decisions": [
+                {"at": d.at.timestamp(), "job": d.job.name, "message": d.message}
+                for d in decisions[:12]
+            ],
+        }
+    )

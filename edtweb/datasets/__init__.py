@@ -1,0 +1,1 @@
+"""Datasets: upload, safe extraction, format detection, thumbnails."""

@@ -1,0 +1,182 @@
+"""Datasets: receive an archive in resumable chunks, then prepare it in a child process
+(safe extraction, format detection, counts, thumbnails)."""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import subprocess
+import sys
+import time
+from typing import Any
+
+from django.conf import settings
+
+from edtweb.datasets.models import Dataset
+
+log = logging.getLogger("edt.datasets")
+THUMBS_PER_CLASS = 4
+
+
+class UploadError(ValueError):
+    """A request the uploader must correct; ``status`` is the HTTP status to answer."""
+
+    def __init__(self, message: str, status: int = 400, offset: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.offset = offset
+
+
+def max_upload_bytes() -> int:
+    return int(settings.EDT_MAX_UPLOAD_BYTES)
+
+
+def start_upload(owner: Any, name: str, filename: str, size: int) -> Dataset:
+    if not name.strip():
+        raise UploadError("give the dataset a name")
+    if size <= 0:
+        raise UploadError("the file is empty")
+    if size > max_upload_bytes():
+        raise UploadError(
+            f"the file is {size:,} bytes; uploads are limited to "
+            f"{max_upload_bytes():,} bytes (EDT_MAX_UPLOAD_BYTES)",
+            413,
+        )
+    dataset = Dataset.objects.create(owner=owner, name=name.strip(), filename=filename, size=size)
+    dataset.root.mkdir(parents=True, exist_ok=True)
+    dataset.archive_path.touch()
+    return dataset
+
+
+def append_chunk(dataset: Dataset, start: int, chunk: bytes) -> int:
+    """Append ``chunk`` at byte ``start``; returns the new offset. A chunk that does not start
+    where the upload stands is refused with the offset to resume from (HTTP 409)."""
+    if dataset.status != Dataset.Status.UPLOADING:
+        raise UploadError("this upload is finished", 409, dataset.received)
+    if start != dataset.received:
+        raise UploadError(f"expected bytes from {dataset.received}", 409, dataset.received)
+    if start + len(chunk) > dataset.size:
+        raise UploadError(f"more bytes than the {dataset.size:,} announced", 413, dataset.received)
+    with dataset.archive_path.open("r+b") as f:
+        f.seek(start)
+        f.write(chunk)
+        f.truncate()
+    Dataset.objects.filter(pk=dataset.pk).update(received=start + len(chunk))
+    return start + len(chunk)
+
+
+def finish_upload(dataset: Dataset) -> None:
+    """All bytes are in: prepare the dataset in a child process (it can take a while)."""
+    if dataset.received != dataset.size:
+        raise UploadError(
+            f"only {dataset.received:,} of {dataset.size:,} bytes arrived", 409, dataset.received
+        )
+    updated = Dataset.objects.filter(pk=dataset.pk, status=Dataset.Status.UPLOADING).update(
+        status=Dataset.Status.PREPARING
+    )
+    if updated:
+        subprocess.Popen(
+            [sys.executable, "manage.py", "edt_prepare_dataset", str(dataset.pk)],
+            cwd=settings.BASE_DIR,
+            start_new_session=True,
+            stdout=subprocess.DEVNULL,
+            stderr=(dataset.root / "prepare.log").open("ab"),
+        )
+
+
+def prepare(dataset: Dataset) -> None:
+    """Extract, detect, describe, draw thumbnails; the dataset ends READY or FAILED."""
+    from edtweb.datasets.archive import ArchiveError, extract
+    from workers.learner.datasets import DatasetError
+
+    last = [0.0]
+
+    def progress(done: int, total: int) -> None:
+        if time.monotonic() - last[0] > 0.3:
+            last[0] = time.monotonic()
+            fraction = 0.8 * done / total if total else 0.0
+            Dataset.objects.filter(pk=dataset.pk).update(progress=fraction)
+
+    try:
+        extract(dataset.archive_path, dataset.data_dir, progress=progress)
+        dataset.archive_path.unlink(missing_ok=True)
+        describe_and_draw(dataset)
+    except (ArchiveError, DatasetError) as exc:
+        fail(dataset, str(exc))
+    except Exception as exc:  # a bug of ours: say so rather than leave it PREPARING
+        log.exception("dataset %s: preparation failed", dataset.pk)
+        fail(dataset, f"preparation failed unexpectedly ({type(exc).__name__}: {exc})")
+
+
+def describe_and_draw(dataset: Dataset) -> None:
+    from workers.learner.datasets import describe, detect_format
+
+    summary = describe(dataset.data_dir)
+    draw_thumbnails(dataset)
+    Dataset.objects.filter(pk=dataset.pk).update(
+        status=Dataset.Status.READY,
+        format=detect_format(dataset.data_dir),
+        summary=summary,
+        progress=1.0,
+        error="",
+    )
+
+
+def fail(dataset: Dataset, message: str) -> None:
+    shutil.rmtree(dataset.data_dir, ignore_errors=True)
+    dataset.archive_path.unlink(missing_ok=True)
+    Dataset.objects.filter(pk=dataset.pk).update(status=Dataset.Status.FAILED, error=message)
+
+
+def draw_thumbnails(dataset: Dataset) -> None:
+    """A few PNGs per class from the training split, for the dataset's page."""
+    import numpy as np
+    from PIL import Image
+
+    from workers.learner.datasets import load_dataset
+
+    train, _test, classes = load_dataset(dataset.data_dir)
+    images, labels = train.tensors
+    dataset.thumbs_dir.mkdir(parents=True, exist_ok=True)
+    for label in range(len(classes)):
+        picks = (labels == label).nonzero().flatten()[:THUMBS_PER_CLASS].tolist()
+        for i, index in enumerate(picks):
+            pixels = (images[index].clamp(0, 1) * 255).byte().permute(1, 2, 0).numpy()
+            if pixels.shape[2] == 1:
+                pixels = pixels[:, :, 0]
+            picture = Image.fromarray(np.ascontiguousarray(pixels)).resize(
+                (64, 64), Image.Resampling.NEAREST
+            )
+            picture.save(dataset.thumbs_dir / f"{label:03d}-{i}.png")
+
+
+def thumbnails(dataset: Dataset) -> list[dict[str, Any]]:
+    classes = dataset.summary.get("classes", [])
+    shown = []
+    for path in sorted(dataset.thumbs_dir.glob("*.png")) if dataset.thumbs_dir.exists() else []:
+        label = int(path.name.split("-")[0])
+        shown.append({"file": path.name, "label": classes[label] if label < len(classes) else ""})
+    return shown
+
+
+def create_demo(owner: Any) -> Dataset:
+    """The demo dataset of a fresh install: synthetic, in the CIFAR-10 batch format."""
+    from workers.learner.datasets import write_cifar10
+
+    dataset = Dataset.objects.create(
+        owner=owner,
+        name="CIFAR-10 demo (synthetic)",
+        filename="generated",
+        status=Dataset.Status.PREPARING,
+    )
+    write_cifar10(dataset.data_dir, train=5000, test=1000)
+    size = sum(p.stat().st_size for p in dataset.data_dir.rglob("*") if p.is_file())
+    Dataset.objects.filter(pk=dataset.pk).update(size=size, received=size)
+    describe_and_draw(dataset)
+    dataset.refresh_from_db()
+    return dataset
+
+
+def delete(dataset: Dataset) -> None:
+    shutil.rmtree(dataset.root, ignore_errors=True)
+    dataset.delete()

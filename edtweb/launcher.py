@@ -1,0 +1,148 @@
+"""`make run`: one command that brings up a whole single-machine EDT.
+
+Steps: find Redis (or start one), migrate, create the admin once, then run web, scheduler
+and worker host under honcho, and print the URL and the login once the web answers.
+Ctrl-C (or SIGTERM) stops everything it started, Redis included.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import sys
+import threading
+import time
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+from django.conf import settings
+from django.core.management import call_command
+from honcho.manager import Manager
+
+from edtweb.redis_server import RedisServer, RedisUnavailable, ping_error
+
+ADMIN_USER = "admin"
+DEFAULT_PROBE = "redis://127.0.0.1:6379/0"
+
+
+class LaunchError(RuntimeError):
+    """A reason to stop before anything starts, said in one line."""
+
+
+@dataclass
+class Options:
+    port: int = 8000
+    cpu_slots: int | None = None
+    redis_probe: str = DEFAULT_PROBE
+
+
+def resolve_redis(data_dir: Path, probe: str) -> tuple[str, RedisServer | None]:
+    """REDIS_URL if set (it must answer); else ``probe`` if it answers; else our own."""
+    configured = os.environ.get("REDIS_URL", "").strip()
+    if configured:
+        error = ping_error(configured)
+        if error:
+            raise LaunchError(
+                f"REDIS_URL={configured} does not answer ({error}). Start Redis there, "
+                "or unset REDIS_URL and EDT will use or start one itself."
+            )
+        return configured, None
+    if ping_error(probe, timeout=0.5) is None:
+        return probe, None
+    try:
+        server = RedisServer(data_dir / "redis", appendonly=True).start()
+    except RedisUnavailable as exc:
+        raise LaunchError(str(exc)) from None
+    return server.url, server
+
+
+def ensure_admin(data_dir: Path) -> str:
+    """Create the admin account once; the password is kept in ``<data>/admin-password``."""
+    from django.contrib.auth import get_user_model
+
+    users = get_user_model()
+    secret = data_dir / "admin-password"
+    if users.objects.filter(username=ADMIN_USER).exists():
+        if secret.exists():
+            return secret.read_text().strip()
+        return "(password set earlier; change it with `python manage.py changepassword admin`)"
+    password = secrets.token_urlsafe(12)
+    users.objects.create_superuser(ADMIN_USER, "", password)
+    secret.touch(mode=0o600)
+    secret.write_text(password + "\n")
+    return password
+
+
+def seed_demo() -> None:
+    """A fresh install can train at once: a demo dataset (generated here, no download) and
+    the example models, owned by the admin."""
+    from django.contrib.auth import get_user_model
+
+    from edtweb.datasets import services as datasets
+    from edtweb.datasets.models import Dataset
+    from edtweb.registry import services as registry
+
+    admin = get_user_model().objects.get(username=ADMIN_USER)
+    if Dataset.objects.filter(owner=admin).exists():
+        return
+    print("EDT: generating the demo dataset and checking the example models…", flush=True)
+    datasets.create_demo(admin)
+    registry.create_examples(admin, Path(settings.BASE_DIR) / "examples")
+
+
+def processes(opts: Options) -> dict[str, str]:
+    py = sys.executable
+    worker = f"{py} manage.py edt_worker"
+    if opts.cpu_slots is not None:
+        worker += f" --cpu-slots {opts.cpu_slots}"
+    return {
+        "web": f"{py} -m daphne -b 127.0.0.1 -p {opts.port} edtweb.asgi:application",
+        "scheduler": f"{py} manage.py edt_scheduler",
+        "worker": worker,
+    }
+
+
+def announce_when_up(url: str, password: str, timeout: float = 120) -> None:
+    """Print the URL and the login once the login page answers."""
+
+    def wait() -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                with urllib.request.urlopen(url + "accounts/login/", timeout=30):
+                    break
+            except OSError:
+                time.sleep(0.3)
+        else:
+            print(f"EDT: web did not answer at {url} within {timeout:.0f} s", flush=True)
+            return
+        banner = (
+            f"\n  EDT is running at {url}\n  log in as {ADMIN_USER} / {password}\n"
+            "  (password kept in the data directory, file admin-password; Ctrl-C stops all)\n\n"
+        )
+        print(banner, flush=True)
+
+    threading.Thread(target=wait, name="edt-announce", daemon=True).start()
+
+
+def run(opts: Options) -> int:
+    data_dir = Path(settings.EDT_DATA_DIR)
+    redis_url, own_redis = resolve_redis(data_dir, opts.redis_probe)
+    try:
+        where = "started by EDT, append-only under " + str(own_redis.directory) if own_redis else ""
+        print(f"EDT: Redis at {redis_url} {where}".rstrip(), flush=True)
+        os.environ["REDIS_URL"] = redis_url
+        os.environ["EDT_DATA_DIR"] = str(data_dir)
+        call_command("migrate", interactive=False, verbosity=0)
+        password = ensure_admin(data_dir)
+        seed_demo()
+        manager = Manager()
+        for name, cmd in processes(opts).items():
+            manager.add_process(name, cmd, env=dict(os.environ), cwd=str(settings.BASE_DIR))
+        announce_when_up(f"http://127.0.0.1:{opts.port}/", password)
+        manager.loop()
+        return manager.returncode or 0
+    finally:
+        if own_redis is not None:
+            own_redis.stop()

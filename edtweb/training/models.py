@@ -1,0 +1,124 @@
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from django.conf import settings
+from django.core.validators import MaxValueValidator, MinValueValidator
+from django.db import models
+
+from workers.learner.spec import JobSpec
+
+
+class Job(models.Model):
+    class State(models.TextChoices):
+        QUEUED = "QUEUED"
+        RUNNING = "RUNNING"
+        SUSPENDED = "SUSPENDED"
+        COMPLETED = "COMPLETED"
+        FAILED = "FAILED"
+        STOPPED = "STOPPED"
+
+    ACTIVE = (State.QUEUED, State.RUNNING, State.SUSPENDED)
+
+    owner = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="jobs"
+    )
+    name = models.CharField(max_length=200)
+    model_definition = models.ForeignKey(
+        "registry.ModelDefinition", null=True, blank=True, on_delete=models.SET_NULL,
+        related_name="jobs",
+    )  # fmt: skip
+    dataset = models.ForeignKey(
+        "datasets.Dataset", null=True, blank=True, on_delete=models.SET_NULL, related_name="jobs"
+    )
+    model_path = models.CharField(max_length=500, help_text="the model definition's entry file")
+    data_path = models.CharField(max_length=500, help_text="the dataset's directory")
+    state = models.CharField(max_length=12, choices=State.choices, default=State.QUEUED)
+    priority = models.PositiveIntegerField(
+        default=5000, validators=[MinValueValidator(1), MaxValueValidator(10000)]
+    )
+    max_workers = models.PositiveIntegerField(default=1, validators=[MinValueValidator(1)])
+    min_workers = models.PositiveIntegerField(default=1, validators=[MinValueValidator(1)])
+    epochs = models.PositiveIntegerField(default=1, validators=[MinValueValidator(1)])
+    batch_size = models.PositiveIntegerField(default=64, validators=[MinValueValidator(1)])
+    max_micro_batch = models.PositiveIntegerField(default=0, help_text="0: no cap")
+    lr = models.FloatField(default=0.01)
+    seed = models.IntegerField(default=0)
+    checkpoint_every = models.PositiveIntegerField(default=1)
+    collective_timeout = models.FloatField(default=30.0)
+    created_at = models.DateTimeField(auto_now_add=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    error = models.TextField(blank=True)
+    steps_done = models.PositiveIntegerField(default=0)
+    metrics_count = models.PositiveIntegerField(default=0, help_text="sequence of live updates")
+    total_steps = models.PositiveIntegerField(default=0, help_text="iterations in all epochs")
+
+    class Meta:
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return f"job {self.pk} ({self.name})"
+
+    @property
+    def group_name(self) -> str:
+        """The Channels group of this job's live page."""
+        return f"job.{self.pk}"
+
+    @property
+    def store_id(self) -> str:
+        """The job's id in Redis (scheduler/store.py)."""
+        return str(self.pk)
+
+    @property
+    def workdir(self) -> Path:
+        return Path(settings.EDT_DATA_DIR) / "jobs" / str(self.pk)
+
+    @property
+    def spec_path(self) -> Path:
+        return self.workdir / "spec.json"
+
+    def spec(self) -> JobSpec:
+        return JobSpec(
+            job_id=self.store_id, model=self.model_path, data=self.data_path,
+            workdir=str(self.workdir), batch_size=self.batch_size,
+            max_micro_batch=self.max_micro_batch, epochs=self.epochs, lr=self.lr,
+            seed=self.seed, checkpoint_every=self.checkpoint_every,
+            collective_timeout=self.collective_timeout,
+        )  # fmt: skip
+
+
+class JobEvent(models.Model):
+    """One line of a job's timeline: allocation changes, failures, state changes."""
+
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="events")
+    at = models.DateTimeField(auto_now_add=True)
+    kind = models.CharField(max_length=40)
+    message = models.TextField()
+    data = models.JSONField(default=dict, blank=True)
+
+    class Meta:
+        ordering = ["at", "pk"]
+
+
+class Metric(models.Model):
+    """A training iteration (kind "train") or an epoch's evaluation (kind "test")."""
+
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="metrics")
+    kind = models.CharField(max_length=8)
+    step = models.PositiveIntegerField()
+    epoch = models.PositiveIntegerField()
+    time = models.FloatField(help_text="Unix time, seconds")
+    values = models.JSONField(default=dict)
+
+    class Meta:
+        ordering = ["step", "pk"]
+        indexes = [models.Index(fields=["job", "kind", "step"])]
+
+    @classmethod
+    def from_record(cls, job_id: int, record: dict[str, Any]) -> Metric:
+        core = ("type", "step", "epoch", "time")
+        values = {k: v for k, v in record.items() if k not in core}
+        return cls(job_id=job_id, kind=record["type"], step=record["step"],
+                   epoch=record.get("epoch", 0), time=record["time"], values=values)  # fmt: skip

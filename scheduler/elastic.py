@@ -1,0 +1,148 @@
+"""The coordinator's side of the elastic protocol for one job (DESIGN.md).
+
+It starts joiners first and publishes the generation that includes them only once they are
+READY, shrinks at once, replaces a generation after a learner fails, and starts over from
+the latest checkpoint when every learner is gone. How learners are started is the
+``Launcher``'s business: local processes (the drive command) or Celery tasks on slot queues.
+At most one published generation is waiting to be adopted at any time.
+"""
+
+from __future__ import annotations
+
+import signal
+import time
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from scheduler.store import JobStore
+
+FAILURE_GRACE_SECONDS = 1.0
+
+EventSink = Callable[[str, dict[str, Any]], None]
+
+
+class Launcher(Protocol):
+    def start(self, slot: str) -> None: ...
+    def kill(self, slot: str, sig: int = signal.SIGKILL) -> None: ...
+    def exited(self, slot: str) -> bool: ...
+
+
+class Coordinator:
+    def __init__(self, jobs: JobStore, launcher: Launcher, on_event: EventSink) -> None:
+        self.jobs = jobs
+        self.launcher = launcher
+        self.on_event = on_event
+        self.members: list[str] = []
+        self.joining: list[str] = []
+        self.started: set[str] = set()
+        self.step = 0
+        self.done = False
+        self.cursor = "0-0"
+        self.failure_since: float | None = None
+        self.handled_failures = 0
+
+    def event(self, kind: str, **data: Any) -> None:
+        self.on_event(kind, {"step": self.step, "time": time.time(), **data})
+
+    # Membership ----------------------------------------------------------------------------
+
+    def start_joiners(self, slots: list[str]) -> None:
+        for slot in slots:
+            self.launcher.start(slot)
+            self.started.add(slot)
+        self.joining += slots
+
+    def settled(self) -> bool:
+        """No failure being handled and the latest generation adopted: safe to change."""
+        return self.failure_since is None and self.jobs.adopted() == self.jobs.generation()
+
+    def publish(self, members: list[str], why: str) -> None:
+        self.members = members
+        gen = self.jobs.publish_generation(members)
+        self.event("generation", gen=gen, workers=len(members), members=members, why=why)
+
+    def grow_to(self, want: int, why: str = "") -> bool:
+        """Admit READY joiners until ``want`` members; True once a generation is published."""
+        missing = want - len(self.members)
+        ready = self.jobs.ready_slots()
+        joiners = [s for s in self.joining if s in ready][:missing]
+        if missing <= 0 or len(joiners) < missing or not self.settled():
+            return False
+        self.joining = [s for s in self.joining if s not in joiners]
+        self.publish(self.members + joiners, why or f"grow to {want}")
+        return True
+
+    def shrink_to(self, want: int, why: str = "") -> None:
+        """Keep the ``want`` longest-standing members; the others leave after this step."""
+        if 0 < want < len(self.members) and self.settled():
+            self.publish(self.members[:want], why or f"shrink to {want}")
+
+    def dead_joiners(self) -> list[str]:
+        return [s for s in self.joining if self.launcher.exited(s)]
+
+    # Failures ------------------------------------------------------------------------------
+
+    def watch_failures(self) -> None:
+        """Replace the generation once every member reported failure, died, or was silent."""
+        reports = self.jobs.failures()
+        gen = self.jobs.generation()
+        failed = {r["slot"] for r in reports[self.handled_failures :] if r["gen"] == gen}
+        dead = {s for s in self.members if self.launcher.exited(s)}
+        if not failed and not dead:
+            return
+        now = time.monotonic()
+        self.failure_since = self.failure_since or now
+        silent = set(self.members) - failed - dead
+        if silent and now - self.failure_since < FAILURE_GRACE_SECONDS:
+            return
+        self.handled_failures = len(reports)
+        self.failure_since = None
+        self._replace(survivors=[s for s in self.members if s in failed and s not in dead])
+
+    def _replace(self, survivors: list[str]) -> None:
+        lost = [s for s in self.members if s not in survivors]
+        for slot in lost:
+            self.launcher.kill(slot)  # frozen or dead: make sure it is gone
+            self.started.discard(slot)  # its slot is the scheduler's to give again
+        self.event("failure", lost=lost, survivors=survivors)
+        if survivors:
+            self.publish(survivors, f"{len(lost)} learner(s) lost")
+        else:
+            self.restart_from_checkpoint()
+
+    def restart_from_checkpoint(self) -> None:
+        """Every learner is gone: new learners will load the latest checkpoint."""
+        resumed = self.jobs.checkpoint_step()
+        self.event("restart", from_step=resumed, iterations_lost=self.step - resumed)
+        self.members = []
+        self.step = resumed
+
+    # Progress ------------------------------------------------------------------------------
+
+    def read_metrics(self) -> list[dict[str, Any]]:
+        """New metric records since the last call; tracks the step and completion."""
+        records = []
+        for eid, record in self.jobs.read_metrics(self.cursor):
+            self.cursor = eid
+            records.append(record)
+            if record["type"] == "train":
+                self.step = record["step"]
+            elif record["type"] == "done":
+                self.done = True
+                self.jobs.request_stop()  # learners still waiting to join go home
+        return records
+
+    def first_error(self) -> str | None:
+        """The user's code failed: its message and traceback line, for the job's record."""
+        errors = self.jobs.errors()
+        if not errors:
+            return None
+        first = errors[0]
+        return f"{first['message']} ({first['trace']})" if first["trace"] else first["message"]
+
+    def all_exited(self) -> bool:
+        return all(self.launcher.exited(s) for s in self.started)
+
+    def kill_all(self) -> None:
+        for slot in self.started:
+            self.launcher.kill(slot)

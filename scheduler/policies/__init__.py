@@ -1,0 +1,60 @@
+"""Scheduling policies: pure functions ``decide(snapshot) -> Decision``.
+
+Nothing here imports Django, Redis, Celery or torch: the same code runs in the live
+scheduler and in the trace simulator (DESIGN.md, "Scheduling contract").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from scheduler.policies import fairshare, fifo_gang, priority, tiresias
+from scheduler.policies.model import (
+    ACTIVE_STATES,
+    DEFAULT_PRIORITY,
+    MAX_PRIORITY,
+    MIN_PRIORITY,
+    QUEUED,
+    RUNNING,
+    SUSPENDED,
+    Decision,
+    JobView,
+    Snapshot,
+)
+
+Policy = Callable[[Snapshot], Decision]
+
+POLICIES: dict[str, Policy] = {
+    fairshare.POLICY: fairshare.decide,
+    priority.POLICY: priority.decide,
+    fifo_gang.POLICY: fifo_gang.decide,
+    tiresias.POLICY: tiresias.decide,
+}
+DEFAULT_POLICY = fairshare.POLICY
+
+
+def decide(snapshot: Snapshot, policy: str = DEFAULT_POLICY) -> Decision:
+    """Run the named policy (one of :data:`POLICIES`) on ``snapshot``."""
+    try:
+        chosen = POLICIES[policy]
+    except KeyError:
+        raise ValueError(f"unknown policy {policy!r}; one of {sorted(POLICIES)}") from None
+    return chosen(snapshot)
+
+
+__all__ = [
+    "ACTIVE_STATES",
+    "DEFAULT_POLICY",
+    "DEFAULT_PRIORITY",
+    "MAX_PRIORITY",
+    "MIN_PRIORITY",
+    "POLICIES",
+    "QUEUED",
+    "RUNNING",
+    "SUSPENDED",
+    "Decision",
+    "JobView",
+    "Policy",
+    "Snapshot",
+    "decide",
+]

@@ -1,0 +1,108 @@
+"""Readable reasons for a job's new slot count, one explainer per policy.
+
+Explainers are called only for the jobs whose count changes, so a decision over thousands of
+waiting jobs formats a handful of lines, not thousands.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from scheduler.policies.model import JobView
+
+
+def _waits(job: JobView) -> str:
+    return "suspended" if job.current else "waits"
+
+
+class FairshareExplainer:
+    def __init__(
+        self,
+        capacity: int,
+        jobs: Sequence[JobView],
+        admitted: Sequence[JobView],
+        shares: dict[str, float],
+    ) -> None:
+        self.capacity = capacity
+        self.jobs = jobs
+        self.admitted = admitted
+        self.shares = shares
+        self.common = ""  # the peers phrase of every job outside the top two, built once
+        self.minimums = -1
+
+    def __call__(self, job: JobView, target: int) -> str:
+        if job.id not in self.shares:
+            return self._wait(job)
+        share = self.shares[job.id]
+        bound = " (its max)" if target == job.max_workers else ""
+        if target == job.min_workers and share == job.min_workers:
+            bound = " (its min)"
+        return f"{self._peers(job)}; exact share {share:.2f}{bound}"
+
+    def _peers(self, job: JobView) -> str:
+        top = self.admitted[:2]
+        if len(self.admitted) > 2 and all(job is not peer for peer in top):
+            self.common = self.common or self._phrase(top, len(self.admitted) - 1)
+            return f"{self.common} at priority {job.priority}"
+        others = [p for p in self.admitted[:3] if p.id != job.id][:2]
+        return self._phrase(others, len(self.admitted) - 1, job)
+
+    def _phrase(self, others: Sequence[JobView], count: int, job: JobView | None = None) -> str:
+        """ "shares N slots with …" naming up to two of the ``count`` other jobs; with one
+        peer, comparing priorities with ``job``."""
+        if count == 0:
+            return f"alone on {self.capacity} slots"
+        if count == 1 and job is not None:
+            peer = others[0]
+            return (
+                f"shares {self.capacity} slots with {peer.label} "
+                f"at priority {peer.priority} vs {job.priority}"
+            )
+        named = ", ".join(f"{p.label} at {p.priority}" for p in others)
+        more = ", …" if count > len(others) else ""
+        suffix = f" at priority {job.priority}" if job else ""
+        return f"shares {self.capacity} slots with {count} other jobs ({named}{more}){suffix}"
+
+    def _wait(self, job: JobView) -> str:
+        if self.minimums < 0:
+            self.minimums = sum(j.min_workers for j in self.jobs)
+        return (
+            f"{_waits(job)}: minimums total {self.minimums} > {self.capacity} slots; jobs of "
+            f"higher priority or earlier submission go first (priority {job.priority}, "
+            f"min {job.min_workers})"
+        )
+
+
+class OrderExplainer:
+    """For policies that walk jobs in a fixed order and fill them: priority, fifo-gang."""
+
+    def __init__(self, capacity: int, jobs: Sequence[JobView], order: str, gang: bool) -> None:
+        self.capacity = capacity
+        self.jobs = jobs
+        self.position: dict[str, int] = {}  # built on the first call: most decisions change none
+        self.order = order
+        self.gang = gang
+
+    def __call__(self, job: JobView, target: int) -> str:
+        if not self.position:
+            self.position = {job.id: index + 1 for index, job in enumerate(self.jobs)}
+        place = f"#{self.position[job.id]} by {self.order}"
+        if target == 0:
+            return f"{_waits(job)}: {place}; the {self.capacity} slots are taken by jobs ahead"
+        if self.gang:
+            return f"starts as a gang of {target} ({place})"
+        full = "its max " if target == job.max_workers else ""
+        return f"{place}, filled first: gets {full}{target} of {self.capacity} slots"
+
+
+class TiresiasExplainer:
+    def __init__(self, threshold: float) -> None:
+        self.threshold = threshold
+
+    def __call__(self, job: JobView, target: int) -> str:
+        queue = 1 if job.attained < self.threshold else 2
+        sign = "<" if queue == 1 else "≥"
+        where = f"queue {queue}: attained {job.attained:.0f} {sign} {self.threshold:.0f} slot-s"
+        if target == 0:
+            return f"{_waits(job)}: {where}; jobs with less attained service go first"
+        return f"runs as a gang of {target} ({where})"

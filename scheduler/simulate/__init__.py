@@ -1,0 +1,60 @@
+"""A trace-driven simulator that runs the live policy code (``python -m scheduler.simulate``).
+
+A trace job asks ``max_workers = num_gpus`` (at most the cluster's size); its work is its
+``duration`` at that size; on n slots it runs at the speed of :mod:`.speedup`'s model.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from scheduler.simulate.engine import Config, JobResult, SimJob, Simulator, simulate
+from scheduler.simulate.metrics import Summary, summarise
+from scheduler.simulate.speedup import speedup
+from scheduler.simulate.trace import TraceJob, offered_load, read_trace, sample_load, window
+
+
+def jobs_from_trace(trace: Sequence[TraceJob], gpus: int, serials: Sequence[float]) -> list[SimJob]:
+    """Simulator jobs; job ``row`` gets the serial fraction ``serials[row % len(serials)]``."""
+    jobs = []
+    for job in trace:
+        serial = serials[job.row % len(serials)]
+        work = job.duration * speedup(serial, job.num_gpus)
+        jobs.append(SimJob(str(job.row), job.submitted, min(job.num_gpus, gpus), work, serial))
+    return jobs
+
+
+@dataclass(frozen=True, slots=True)
+class Run:
+    summary: Summary
+    results: list[JobResult]
+    seconds: float  # wall-clock time the simulation took
+    decisions: int
+
+
+def run(jobs: Sequence[SimJob], config: Config) -> Run:
+    """Simulate ``jobs`` and summarise, timing the simulation itself."""
+    started = time.perf_counter()
+    simulator = Simulator(jobs, config)
+    results = simulator.run()
+    seconds = time.perf_counter() - started
+    return Run(summarise(results, config.gpus), results, seconds, simulator.decisions)
+
+
+__all__ = [
+    "Config",
+    "JobResult",
+    "Run",
+    "SimJob",
+    "Summary",
+    "TraceJob",
+    "jobs_from_trace",
+    "offered_load",
+    "read_trace",
+    "run",
+    "sample_load",
+    "simulate",
+    "window",
+]

@@ -1,0 +1,207 @@
+"""The event-driven simulator: the live policy code, a simulated clock.
+
+Time jumps from event to event (a submission, a completion, a Tiresias queue demotion);
+after each, the policy decides once and the jobs whose count changed are resized. Between
+events every job runs at a constant speed, so a job's completion time is known the moment
+its allocation changes and goes on a heap; a later change makes that entry stale (its
+version no longer matches) rather than removing it.
+"""
+
+from __future__ import annotations
+
+import functools
+import heapq
+from collections import deque
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from scheduler.policies import POLICIES, Policy
+from scheduler.policies import tiresias as tiresias_policy
+from scheduler.policies.model import QUEUED, RUNNING, SUSPENDED, JobView, Snapshot
+from scheduler.simulate.speedup import speedup
+
+COMPLETION, WAKE = 0, 1
+
+
+@dataclass(frozen=True, slots=True)
+class SimJob:
+    """A job to simulate: ``work`` is in seconds at one slot's speed; on n slots it
+    progresses ``speedup(serial, n)`` times faster."""
+
+    id: str
+    submitted: float
+    max_workers: int
+    work: float
+    serial: float = 0.0
+
+    @property
+    def isolated(self) -> float:
+        """Seconds it would take alone on the cluster, at its max, never paused."""
+        return self.work / speedup(self.serial, self.max_workers)
+
+
+@dataclass(frozen=True, slots=True)
+class Config:
+    """``resize_pause``: seconds a job stalls when its slot count changes while it runs (our
+    engine: about one iteration). ``restart_pause``: when it restarts from a checkpoint
+    after holding no slots (a suspension or a Tiresias preemption)."""
+
+    gpus: int
+    policy: str = "fairshare"
+    resize_pause: float = 1.0
+    restart_pause: float = 30.0
+    threshold: float = tiresias_policy.DEFAULT_THRESHOLD
+
+
+@dataclass(frozen=True, slots=True)
+class JobResult:
+    job: SimJob
+    finished: float
+    reallocations: int
+    attained: float  # slot-seconds held, pauses included
+
+    @property
+    def jct(self) -> float:
+        return self.finished - self.job.submitted
+
+
+@dataclass(slots=True)
+class _State:
+    job: SimJob
+    remaining: float
+    since: float
+    slots: int = 0
+    resume_at: float = 0.0
+    attained: float = 0.0
+    started: bool = False
+    reallocations: int = 0
+    version: int = 0
+
+
+def _policy(config: Config) -> Policy:
+    if config.policy == tiresias_policy.POLICY:
+        return functools.partial(tiresias_policy.decide, threshold=config.threshold)
+    if config.policy not in POLICIES:
+        raise ValueError(f"unknown policy {config.policy!r}; one of {sorted(POLICIES)}")
+    return POLICIES[config.policy]
+
+
+class Simulator:
+    def __init__(self, jobs: Iterable[SimJob], config: Config) -> None:
+        self.config = config
+        self.policy = _policy(config)
+        self.wakes = config.policy == tiresias_policy.POLICY  # demotions wake the policy
+        self.pending = deque(sorted(jobs, key=lambda job: (job.submitted, job.id)))
+        self.active: dict[str, _State] = {}
+        self.views: dict[str, JobView] = {}  # what the policy sees, kept up to date
+        self.running: set[str] = set()
+        self.events: list[tuple[float, int, str, int]] = []  # (time, version, job, kind)
+        self.results: list[JobResult] = []
+        self.decisions = 0
+
+    def run(self) -> list[JobResult]:
+        """Simulate until every job has completed; results in completion order."""
+        while self.pending or self.active:
+            now = self._next_time()
+            self._arrive(now)
+            self._pop_events(now)
+            self._reschedule(now)
+        return self.results
+
+    def _next_time(self) -> float:
+        self._drop_stale()
+        times = [self.pending[0].submitted] if self.pending else []
+        times += [self.events[0][0]] if self.events else []
+        if not times:
+            raise RuntimeError(f"{len(self.active)} jobs wait and nothing will ever free a slot")
+        return min(times)
+
+    def _drop_stale(self) -> None:
+        while self.events and not self._valid(self.events[0]):
+            heapq.heappop(self.events)
+
+    def _valid(self, event: tuple[float, int, str, int]) -> bool:
+        state = self.active.get(event[2])
+        return state is not None and state.version == event[1]
+
+    def _arrive(self, now: float) -> None:
+        while self.pending and self.pending[0].submitted <= now:
+            job = self.pending.popleft()
+            self.active[job.id] = _State(job, job.work, now)
+            self.views[job.id] = self._view(self.active[job.id], now)
+
+    def _pop_events(self, now: float) -> None:
+        """Complete the jobs due now (a due WAKE needs nothing: the decision follows)."""
+        while self.events and self.events[0][0] <= now:
+            event = heapq.heappop(self.events)
+            if self._valid(event) and event[3] == COMPLETION:
+                self._finish(self.active.pop(event[2]), now)
+
+    def _finish(self, state: _State, now: float) -> None:
+        self._advance(state, now)
+        del self.views[state.job.id]
+        self.running.discard(state.job.id)
+        self.results.append(JobResult(state.job, now, state.reallocations, state.attained))
+
+    def _reschedule(self, now: float) -> None:
+        if self.wakes:  # attained service, which only Tiresias reads, grows while jobs run
+            for job_id in self.running:
+                self.views[job_id] = self._view(self.active[job_id], now)
+        decision = self.policy(Snapshot(self.config.gpus, list(self.views.values())))
+        self.decisions += 1
+        for job_id in decision.reasons:
+            self._resize(self.active[job_id], decision.targets[job_id], now)
+
+    @staticmethod
+    def _view(state: _State, now: float) -> JobView:
+        """The job as the policy sees it at ``now``."""
+        job = state.job
+        phase = RUNNING if state.slots else SUSPENDED if state.started else QUEUED
+        attained = state.attained + state.slots * (now - state.since)
+        return JobView(
+            job.id,
+            job.max_workers,
+            job.submitted,
+            current=state.slots,
+            state=phase,
+            attained=attained,
+        )
+
+    def _advance(self, state: _State, now: float) -> None:
+        """Account the progress and service since ``state.since``."""
+        if state.slots:
+            ran = now - max(state.since, state.resume_at)
+            if ran > 0:
+                state.remaining -= speedup(state.job.serial, state.slots) * ran
+            state.attained += state.slots * (now - state.since)
+        state.since = now
+
+    def _resize(self, state: _State, slots: int, now: float) -> None:
+        self._advance(state, now)
+        if state.started:
+            state.reallocations += 1
+            if slots:
+                pause = self.config.resize_pause if state.slots else self.config.restart_pause
+                state.resume_at = now + pause
+        state.started = state.started or slots > 0
+        state.slots = slots
+        state.version += 1
+        self.views[state.job.id] = self._view(state, now)
+        if slots:
+            self.running.add(state.job.id)
+            self._schedule_events(state, now)
+        else:
+            self.running.discard(state.job.id)
+
+    def _schedule_events(self, state: _State, now: float) -> None:
+        rate = speedup(state.job.serial, state.slots)
+        done = max(now, state.resume_at) + max(state.remaining, 0.0) / rate
+        heapq.heappush(self.events, (done, state.version, state.job.id, COMPLETION))
+        if self.wakes and state.attained < self.config.threshold:
+            demoted = now + (self.config.threshold - state.attained) / state.slots
+            heapq.heappush(self.events, (demoted, state.version, state.job.id, WAKE))
+
+
+def simulate(jobs: Iterable[SimJob], config: Config) -> list[JobResult]:
+    """Run ``jobs`` on ``config.gpus`` slots under ``config.policy``; see the module."""
+    return Simulator(jobs, config).run()

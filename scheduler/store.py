@@ -1,0 +1,384 @@
+"""The scheduler's view of live state in Redis. The only module that speaks Redis for it.
+
+Keys (all under the ``edt:`` prefix):
+
+- ``edt:slots``: set of every slot id ever registered (``<host>.<index>``).
+- ``edt:slot:<id>``: hash describing the slot: host, index, device, queue, pid, state.
+- ``edt:slot:<id>:hb``: the heartbeat, a JSON telemetry sample with a TTL. A slot is alive
+  while this key exists; it is *lost* when the key expired without a clean shutdown, and
+  *offline* when its worker shut down cleanly.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import redis
+
+PREFIX = "edt:"
+SLOTS_KEY = PREFIX + "slots"
+
+ALIVE = "alive"
+LOST = "lost"
+OFFLINE = "offline"
+
+
+def slot_id_for(host: str, index: int) -> str:
+    return f"{host}.{index}"
+
+
+def queue_for(slot_id: str) -> str:
+    """The Celery queue a slot's worker consumes: ``slot.<host>.<index>``."""
+    return f"slot.{slot_id}"
+
+
+LEASE_KEY = PREFIX + "scheduler:lease"
+WAKE_KEY = PREFIX + "scheduler:wake"
+
+# Extend the lease only if we still hold it (atomic compare-and-expire).
+_RENEW = """
+if redis.call('get', KEYS[1]) == ARGV[1] then
+  return redis.call('pexpire', KEYS[1], ARGV[2])
+end
+return 0
+"""
+
+
+def _slot_key(slot_id: str) -> str:
+    return f"{PREFIX}slot:{slot_id}"
+
+
+def _hb_key(slot_id: str) -> str:
+    return f"{PREFIX}slot:{slot_id}:hb"
+
+
+@dataclass(frozen=True)
+class SlotInfo:
+    """One slot as the scheduler sees it: what it is, and whether it is alive now."""
+
+    slot_id: str
+    host: str
+    index: int
+    device: str  # "cpu", or the GPU's UUID
+    queue: str
+    state: str  # ALIVE, LOST or OFFLINE
+    pid: int = 0
+    telemetry: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def alive(self) -> bool:
+        return self.state == ALIVE
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def connect(url: str, timeout: float = 5.0) -> redis.Redis:
+    """A client for ``url`` returning str values; it fails fast when Redis is down."""
+    return redis.Redis.from_url(
+        url,
+        decode_responses=True,
+        socket_connect_timeout=timeout,
+        socket_timeout=timeout,
+        health_check_interval=30,
+    )
+
+
+class Store:
+    """Slot registry and (later) generations, over one Redis client."""
+
+    def __init__(self, client: redis.Redis) -> None:
+        self.r = client
+
+    # Slot registry ---------------------------------------------------------------------
+
+    def register_slot(self, host: str, index: int, device: str, pid: int) -> str:
+        """Record a slot's description; its worker calls this when it starts."""
+        slot_id = slot_id_for(host, index)
+        mapping: dict[Any, Any] = {
+            "host": host,
+            "index": str(index),
+            "device": device,
+            "queue": queue_for(slot_id),
+            "pid": str(pid),
+            "state": ALIVE,
+            "since": f"{time.time():.3f}",
+        }
+        pipe = self.r.pipeline()
+        pipe.sadd(SLOTS_KEY, slot_id)
+        pipe.hset(_slot_key(slot_id), mapping=mapping)
+        pipe.execute()
+        return slot_id
+
+    def heartbeat(self, slot_id: str, telemetry: dict[str, Any], ttl: int) -> None:
+        """Refresh the slot's liveness for ``ttl`` seconds, carrying a telemetry sample."""
+        sample = dict(telemetry, at=round(time.time(), 3))
+        self.r.set(_hb_key(slot_id), json.dumps(sample), ex=ttl)
+
+    def mark_offline(self, slot_id: str) -> None:
+        """A clean shutdown: the slot is gone on purpose, not lost."""
+        pipe = self.r.pipeline()
+        pipe.delete(_hb_key(slot_id))
+        pipe.hset(_slot_key(slot_id), "state", OFFLINE)
+        pipe.execute()
+
+    def forget_slot(self, slot_id: str) -> None:
+        pipe = self.r.pipeline()
+        pipe.srem(SLOTS_KEY, slot_id)
+        pipe.delete(_slot_key(slot_id), _hb_key(slot_id))
+        pipe.execute()
+
+    def list_slots(self) -> list[SlotInfo]:
+        """Every registered slot, ordered by host then index, with its state now."""
+        ids = sorted(str(member) for member in self.r.smembers(SLOTS_KEY))
+        pipe = self.r.pipeline()
+        for slot_id in ids:
+            pipe.hgetall(_slot_key(slot_id))
+            pipe.get(_hb_key(slot_id))
+        replies = pipe.execute()
+        slots = [
+            _slot_from(slot_id, desc, hb)
+            for slot_id, desc, hb in zip(ids, replies[::2], replies[1::2], strict=True)
+            if desc
+        ]
+        return sorted(slots, key=lambda s: (s.host, s.index))
+
+    def alive_slots(self) -> list[SlotInfo]:
+        return [s for s in self.list_slots() if s.alive]
+
+    # The scheduler's lease and wake-ups ------------------------------------------------------
+
+    def acquire_lease(self, holder: str, ttl_ms: int) -> bool:
+        """Become the active scheduler if nobody holds the lease, or keep it if we do."""
+        if self.r.set(LEASE_KEY, holder, nx=True, px=ttl_ms):
+            return True
+        return bool(self.r.eval(_RENEW, 1, LEASE_KEY, holder, ttl_ms))
+
+    def lease_holder(self) -> str | None:
+        value = self.r.get(LEASE_KEY)
+        return None if value is None else str(value)
+
+    def release_lease(self, holder: str) -> None:
+        if self.lease_holder() == holder:
+            self.r.delete(LEASE_KEY)
+
+    def wake(self, reason: str) -> None:
+        """Wake the scheduler now (a submit, a priority change, a learner READY...)."""
+        pipe = self.r.pipeline(transaction=False)
+        pipe.rpush(WAKE_KEY, reason)
+        pipe.ltrim(WAKE_KEY, -1000, -1)
+        pipe.execute()
+
+    def wait_wake(self, timeout: float) -> list[str]:
+        """Block up to ``timeout`` seconds for wake-ups; returns and clears all pending."""
+        first: Any = self.r.blpop([WAKE_KEY], timeout=timeout)
+        if first is None:
+            return []
+        pipe = self.r.pipeline()
+        pipe.lrange(WAKE_KEY, 0, -1)
+        pipe.delete(WAKE_KEY)
+        rest, _ = pipe.execute()
+        return [str(first[1]), *(str(r) for r in rest)]
+
+
+def _slot_from(slot_id: str, desc: dict[str, str], hb: str | None) -> SlotInfo:
+    if hb is not None:
+        state = ALIVE
+    elif desc.get("state") == OFFLINE:
+        state = OFFLINE
+    else:
+        state = LOST
+    return SlotInfo(
+        slot_id=slot_id,
+        host=desc.get("host", ""),
+        index=int(desc.get("index", "0")),
+        device=desc.get("device", "cpu"),
+        queue=desc.get("queue", queue_for(slot_id)),
+        state=state,
+        pid=int(desc.get("pid", "0")),
+        telemetry=json.loads(hb) if hb is not None else {},
+    )
+
+
+# Elastic jobs ---------------------------------------------------------------------------
+#
+# edt:job:<id>:gen            the latest generation number (learners' rank 0 reads it)
+# edt:job:<id>:gen:<n>        JSON list of the slots of generation n, in rank order
+# edt:job:<id>:adopted        the latest generation whose process group formed
+# edt:job:<id>:ready          set of slots whose learner is READY to join
+# edt:job:<id>:failures       list of JSON failure reports from learners
+# edt:job:<id>:errors         list of JSON reports of errors in the user's code
+# edt:job:<id>:stop           present when the job must checkpoint and stop
+# edt:job:<id>:checkpoint     the step of the latest checkpoint
+# edt:job:<id>:dispatch       hash slot -> token of the learner task sent to it
+# edt:job:<id>:kill           hash slot -> signal the slot's task must send to its learner
+# edt:job:<id>:exits          hash slot -> exit code of its learner
+# edt:job:<id>:metrics        stream of per-iteration and per-epoch records
+
+
+def _job_key(job_id: str, suffix: str) -> str:
+    return f"{PREFIX}job:{job_id}:{suffix}"
+
+
+class JobStore:
+    """The elastic protocol's shared state for one job."""
+
+    def __init__(self, client: redis.Redis, job_id: str) -> None:
+        self.r = client
+        self.job_id = job_id
+
+    def key(self, suffix: str) -> str:
+        return _job_key(self.job_id, suffix)
+
+    # Generations ---------------------------------------------------------------------
+
+    def publish_generation(self, members: list[str]) -> int:
+        """Publish the next generation; its member list is written before its number."""
+        gen = self.generation() + 1
+        self.r.set(self.key(f"gen:{gen}"), json.dumps(members))
+        self.r.set(self.key("gen"), gen)
+        return gen
+
+    def generation(self) -> int:
+        value = self.r.get(self.key("gen"))
+        return int(str(value)) if value is not None else 0
+
+    def members(self, gen: int) -> list[str]:
+        value = self.r.get(self.key(f"gen:{gen}"))
+        return list(json.loads(str(value))) if value is not None else []
+
+    def poll(self) -> tuple[int, bool]:
+        """The latest generation and the stop flag, in one round trip (rank 0, per step)."""
+        pipe = self.r.pipeline(transaction=False)
+        pipe.get(self.key("gen"))
+        pipe.exists(self.key("stop"))
+        gen, stop = pipe.execute()
+        return (int(str(gen)) if gen is not None else 0), bool(stop)
+
+    def adopt(self, gen: int) -> None:
+        self.r.set(self.key("adopted"), gen)
+
+    def adopted(self) -> int:
+        value = self.r.get(self.key("adopted"))
+        return int(str(value)) if value is not None else 0
+
+    # Learners --------------------------------------------------------------------------
+
+    def announce_ready(self, slot_id: str) -> None:
+        pipe = self.r.pipeline(transaction=False)
+        pipe.sadd(self.key("ready"), slot_id)
+        pipe.rpush(WAKE_KEY, f"ready {self.job_id} {slot_id}")
+        pipe.execute()
+
+    def ready_slots(self) -> set[str]:
+        return {str(s) for s in self.r.smembers(self.key("ready"))}
+
+    def clear_ready(self, slot_id: str) -> None:
+        self.r.srem(self.key("ready"), slot_id)
+
+    def report_failure(self, slot_id: str, gen: int, step: int, error: str) -> None:
+        report = {"slot": slot_id, "gen": gen, "step": step, "error": error, "at": time.time()}
+        pipe = self.r.pipeline(transaction=False)
+        pipe.rpush(self.key("failures"), json.dumps(report))
+        pipe.rpush(WAKE_KEY, f"failure {self.job_id} {slot_id}")
+        pipe.execute()
+
+    def failures(self) -> list[dict[str, Any]]:
+        return [json.loads(str(item)) for item in self.r.lrange(self.key("failures"), 0, -1)]
+
+    def report_error(self, slot_id: str, message: str, trace: str) -> None:
+        report = {"slot": slot_id, "message": message, "trace": trace, "at": time.time()}
+        self.r.rpush(self.key("errors"), json.dumps(report))
+
+    def errors(self) -> list[dict[str, Any]]:
+        return [json.loads(str(item)) for item in self.r.lrange(self.key("errors"), 0, -1)]
+
+    # Dispatch to slots (Celery) -------------------------------------------------------------
+
+    def set_dispatch(self, slot_id: str, token: str) -> None:
+        """The token a learner task for this slot must carry; older tasks exit at once.
+        A READY left by an earlier learner on the slot no longer counts."""
+        pipe = self.r.pipeline()
+        pipe.hset(self.key("dispatch"), slot_id, token)
+        pipe.srem(self.key("ready"), slot_id)
+        pipe.hdel(self.key("kill"), slot_id)
+        pipe.execute()
+
+    def dispatch_token(self, slot_id: str) -> str | None:
+        value = self.r.hget(self.key("dispatch"), slot_id)
+        return None if value is None else str(value)
+
+    def request_kill(self, slot_id: str, sig: int) -> None:
+        self.r.hset(self.key("kill"), slot_id, sig)
+
+    def kill_requested(self, slot_id: str) -> int | None:
+        value = self.r.hget(self.key("kill"), slot_id)
+        return None if value is None else int(str(value))
+
+    def clear_kill(self, slot_id: str) -> None:
+        self.r.hdel(self.key("kill"), slot_id)
+
+    def report_exit(self, slot_id: str, code: int, token: str = "") -> None:
+        """The learner started on ``slot_id`` with ``token`` ended with exit status ``code``."""
+        pipe = self.r.pipeline(transaction=False)
+        pipe.hset(self.key("exits"), slot_id, f"{token}:{code}")
+        pipe.rpush(WAKE_KEY, f"exit {self.job_id} {slot_id}")
+        pipe.execute()
+
+    def exits(self) -> dict[str, tuple[str, int]]:
+        """(token, exit status) of the last learner of this job that ended, by slot."""
+        raw: dict[Any, Any] = self.r.hgetall(self.key("exits"))
+        pairs = {str(k): str(v).rpartition(":") for k, v in raw.items()}
+        return {slot: (token, int(code)) for slot, (token, _, code) in pairs.items()}
+
+    def dispatches(self) -> dict[str, str]:
+        raw: dict[Any, Any] = self.r.hgetall(self.key("dispatch"))
+        return {str(k): str(v) for k, v in raw.items()}
+
+    def set_cursor(self, stream_id: str) -> None:
+        """The last metrics record persisted to the database (a new scheduler resumes here)."""
+        self.r.set(self.key("cursor"), stream_id)
+
+    def cursor(self) -> str:
+        value = self.r.get(self.key("cursor"))
+        return "0-0" if value is None else str(value)
+
+    def forget(self) -> None:
+        """Drop every key of this job id: a new job starts clean even if an old one with the
+        same id left state behind (a database restored or reset, Redis not)."""
+        keys = list(self.r.scan_iter(match=f"{PREFIX}job:{self.job_id}:*", count=500))
+        if keys:
+            self.r.delete(*keys)
+
+    def reset_run(self) -> None:
+        """Before a suspended job resumes: forget the last run's learners, keep its
+        generation counter and checkpoint."""
+        keys = ["stop", "ready", "failures", "kill", "dispatch", "exits"]
+        self.r.delete(*[self.key(k) for k in keys])
+
+    def record_checkpoint(self, step: int) -> None:
+        self.r.set(self.key("checkpoint"), step)
+
+    def checkpoint_step(self) -> int:
+        """The step of the job's latest checkpoint (0: none yet)."""
+        value = self.r.get(self.key("checkpoint"))
+        return int(str(value)) if value is not None else 0
+
+    def request_stop(self) -> None:
+        self.r.set(self.key("stop"), 1)
+
+    def stop_requested(self) -> bool:
+        return bool(self.r.exists(self.key("stop")))
+
+    # Metrics ---------------------------------------------------------------------------
+
+    def emit(self, record: dict[str, Any]) -> None:
+        self.r.xadd(self.key("metrics"), {"json": json.dumps(record)}, maxlen=1_000_000)
+
+    def read_metrics(self, after: str = "0-0") -> list[tuple[str, dict[str, Any]]]:
+        """Records after stream id ``after``, oldest first, with their ids."""
+        entries: Any = self.r.xrange(self.key("metrics"), min=f"({after}", max="+")
+        return [(str(eid), json.loads(str(fields["json"]))) for eid, fields in entries]

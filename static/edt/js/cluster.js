@@ -1,0 +1,164 @@
+// Cluster page: renders hosts and slots, kept live by the /ws/cluster/ WebSocket.
+(function () {
+  "use strict";
+  const hostsEl = document.getElementById("hosts");
+  const names = new Map(); // job id -> name, for this user's jobs
+  const summaryEl = document.getElementById("summary");
+  const liveEl = document.getElementById("live");
+  let retryMs = 500;
+
+  function el(tag, attrs, text) {
+    const node = document.createElement(tag);
+    for (const [k, v] of Object.entries(attrs || {})) node.setAttribute(k, v);
+    if (text !== undefined) node.textContent = text;
+    return node;
+  }
+
+  function bytes(n) {
+    if (!n) return "0 B";
+    const units = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let i = 0;
+    while (n >= 1024 && i < units.length - 1) { n /= 1024; i++; }
+    return n.toFixed(i ? 1 : 0) + " " + units[i];
+  }
+
+  function meter(percent, label) {
+    const wrap = el("div", { class: "meter", title: label });
+    const bar = el("span", { style: "width:" + Math.max(0, Math.min(100, percent)) + "%" });
+    wrap.append(bar, el("em", {}, label));
+    return wrap;
+  }
+
+  function telemetryCell(slot) {
+    const t = slot.telemetry || {};
+    const td = el("td", { class: "telemetry" });
+    if (slot.state !== "alive") { td.textContent = "—"; return td; }
+    if (t.kind === "gpu") {
+      td.append(meter(t.gpu_util, "GPU " + t.gpu_util + "%"));
+      td.append(meter(100 * t.mem_used / t.mem_total, bytes(t.mem_used) + " / " + bytes(t.mem_total)));
+    } else if (t.kind === "cpu") {
+      td.append(meter(Math.min(100, t.cpu_percent), "CPU " + t.cpu_percent.toFixed(0) + "% of a core"));
+      td.append(el("small", {}, "memory " + bytes(t.rss)));
+    }
+    return td;
+  }
+
+  function ago(seconds) {
+    if (seconds === undefined) return "—";
+    const s = Math.max(0, Date.now() / 1000 - seconds);
+    return s < 1.5 ? "just now" : s.toFixed(0) + " s ago";
+  }
+
+  function render(slots) {
+    const hosts = new Map();
+    for (const s of slots) {
+      if (!hosts.has(s.host)) hosts.set(s.host, []);
+      hosts.get(s.host).push(s);
+    }
+    hostsEl.replaceChildren();
+    if (!slots.length) {
+      hostsEl.append(el("p", { class: "empty" },
+        "No slots have registered yet. Start a worker host with `python manage.py edt_worker` (make run starts one)."));
+    }
+    for (const [host, list] of hosts) {
+      const card = el("section", { class: "card host", "data-host": host });
+      const alive = list.filter((s) => s.state === "alive").length;
+      card.append(el("h2", {}, host + "  ·  " + alive + " of " + list.length + " slots alive"));
+      const table = el("table", { class: "slots" });
+      const head = el("tr");
+      for (const h of ["Slot", "Device", "State", "Utilisation", "Job", "Heartbeat"]) head.append(el("th", {}, h));
+      const thead = el("thead");
+      thead.append(head);
+      table.append(thead);
+      const body = el("tbody");
+      for (const s of list) {
+        const tr = el("tr", { "data-slot-id": s.slot_id, "data-state": s.state });
+        tr.append(el("td", {}, s.slot_id));
+        tr.append(el("td", { class: "device" }, s.device === "cpu" ? "CPU" : s.device));
+        const state = el("td");
+        state.append(el("span", { class: "badge " + s.state }, s.state));
+        const job = s.job ? (names.get(String(s.job)) || "another user's job") : "idle";
+        tr.append(state, telemetryCell(s), el("td", { class: s.job ? "" : "muted" }, job));
+        tr.append(el("td", { class: "muted" }, ago((s.telemetry || {}).at)));
+        body.append(tr);
+      }
+      table.append(body);
+      card.append(table);
+      hostsEl.append(card);
+    }
+    const alive = slots.filter((s) => s.state === "alive").length;
+    const lost = slots.filter((s) => s.state === "lost").length;
+    summaryEl.textContent = hosts.size + " host(s) · " + slots.length + " slot(s) · " +
+      alive + " alive" + (lost ? " · " + lost + " lost" : "");
+  }
+
+  function setLive(state, text) {
+    liveEl.className = "live " + state;
+    liveEl.textContent = text;
+  }
+
+  // Slots per job over time: a stacked step chart from the jobs' allocation history, then
+  // extended by live allocation messages (redraws coalesced).
+  const series = new Map();
+  let decisions = [], redraw = null;
+  function point(job, at, workers) {
+    if (!series.has(job)) series.set(job, []);
+    series.get(job).push([at, workers]);
+  }
+  function drawAllocation() {
+    redraw = null;
+    const now = Date.now() / 1000;
+    const times = [...new Set([...series.values()].flat().map((p) => p[0]).concat([now]))].sort((a, b) => a - b);
+    const traces = [...series.entries()].map(([job, points]) => {
+      let i = 0, value = 0;
+      const y = times.map((t) => { while (i < points.length && points[i][0] <= t) value = points[i++][1]; return value; });
+      return { x: times.map((t) => new Date(t * 1000)), y, name: names.get(job) || "job " + job,
+        stackgroup: "slots", mode: "lines", line: { shape: "hv", width: 0.5 } };
+    });
+    Plotly.react("chart-allocation", traces, { margin: { l: 40, r: 10, t: 10, b: 30 }, height: 260,
+      yaxis: { title: "slots", rangemode: "tozero", dtick: 1 }, xaxis: { type: "date" },
+      showlegend: true, legend: { orientation: "h", y: 1.2 } }, { displayModeBar: false, responsive: true });
+    const ol = document.getElementById("decisions");
+    ol.replaceChildren(...decisions.slice(0, 12).map((d) => {
+      const li = el("li", {});
+      li.append(el("time", {}, new Date(d.at * 1000).toLocaleTimeString()), " ", el("strong", {}, d.job), " ", el("span", {}, d.message));
+      return li;
+    }));
+  }
+  function later() { if (!redraw) redraw = setTimeout(drawAllocation, 300); }
+  async function loadAllocation() {
+    const r = await fetch("/api/cluster/allocations", { credentials: "same-origin" });
+    const data = await r.json();
+    series.clear();
+    for (const [job, points] of Object.entries(data.series)) for (const p of points) point(job, p[0], p[1]);
+    for (const [job, name] of Object.entries(data.names)) names.set(job, name);
+    decisions = data.decisions;
+    drawAllocation();
+  }
+  function onAllocation(data) {
+    const job = String(data.job);
+    if (data.workers !== undefined) point(job, data.at, data.workers);
+    if (data.state && ["COMPLETED", "FAILED", "STOPPED", "SUSPENDED"].includes(data.state)) point(job, data.at, 0);
+    if (!names.has(job)) { loadAllocation(); return; }
+    if (data.decision) decisions.unshift({ at: data.at, job: names.get(job), message: data.decision });
+    later();
+  }
+
+  function connect() {
+    const scheme = location.protocol === "https:" ? "wss://" : "ws://";
+    const ws = new WebSocket(scheme + location.host + "/ws/cluster/");
+    ws.onopen = () => { retryMs = 500; setLive("up", "live"); loadAllocation(); };
+    ws.onmessage = (msg) => {
+      const data = JSON.parse(msg.data);
+      if (data.type === "slots") render(data.slots);
+      else if (data.type === "allocation") onAllocation(data);
+    };
+    ws.onclose = () => {
+      setLive("down", "reconnecting…");
+      setTimeout(connect, retryMs);
+      retryMs = Math.min(retryMs * 2, 10000);
+    };
+  }
+  connect();
+  setInterval(later, 5000); // keep the time axis moving
+})();

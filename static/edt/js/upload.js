@@ -1,0 +1,85 @@
+// Dataset upload: drag and drop or file picker; 4 MiB chunks with a progress bar; resumes
+// from the server's offset after a dropped connection; then waits for the preparation.
+(function () {
+  "use strict";
+  const CHUNK = 4 * 1024 * 1024;
+  const drop = document.getElementById("drop");
+  const input = document.getElementById("dataset-file");
+  const nameInput = document.getElementById("dataset-name");
+  const bar = document.getElementById("upload-progress");
+  const message = document.getElementById("upload-message");
+
+  function csrf() {
+    const m = document.cookie.match(/csrftoken=([^;]+)/);
+    return m ? m[1] : "";
+  }
+  async function call(method, url, body, headers) {
+    const response = await fetch(url, { method, body, credentials: "same-origin",
+      headers: Object.assign({ "X-CSRFToken": csrf() }, headers || {}) });
+    const data = await response.json().catch(() => ({ error: "the server answered " + response.status }));
+    return { ok: response.ok, status: response.status, data };
+  }
+  function show(fraction, text) {
+    bar.hidden = false;
+    bar.querySelector("span").style.width = Math.round(100 * fraction) + "%";
+    bar.querySelector("em").textContent = text;
+  }
+  function say(text, bad) {
+    message.textContent = text;
+    message.className = bad ? "error" : "muted";
+  }
+  const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+
+  async function sendChunks(upload, file) {
+    let offset = upload.offset, failures = 0;
+    while (offset < file.size) {
+      const end = Math.min(offset + CHUNK, file.size);
+      try {
+        const r = await call("PUT", "/datasets/uploads/" + upload.id, file.slice(offset, end),
+          { "Content-Range": "bytes " + offset + "-" + (end - 1) + "/" + file.size });
+        if (r.ok || r.status === 409) { offset = r.data.offset; failures = 0; }
+        else throw new Error(r.data.error);
+        if (!r.ok && r.status !== 409) return false;
+      } catch (err) {
+        failures += 1;
+        if (failures > 20) { say("The upload stopped: " + err.message, true); return false; }
+        say("Connection lost; resuming… (" + failures + ")");
+        await sleep(Math.min(500 * failures, 5000));
+        const r = await call("GET", "/datasets/uploads/" + upload.id);
+        if (r.ok) offset = r.data.offset;
+        continue;
+      }
+      show(offset / file.size, Math.round(100 * offset / file.size) + "% of " + (file.size / 1048576).toFixed(1) + " MiB");
+    }
+    return true;
+  }
+
+  async function upload(file) {
+    const name = nameInput.value.trim() || file.name.replace(/\.(zip|tar|tar\.gz|tgz)$/i, "");
+    say("Uploading " + file.name + "…");
+    show(0, "0%");
+    const start = await call("POST", "/datasets/uploads", JSON.stringify({ name, filename: file.name, size: file.size }),
+      { "Content-Type": "application/json" });
+    if (!start.ok) { say(start.data.error, true); bar.hidden = true; return; }
+    if (!(await sendChunks(start.data, file))) return;
+    const done = await call("POST", "/datasets/uploads/" + start.data.id + "/complete");
+    if (!done.ok) { say(done.data.error, true); return; }
+    say("Uploaded. Extracting and checking the dataset…");
+    for (;;) {
+      await sleep(500);
+      const r = await call("GET", "/datasets/" + start.data.id + "/status");
+      if (r.data.status === "READY") { location.href = r.data.url; return; }
+      if (r.data.status === "FAILED") { say("This archive was refused: " + r.data.error, true); bar.hidden = true; return; }
+      show(r.data.progress, "preparing " + Math.round(100 * r.data.progress) + "%");
+    }
+  }
+
+  input.addEventListener("change", () => input.files[0] && upload(input.files[0]));
+  drop.addEventListener("dragover", (e) => { e.preventDefault(); drop.classList.add("over"); });
+  drop.addEventListener("dragleave", () => drop.classList.remove("over"));
+  drop.addEventListener("drop", (e) => {
+    e.preventDefault();
+    drop.classList.remove("over");
+    if (e.dataTransfer.files[0]) upload(e.dataTransfer.files[0]);
+  });
+})();

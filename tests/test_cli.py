@@ -1,0 +1,268 @@
+"""The `edt` CLI against a live EDT (`manage.py edt_run`, 2 CPU slots, a Redis of its own):
+log in, upload, train, follow the logs, reprioritise, download; and exit codes scripts
+can trust. The live server is shared with tests/test_wmla.py (``live_edt``)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import stat
+import subprocess
+import sys
+import tarfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from edtweb.redis_server import RedisServer, free_port
+from tests.conftest import PROJECT_DIR, Processes, subprocess_env, wait_for
+from workers.learner.datasets import write_cifar10
+
+MAX_UPLOAD = 8 * 1024 * 1024
+USERS = ("carol", "dave", "erin")  # non-staff; passwords are "<name>-pass-1"
+
+
+@dataclass
+class LiveEdt:
+    url: str
+    data_dir: Path
+    tmp: Path
+
+    def edt(
+        self, user: str | None, *args: str, stdin: str | None = None, timeout: float = 60
+    ) -> subprocess.CompletedProcess[str]:
+        """Run `edt` as ``user`` (each user has a config directory of their own)."""
+        home = self.tmp / f"config-{user or 'nobody'}"
+        env = {k: v for k, v in os.environ.items() if not k.startswith("EDT_")}
+        env["XDG_CONFIG_HOME"] = str(home)
+        return subprocess.run(
+            [*edt_command(), *args],
+            input=stdin,
+            env=env,
+            cwd=self.tmp,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+
+    def login(self, user: str) -> None:
+        done = self.edt(
+            user,
+            "login",
+            "--url",
+            self.url,
+            "--user",
+            user,
+            "--password-stdin",
+            stdin=f"{user}-pass-1\n",
+        )
+        assert done.returncode == 0, done.stderr
+
+    def json(self, user: str, *args: str, timeout: float = 60) -> Any:
+        done = self.edt(user, "--json", *args, timeout=timeout)
+        assert done.returncode == 0, done.stderr
+        return json.loads(done.stdout)
+
+
+def edt_command() -> list[str]:
+    """The console script `make` installs beside the interpreter, else the module."""
+    script = Path(sys.executable).parent / "edt"
+    return [str(script)] if script.exists() else [sys.executable, "-m", "edtcli"]
+
+
+_live: LiveEdt | None = None
+
+
+def live_edt(config: pytest.Config, tmp_factory: pytest.TempPathFactory) -> LiveEdt:
+    """One live EDT for the whole run, started on first use and stopped at its end."""
+    global _live
+    if _live is None:
+        _live = _start(config, tmp_factory.mktemp("live-edt"))
+    return _live
+
+
+def _start(config: pytest.Config, tmp: Path) -> LiveEdt:
+    redis = RedisServer(tmp / "redis", appendonly=False).start()
+    processes = Processes()
+    env = subprocess_env(tmp / "data", REDIS_URL=redis.url, EDT_MAX_UPLOAD_BYTES=str(MAX_UPLOAD))
+    env.pop("DATABASE_URL", None)
+    port = free_port()
+    log = tmp / "run.log"
+
+    def stop() -> None:
+        launcher.send_signal(signal.SIGINT)
+        try:
+            launcher.wait(timeout=30)
+        finally:
+            processes.cleanup()
+            redis.stop()
+
+    launcher = processes.manage(
+        "edt_run", "--port", str(port), "--cpu-slots", "2", env=env, log=log
+    )
+    config.add_cleanup(stop)
+    wait_for(lambda: "log in as admin" in log.read_text(), 120, "the launcher")
+    users = "; ".join(f"U.objects.create_user('{u}', password='{u}-pass-1')" for u in USERS)
+    code = f"from django.contrib.auth.models import User as U; {users}"
+    subprocess.run(
+        [sys.executable, "manage.py", "shell", "-c", code],
+        cwd=PROJECT_DIR,
+        env=env,
+        check=True,
+        timeout=60,
+        capture_output=True,
+    )
+    return LiveEdt(f"http://127.0.0.1:{port}", tmp / "data", tmp)
+
+
+@pytest.fixture(scope="module")
+def live(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> LiveEdt:
+    return live_edt(request.config, tmp_path_factory)
+
+
+def dataset_archive(folder: Path, train: int = 512, test: int = 64) -> Path:
+    source = write_cifar10(folder / "src", train=train, test=test)
+    archive = folder / "shapes.tar.gz"
+    with tarfile.open(archive, "w:gz") as tar:
+        tar.add(source, arcname="cifar-10-batches-py")
+    return archive
+
+
+def test_login_upload_train_follow_reprioritise_and_download(live: LiveEdt) -> None:
+    live.login("carol")
+    credentials = live.tmp / "config-carol" / "edt" / "credentials.json"
+    assert stat.S_IMODE(credentials.stat().st_mode) == 0o600
+    assert live.json("carol", "whoami")["username"] == "carol"
+
+    upload = live.edt(
+        "carol", "datasets", "upload", str(dataset_archive(live.tmp)), "--name", "shapes"
+    )
+    assert upload.returncode == 0, upload.stderr
+    assert "READY: shapes" in upload.stdout and "upload shapes.tar.gz:" in upload.stderr
+    model = live.json(
+        "carol", "models", "upload", str(PROJECT_DIR / "examples" / "mlp.py"), "--name", "mlp"
+    )
+    assert model["status"] == "VALID" and model["style"] == "native"
+
+    common = ("--model", "mlp", "--dataset", "shapes", "--max-workers", "2", "--batch-size", "64")
+    first = live.json("carol", "submit", *common, "--epochs", "3", "--name", "first")
+    second = live.json("carol", "submit", *common, "--epochs", "200", "--name", "second")
+    moved = live.edt("carol", "priority", str(second["id"]), "10000")
+    assert moved.returncode == 0 and f"job {second['id']} priority 10000" in moved.stdout
+    shown = live.json("carol", "jobs", "show", str(second["id"]))
+    assert shown["priority"] == 10000
+    kinds = [e["kind"] for e in live.json("carol", "jobs", "events", str(second["id"]))]
+    assert "priority" in kinds
+
+    # Another user can neither see nor steer carol's jobs.
+    live.login("dave")
+    assert live.json("dave", "jobs", "list") == []
+    refused = live.edt("dave", "priority", str(second["id"]), "1")
+    assert refused.returncode == 1 and "not yours" in refused.stderr
+    assert live.json("carol", "jobs", "show", str(second["id"]))["priority"] == 10000
+
+    followed = live.edt("carol", "logs", str(first["id"]), "--follow", timeout=180)
+    assert followed.returncode == 0, followed.stderr
+    assert f"job {first['id']} COMPLETED" in followed.stderr
+    assert any(" | " in line for line in followed.stdout.splitlines()), followed.stdout
+
+    saved = live.tmp / "final.pt"
+    got = live.edt("carol", "download", str(first["id"]), "-o", str(saved))
+    assert got.returncode == 0, got.stderr
+    state = torch.load(saved, weights_only=True)
+    assert any(name.endswith("weight") for name in state)
+
+    stopped = live.edt("carol", "stop", str(second["id"]))
+    assert stopped.returncode == 0 and "STOPPED" in stopped.stdout
+    states = {j["name"]: j["state"] for j in live.json("carol", "jobs")}
+    assert states == {"first": "COMPLETED", "second": "STOPPED"}
+    again = live.edt("carol", "logs", str(second["id"]), "--follow")
+    assert again.returncode == 1 and "ended STOPPED" in again.stderr
+
+
+def test_exit_codes_scripts_can_trust(live: LiveEdt) -> None:
+    nobody = live.edt(None, "jobs", "list")
+    assert nobody.returncode == 1 and "not logged in" in nobody.stderr
+    usage = live.edt(None, "jobs", "show")
+    assert usage.returncode == 2 and "usage:" in usage.stderr
+    wrong = live.edt(
+        "erin",
+        "login",
+        "--url",
+        live.url,
+        "--user",
+        "erin",
+        "--password-stdin",
+        stdin="not-her-password\n",
+    )
+    assert wrong.returncode == 1 and "wrong username or password" in wrong.stderr
+    live.login("erin")
+    missing = live.edt("erin", "jobs", "show", "999999")
+    assert missing.returncode == 1
+    assert missing.stderr == "edt: error: no job 999999: it does not exist or is not yours\n"
+    bad = live.edt("erin", "submit", "--model", "1", "--dataset", "1", "--max-workers", "0")
+    assert bad.returncode == 1 and "max_workers: " in bad.stderr
+    unreachable = live.edt("erin", "--url", f"http://127.0.0.1:{free_port()}", "jobs")
+    assert unreachable.returncode == 1 and "cannot reach EDT" in unreachable.stderr
+
+
+def test_an_oversized_archive_is_refused_before_it_is_sent(live: LiveEdt) -> None:
+    live.login("erin")
+    big = live.tmp / "big.tar.gz"
+    with big.open("wb") as f:
+        f.truncate(MAX_UPLOAD + 1)
+    refused = live.edt("erin", "datasets", "upload", str(big))
+    assert refused.returncode == 1
+    assert f"limited to {MAX_UPLOAD:,} bytes (EDT_MAX_UPLOAD_BYTES)" in refused.stderr
+    assert "big" not in [d["name"] for d in live.json("erin", "datasets", "list")]
+
+
+def test_an_interrupted_upload_resumes_where_the_server_says(live: LiveEdt) -> None:
+    import requests
+
+    live.login("erin")
+    token = json.loads((live.tmp / "config-erin" / "edt" / "credentials.json").read_text())
+    headers = {"Authorization": f"Token {token['token']}"}
+    archive = dataset_archive(live.tmp / "resume", train=128, test=32)
+    content = archive.read_bytes()
+    api = f"{live.url}/api/v1/datasets/uploads/"
+    body = {"name": "resumed", "filename": archive.name, "size": len(content)}
+    pk = requests.post(api, json=body, headers=headers).json()["id"]
+    half = len(content) // 2
+    sent = requests.put(
+        f"{api}{pk}/",
+        data=content[:half],
+        headers={**headers, "Content-Range": f"bytes 0-{half - 1}/{len(content)}"},
+    )
+    assert sent.json()["received"] == half  # and then the connection dropped
+    resumed = live.edt("erin", "--json", "datasets", "upload", str(archive), "--resume", str(pk))
+    assert resumed.returncode == 0, resumed.stderr
+    dataset = json.loads(resumed.stdout)
+    assert (dataset["id"], dataset["status"], dataset["size"]) == (pk, "READY", len(content))
+
+
+def test_logout_revokes_the_token(live: LiveEdt) -> None:
+    live.login("dave")
+    token = json.loads((live.tmp / "config-dave" / "edt" / "credentials.json").read_text())
+    assert live.edt("dave", "logout").returncode == 0
+    env = {"EDT_URL": live.url, "EDT_TOKEN": token["token"]}
+    revoked = subprocess.run(
+        [*edt_command(), "jobs"],
+        env={**os.environ, **env},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert revoked.returncode == 1 and "log in again" in revoked.stderr
+
+
+def test_the_console_script_entry_point_names_the_cli() -> None:
+    import tomllib
+
+    scripts = tomllib.loads((PROJECT_DIR / "pyproject.toml").read_text())["project"]["scripts"]
+    module, _, name = scripts["edt"].partition(":")
+    assert callable(getattr(__import__(module, fromlist=[name]), name))

@@ -1,0 +1,138 @@
+"""A data scientist's first session, in Chromium against a real `make run` (issue: dashboard).
+
+Upload a dataset and a model, train two jobs, move a priority slider, watch the charts move
+without reloading, download the final model; every request stays on 127.0.0.1.
+"""
+
+from __future__ import annotations
+
+import re
+import signal
+import tarfile
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from playwright.sync_api import Page
+
+from edtweb.redis_server import RedisServer, free_port
+from tests.browser import browser_page
+from tests.conftest import PROJECT_DIR, Processes, alive_pids, subprocess_env, wait_for
+from workers.learner.datasets import write_cifar10
+
+ARTIFACTS = PROJECT_DIR / "tests" / "artifacts"
+
+
+def chart_points(page: Page, chart: str, trace: int = 0) -> int:
+    return int(page.evaluate(f"document.getElementById('{chart}').data[{trace}].x.length"))
+
+
+def cluster_allocation(page: Page) -> dict[str, float]:
+    """Each job's slots at the right end of the Cluster page's stacked chart."""
+    script = "Object.fromEntries((document.getElementById('chart-allocation').data || [])" \
+             ".map(t => [t.name, t.y[t.y.length - 1]]))"  # fmt: skip
+    return dict(page.evaluate(script))
+
+
+def reloaded(page: Page) -> Page:
+    page.reload()
+    return page
+
+
+def train(page: Page, base: str, name: str, dataset: str, model: str, epochs: int) -> str:
+    page.goto(base + "/train/")
+    page.fill("#id_name", name)
+    page.select_option("#id_model", label=model)
+    page.select_option("#id_dataset", label=dataset)
+    page.fill("#id_epochs", str(epochs))
+    page.fill("#id_max_workers", "4")
+    page.click("#train-form button[type=submit]")
+    page.wait_for_url(re.compile(r".*/jobs/\d+/$"))
+    return page.url
+
+
+@pytest.mark.browser
+def test_upload_train_watch_reprioritise_and_download(
+    private_redis: RedisServer, processes: Processes, tmp_path: Path
+) -> None:
+    port = free_port()
+    base = f"http://127.0.0.1:{port}"
+    log = tmp_path / "run.log"
+    env = subprocess_env(tmp_path, REDIS_URL=private_redis.url)
+    proc = processes.manage("edt_run", "--port", str(port), "--cpu-slots", "4", env=env, log=log)
+    wait_for(lambda: "log in as admin" in log.read_text(), 120, "the launcher")
+    password = (tmp_path / "admin-password").read_text().strip()
+    archive = tmp_path / "shapes.tar.gz"
+    with tarfile.open(archive, "w:gz") as tar:
+        tar.add(write_cifar10(tmp_path / "src", train=512, test=64), arcname="cifar-10-batches-py")
+    ARTIFACTS.mkdir(exist_ok=True)
+    requests: list[str] = []
+
+    with browser_page() as page:
+        page.on("request", lambda r: requests.append(r.url))
+        page.on("websocket", lambda ws: requests.append(ws.url))
+        page.goto(base + "/")
+        page.fill("#id_username", "admin")
+        page.fill("#id_password", password)
+        page.click("form[action='/accounts/login/'] button[type=submit]")
+        page.wait_for_url(base + "/")
+
+        # A dataset: the progress bar, then the thumbnails.
+        page.goto(base + "/datasets/")
+        page.fill("#dataset-name", "shapes")
+        page.set_input_files("#dataset-file", str(archive))
+        page.wait_for_selector("#upload-progress:not([hidden])")
+        page.wait_for_url(re.compile(r".*/datasets/\d+/$"), timeout=60_000)
+        page.wait_for_selector("#thumbs img", timeout=30_000)
+        assert page.locator("#thumbs img").count() == 40
+        assert page.inner_text("#dataset-format") == "cifar10"
+
+        # A model file, checked in a child process.
+        page.goto(base + "/models/")
+        page.fill("#model-name", "paced")
+        page.set_input_files("#model-file", str(PROJECT_DIR / "tests/models/paced_mlp.py"))
+        page.click("#model-upload button[type=submit]")
+        page.wait_for_url(re.compile(r".*/models/\d+/$"))
+        wait_for(lambda: reloaded(page).inner_text("#model-status") == "valid", 60, "the check")
+
+        # The first job: charts gain points without a reload.
+        first = train(page, base, "first", "shapes", "paced", epochs=30)
+        page.wait_for_function("document.getElementById('chart-loss').data?.[0]?.x?.length > 3")
+        before = chart_points(page, "chart-loss"), chart_points(page, "chart-workers")
+        time.sleep(2)
+        after = chart_points(page, "chart-loss"), chart_points(page, "chart-workers")
+        assert after[0] > before[0] and after[1] > before[1]
+        page.screenshot(path=str(ARTIFACTS / "job.png"), full_page=True)
+
+        # A second job shares the 4 slots; its priority slider gives it 3.
+        second = train(page, base, "second", "shapes", "paced", epochs=60)
+        page.goto(base + "/")
+        page.wait_for_function("document.getElementById('chart-allocation').data?.length >= 2")
+        wait_for(lambda: cluster_allocation(page) == {"first": 2, "second": 2}, 15, "2/2")
+        page.goto(base + "/jobs/")
+        slider = page.locator(f"input.priority[data-job='{second.rstrip('/').split('/')[-1]}']")
+        slider.fill("10000")
+        slider.dispatch_event("change")
+        page.goto(base + "/")
+        started = time.monotonic()
+        wait_for(lambda: cluster_allocation(page) == {"first": 1, "second": 3}, 5, "3/1")
+        assert time.monotonic() - started < 5
+        page.screenshot(path=str(ARTIFACTS / "cluster.png"), full_page=True)
+
+        # The first job completes; its final model downloads and loads.
+        page.goto(first)
+        page.wait_for_selector("#download-model", timeout=120_000)
+        with page.expect_download() as download:
+            page.click("#download-model")
+        saved = tmp_path / "model.pt"
+        download.value.save_as(saved)
+        state = torch.load(saved, weights_only=True)
+        assert any(name.endswith("weight") for name in state)
+
+    outside = [u for u in requests if not re.match(rf"(http|ws)://127\.0\.0\.1:{port}/", u)]
+    assert outside == [], outside
+    children = processes.remember_descendants(proc)
+    proc.send_signal(signal.SIGINT)
+    proc.wait(timeout=30)
+    wait_for(lambda: not alive_pids(children), 15, "every child to exit")

@@ -1,0 +1,94 @@
+"""`make run`'s entry point (manage.py edt_run) as a user runs it."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from edtweb.redis_server import RedisServer, free_port, ping_error
+from tests.browser import browser_page
+from tests.conftest import Processes, alive_pids, subprocess_env, wait_for
+
+
+def login_page_answers(port: int) -> bool:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/accounts/login/", timeout=30) as r:
+            return r.status == 200
+    except OSError:
+        return False
+
+
+def stop_and_check_nothing_left(
+    processes: Processes, proc: subprocess.Popen[str], log: Path
+) -> None:
+    children = processes.remember_descendants(proc)
+    assert len(children) >= 4, f"expected web, scheduler, worker host and slots: {children}"
+    proc.send_signal(signal.SIGINT)  # what Ctrl-C sends
+    proc.wait(timeout=30)
+    wait_for(lambda: not alive_pids(children), 10, "every child process to exit")
+    assert "Traceback" not in log.read_text()
+
+
+@pytest.mark.browser
+def test_launcher_serves_login_and_cluster_and_stops_cleanly(
+    private_redis: RedisServer, processes: Processes, tmp_path: Path
+) -> None:
+    port = free_port()
+    log = tmp_path / "run.log"
+    env = subprocess_env(tmp_path, REDIS_URL=private_redis.url, EDT_HEARTBEAT_SECONDS="1")
+    proc = processes.manage("edt_run", "--port", str(port), "--cpu-slots", "2", env=env, log=log)
+    wait_for(lambda: "log in as admin" in log.read_text(), 60, "the launcher's banner")
+    password = (tmp_path / "admin-password").read_text().strip()
+    assert f"EDT is running at http://127.0.0.1:{port}/" in log.read_text()
+    assert f"admin / {password}" in log.read_text()
+
+    with browser_page() as page:
+        page.goto(f"http://127.0.0.1:{port}/")
+        assert "/accounts/login/" in page.url
+        page.fill("#id_username", "admin")
+        page.fill("#id_password", password)
+        page.click("button[type=submit]")
+        page.wait_for_url(f"http://127.0.0.1:{port}/")
+        page.wait_for_selector("#live.up")  # the WebSocket is connected
+        alive = page.locator("tr[data-state=alive]")
+        alive.nth(1).wait_for()
+        assert alive.count() == 2
+        assert "2 alive" in page.inner_text("#summary")
+    stop_and_check_nothing_left(processes, proc, log)
+
+
+def test_launcher_starts_its_own_redis_when_none_answers(
+    processes: Processes, tmp_path: Path
+) -> None:
+    port = free_port()
+    log = tmp_path / "run.log"
+    env = subprocess_env(tmp_path)
+    env.pop("REDIS_URL", None)
+    dead = f"redis://127.0.0.1:{free_port()}/0"
+    proc = processes.manage(
+        "edt_run", "--port", str(port), "--cpu-slots", "1", "--redis-probe", dead,
+        env=env, log=log,
+    )  # fmt: skip
+    wait_for(lambda: login_page_answers(port), 60, "the login page")
+    first_line = log.read_text().splitlines()[0]
+    assert "started by EDT, append-only under" in first_line
+    own_url = first_line.split()[3]
+    assert ping_error(own_url) is None
+    assert (tmp_path / "redis" / "appendonlydir").is_dir()
+    stop_and_check_nothing_left(processes, proc, log)
+    assert ping_error(own_url, timeout=0.5) is not None  # our Redis stopped with us
+
+
+def test_a_dead_redis_url_gets_one_clear_line(processes: Processes, tmp_path: Path) -> None:
+    log = tmp_path / "run.log"
+    dead = f"redis://127.0.0.1:{free_port()}/0"
+    proc = processes.manage("edt_run", env=subprocess_env(tmp_path, REDIS_URL=dead), log=log)
+    assert proc.wait(timeout=30) == 1
+    lines = log.read_text().strip().splitlines()
+    assert len(lines) == 1, lines
+    assert lines[0].startswith(f"EDT: REDIS_URL={dead} does not answer (")
+    assert "unset REDIS_URL" in lines[0]

@@ -1,0 +1,70 @@
+"""The Cluster WebSocket: origin and login are checked, and group messages reach the page."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+from channels.layers import get_channel_layer
+from channels.testing import WebsocketCommunicator
+from django.test import Client
+
+from edtweb.asgi import application
+from edtweb.dashboard.live import CLUSTER_GROUP
+from edtweb.redis_server import RedisServer
+from scheduler.store import Store
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def session_cookie(user: Any) -> bytes:
+    client = Client()
+    client.force_login(user)
+    return f"sessionid={client.cookies['sessionid'].value}".encode()
+
+
+def communicator(origin: bytes, cookie: bytes | None = None) -> WebsocketCommunicator:
+    headers = [(b"origin", origin), (b"host", b"127.0.0.1:8000")]
+    if cookie:
+        headers.append((b"cookie", cookie))
+    return WebsocketCommunicator(application, "/ws/cluster/", headers=headers)
+
+
+async def handshake(comm: WebsocketCommunicator) -> bool:
+    connected, _ = await comm.connect(timeout=5)
+    await comm.disconnect()
+    return bool(connected)
+
+
+def test_it_refuses_an_anonymous_websocket(redis_server: RedisServer) -> None:
+    assert asyncio.run(handshake(communicator(b"http://127.0.0.1:8000"))) is False
+
+
+def test_it_refuses_a_websocket_from_another_origin(redis_server: RedisServer, alice: Any) -> None:
+    comm = communicator(b"http://evil.example.com", session_cookie(alice))
+    assert asyncio.run(handshake(comm)) is False
+
+
+def test_a_logged_in_page_gets_the_slots_then_live_changes(
+    redis_server: RedisServer, store: Store, alice: Any
+) -> None:
+    slot = store.register_slot("ws-host", 0, "cpu", pid=1)
+    store.heartbeat(slot, {"kind": "cpu", "cpu_percent": 3.0}, ttl=30)
+
+    async def scenario() -> tuple[dict[str, Any], dict[str, Any]]:
+        comm = communicator(b"http://127.0.0.1:8000", cookie)
+        connected, _ = await comm.connect(timeout=5)
+        assert connected
+        first = await comm.receive_json_from(timeout=5)
+        layer = get_channel_layer()
+        change = [{"slot_id": slot, "state": "lost"}]
+        await layer.group_send(CLUSTER_GROUP, {"type": "cluster.slots", "slots": change})
+        second = await comm.receive_json_from(timeout=5)
+        await comm.disconnect()
+        return first, second
+
+    cookie = session_cookie(alice)
+    first, second = asyncio.run(scenario())
+    assert any(s["slot_id"] == slot and s["state"] == "alive" for s in first["slots"])
+    assert second == {"type": "slots", "slots": [{"slot_id": slot, "state": "lost"}]}

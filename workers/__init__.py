@@ -1,0 +1,1 @@
+"""EDT workers: the slot host (launcher), Celery entry points, telemetry, learners."""

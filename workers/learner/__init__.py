@@ -1,0 +1,1 @@
+"""The elastic learner: one process per (job, slot)."""

@@ -1,0 +1,63 @@
+"""A learner process: ``python -m workers.learner --spec SPEC.json --slot SLOT``.
+
+Exit codes: 0 finished or left the job, 2 the user's code failed (reported to the job).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+import time
+import traceback
+from pathlib import Path
+
+import torch
+
+from scheduler.store import JobStore, connect
+from workers.learner.contract import UserCodeError
+from workers.learner.engine import Learner
+from workers.learner.spec import JobSpec
+
+
+def user_frame(exc: BaseException, model_path: str) -> str:
+    """The traceback line a user wants: the last frame in their own file, else the last."""
+    if isinstance(exc, SyntaxError) and exc.filename == model_path:
+        text = (exc.text or "").strip()
+        return f'File "{Path(model_path).name}", line {exc.lineno}: {text}'
+    frames = traceback.extract_tb(exc.__traceback__)
+    mine = [f for f in frames if f.filename == model_path] or frames[-1:]
+    if not mine:
+        return ""
+    f = mine[-1]
+    return f'File "{Path(f.filename).name}", line {f.lineno}, in {f.name}: {f.line or ""}'.strip()
+
+
+def main(argv: list[str] | None = None) -> int:
+    started = time.perf_counter()
+    parser = argparse.ArgumentParser(prog="python -m workers.learner")
+    parser.add_argument("--spec", required=True, type=Path)
+    parser.add_argument("--slot", required=True)
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=logging.INFO, format=f"%(asctime)s {args.slot} %(levelname)s %(message)s"
+    )
+    torch.set_num_threads(int(os.environ.get("EDT_TORCH_THREADS", "1")))
+    logging.getLogger("edt.learner").info("%s: started (%.2f s)", args.slot,
+                                          time.perf_counter() - started)  # fmt: skip
+    spec = JobSpec.load(args.spec)
+    jobs = JobStore(connect(os.environ["REDIS_URL"]), spec.job_id)
+    learner = Learner(spec, args.slot, jobs, os.environ["REDIS_URL"])
+    try:
+        learner.prepare()
+        return learner.run()
+    except (UserCodeError, Exception) as exc:
+        traceback.print_exc()
+        message = str(exc) if isinstance(exc, UserCodeError) else f"{type(exc).__name__}: {exc}"
+        jobs.report_error(args.slot, message, user_frame(exc, str(Path(spec.model).resolve())))
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

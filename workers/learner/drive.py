@@ -1,0 +1,239 @@
+"""Drive one elastic job without the scheduler, for tests and benchmarks.
+
+    python -m workers.learner.drive --model examples/mlp.py --data DIR \\
+        --schedule "0:1,20:3,40:2,60:3,80:1" --max-steps 100
+
+``--schedule`` lists step:workers pairs. The driver plays the scheduler's part of the
+protocol: it starts joiners first and publishes a generation only when they are READY,
+shrinks at once, replaces failed generations, and restarts from the latest checkpoint when
+every learner is gone. Metrics go to WORKDIR/metrics.jsonl, events to WORKDIR/events.jsonl.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from scheduler.elastic import Coordinator
+from scheduler.store import JobStore, connect
+from workers.learner.spec import JobSpec
+
+PROJECT_DIR = Path(__file__).resolve().parents[2]
+
+
+@dataclass(frozen=True, order=True)
+class Fault:
+    step: int
+    signal: int
+    everyone: bool = False
+
+
+def parse_fault(text: str) -> Fault:
+    """ "50:KILL" (the last member) or "50:KILL:all" (every member)."""
+    step, _, rest = text.partition(":")
+    name, _, who = rest.partition(":")
+    if not step.isdigit() or name.upper() not in ("KILL", "STOP") or who not in ("", "all"):
+        raise ValueError(f"--kill {text!r}: write STEP:KILL, STEP:STOP or STEP:KILL:all")
+    return Fault(int(step), int(signal.Signals["SIG" + name.upper()]), who == "all")
+
+
+def parse_schedule(text: str) -> list[tuple[int, int]]:
+    """ "0:1,20:3" -> [(0, 1), (20, 3)], sorted by step; workers at least 1."""
+    pairs = []
+    for item in filter(None, (p.strip() for p in text.split(","))):
+        step, _, workers = item.partition(":")
+        if not step.isdigit() or not workers.isdigit() or int(workers) < 1:
+            raise ValueError(f"schedule entry {item!r}: write STEP:WORKERS, e.g. 20:3")
+        pairs.append((int(step), int(workers)))
+    if not pairs or pairs[0][0] != 0:
+        pairs.insert(0, (0, pairs[0][1] if pairs else 1))
+    return sorted(pairs)
+
+
+def workers_at(schedule: list[tuple[int, int]], step: int) -> int:
+    return [w for s, w in schedule if s <= step][-1]
+
+
+class LocalLauncher:
+    """Learners as local child processes, each in its own session, logging to a file."""
+
+    def __init__(self, spec_path: Path, logs: Path, redis_url: str) -> None:
+        self.spec_path, self.logs, self.redis_url = spec_path, logs, redis_url
+        self.procs: dict[str, subprocess.Popen[bytes]] = {}
+
+    def start(self, slot: str) -> None:
+        env = dict(os.environ, REDIS_URL=self.redis_url, EDT_TORCH_THREADS="1",
+                   OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")  # fmt: skip
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(PROJECT_DIR), env.get("PYTHONPATH")]))
+        cmd = [
+            sys.executable,
+            "-m",
+            "workers.learner",
+            "--spec",
+            str(self.spec_path),
+            "--slot",
+            slot,
+        ]
+        with (self.logs / f"{slot}.log").open("ab") as log:
+            self.procs[slot] = subprocess.Popen(
+                cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=PROJECT_DIR,
+                start_new_session=True,
+            )  # fmt: skip
+
+    def kill(self, slot: str, sig: int = signal.SIGKILL) -> None:
+        proc = self.procs.get(slot)
+        if proc is not None and proc.poll() is None:
+            os.killpg(proc.pid, sig)
+
+    def exited(self, slot: str) -> bool:
+        proc = self.procs.get(slot)
+        return proc is None or proc.poll() is not None
+
+    def reap(self) -> None:
+        for slot in self.procs:
+            self.kill(slot)
+        for proc in self.procs.values():
+            proc.wait()
+
+
+class Driver:
+    """Plays a schedule of sizes against one job, with optional fault injection."""
+
+    def __init__(self, spec: JobSpec, schedule: list[tuple[int, int]], redis_url: str,
+                 kills: list[Fault]) -> None:  # fmt: skip
+        self.schedule, self.kills = schedule, sorted(kills)
+        self.workdir = Path(spec.workdir)
+        (self.workdir / "logs").mkdir(parents=True, exist_ok=True)
+        spec.save(self.workdir / "spec.json")
+        self.launcher = LocalLauncher(self.workdir / "spec.json", self.workdir / "logs", redis_url)
+        jobs = JobStore(connect(redis_url), spec.job_id)
+        self.coord = Coordinator(jobs, self.launcher, self.event)
+        self.counter = 0
+        self.metrics = (self.workdir / "metrics.jsonl").open("a")
+
+    def event(self, kind: str, data: dict[str, Any]) -> None:
+        with (self.workdir / "events.jsonl").open("a") as f:
+            f.write(json.dumps({"kind": kind, **data}) + "\n")
+        shown = {k: v for k, v in data.items() if k not in ("time", "step")}
+        print(f"[drive] step {data['step']}: {kind} {shown}", flush=True)
+
+    def prestart(self) -> None:
+        """Start every joiner the rest of the schedule needs, so each is READY in time."""
+        c = self.coord
+        joins = max(0, workers_at(self.schedule, c.step) - len(c.members))
+        previous = workers_at(self.schedule, c.step)
+        for step, workers in self.schedule:
+            if step > c.step:
+                joins += max(0, workers - previous)
+                previous = workers
+        if joins > len(c.joining):
+            slots = [f"d{self.counter + i}" for i in range(joins - len(c.joining))]
+            self.counter += len(slots)
+            c.start_joiners(slots)
+        if c.dead_joiners():
+            raise RuntimeError(f"joiner {c.dead_joiners()[0]} exited before READY; see its log")
+
+    def resize(self) -> None:
+        c = self.coord
+        if not c.settled():
+            return
+        self.prestart()
+        want = workers_at(self.schedule, c.step)
+        if not c.members and not set(c.joining) <= c.jobs.ready_slots():
+            return  # start once the schedule's learners are all READY
+        if want > len(c.members):
+            c.grow_to(want)
+        else:
+            c.shrink_to(want)
+
+    def inject_faults(self) -> None:
+        c = self.coord
+        while self.kills and c.step >= self.kills[0].step and c.members:
+            fault = self.kills.pop(0)
+            victims = list(c.members) if fault.everyone else c.members[-1:]
+            c.event("fault", slots=victims, signal=signal.Signals(fault.signal).name)
+            for victim in victims:
+                self.launcher.kill(victim, fault.signal)
+
+    def tick(self) -> int | None:
+        c = self.coord
+        for record in c.read_metrics():
+            self.metrics.write(json.dumps(record) + "\n")
+        self.metrics.flush()
+        error = c.first_error()
+        if error:
+            c.event("failed", error=error)
+            return 2
+        if c.done:
+            if c.all_exited():
+                c.event("completed")
+                return 0
+            return None
+        self.inject_faults()
+        c.watch_failures()
+        self.resize()
+        return None
+
+    def run(self, timeout: float) -> int:
+        deadline = time.monotonic() + timeout
+        try:
+            while time.monotonic() < deadline:
+                code = self.tick()
+                if code is not None:
+                    return code
+                time.sleep(0.005)
+            self.coord.event("timeout", seconds=timeout)
+            return 3
+        finally:
+            self.launcher.reap()
+            self.metrics.close()
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m workers.learner.drive", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    p.add_argument("--model", required=True)
+    p.add_argument("--data", required=True)
+    p.add_argument("--schedule", default="0:1", help="STEP:WORKERS pairs, e.g. 0:1,20:3")
+    p.add_argument("--batch-size", type=int, default=64)
+    p.add_argument("--max-micro-batch", type=int, default=0)
+    p.add_argument("--epochs", type=int, default=1)
+    p.add_argument("--max-steps", type=int, default=0)
+    p.add_argument("--lr", type=float, default=0.01)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--checkpoint-every", type=int, default=1)
+    p.add_argument("--timeout", type=float, default=30.0, help="collective timeout, seconds")
+    p.add_argument("--kill", action="append", default=[], metavar="STEP:SIGNAL",
+                   help="at STEP send SIGNAL (KILL, STOP) to the last member, or :all")  # fmt: skip
+    p.add_argument("--workdir", default="")
+    p.add_argument("--job", default="")
+    p.add_argument("--deadline", type=float, default=600.0, help="give up after this many seconds")
+    a = p.parse_args(argv)
+    redis_url = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")
+    spec = JobSpec(
+        job_id=a.job or f"drive-{uuid.uuid4().hex[:8]}", model=str(Path(a.model).resolve()),
+        data=str(Path(a.data).resolve()),
+        workdir=a.workdir or tempfile.mkdtemp(prefix="edt-drive-"),
+        batch_size=a.batch_size, max_micro_batch=a.max_micro_batch, epochs=a.epochs, lr=a.lr,
+        seed=a.seed, checkpoint_every=a.checkpoint_every, collective_timeout=a.timeout,
+        max_steps=a.max_steps,
+    )  # fmt: skip
+    spec.validate()
+    kills = [parse_fault(k) for k in a.kill]
+    driver = Driver(spec, parse_schedule(a.schedule), redis_url, kills)
+    print(f"[drive] job {spec.job_id}, workdir {spec.workdir}", flush=True)
+    return driver.run(a.deadline)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,25 @@
+"""Imported by the learner fork server: pays torch's lazy first-use costs once per slot.
+
+The first optimizer step imports much of torch lazily (over a second on a busy host); done
+here, every learner forked afterwards starts with it done.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+def _warm() -> None:
+    model = torch.nn.Sequential(
+        torch.nn.Conv2d(3, 4, 3), torch.nn.Flatten(), torch.nn.LazyLinear(2)
+    )
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    loss = torch.nn.functional.cross_entropy(
+        model(torch.zeros(2, 3, 8, 8)), torch.zeros(2, dtype=torch.long)
+    )
+    loss.backward()  # type: ignore[no-untyped-call]
+    optimizer.step()
+    torch.optim.Adam(model.parameters()).step()
+
+
+_warm()
