@@ -196,9 +196,14 @@ LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
+    "filters": {"orphaned_disconnect": {"()": "edtweb.logfilters.OrphanedDisconnectFilter"}},
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
     "root": {"handlers": ["console"], "level": envstr("LOG_LEVEL", "INFO")},
-    "loggers": {"django.channels.server": {"level": "WARNING"}},
+    "loggers": {
+        "django.channels.server": {"level": "WARNING"},
+        # A request in flight when Daphne stops leaves a harmless orphaned-task traceback.
+        "asyncio": {"filters": ["orphaned_disconnect"]},
+    },
 }
 
 # The REST API (/api/v1/, edtweb/api/): token or session auth, errors as JSON.
