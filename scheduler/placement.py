@@ -118,6 +118,8 @@ class FreeSlots:
 
     def take(self, need: int, own_hosts: Counter[str] | None = None) -> list[str]:
         """``need`` free slots: on ``own_hosts`` first (most learners first), then packed."""
+        if not own_hosts and need == 1:  # most jobs: one slot on the tightest host
+            return self._take_on(self._best_host(1), 1)
         taken: list[str] = []
         if own_hosts:
             for host, _ in sorted(own_hosts.items(), key=lambda item: (-item[1], item[0])):
@@ -128,7 +130,10 @@ class FreeSlots:
 
     def _take_on(self, host: str, count: int) -> list[str]:
         free = self.by_host.get(host, [])
-        taken = [free.pop() for _ in range(min(count, len(free)))]
+        if count == 1 and free:
+            taken = [free.pop()]
+        else:
+            taken = [free.pop() for _ in range(min(count, len(free)))]
         if taken and free:
             self.buckets.setdefault(len(free), []).append(host)
         return taken
@@ -136,12 +141,13 @@ class FreeSlots:
     def _best_host(self, need: int) -> str:
         """The host with the fewest free slots that still fit ``need``; else the one with
         the most free slots."""
-        fits, short = range(need, self.most + 1), range(min(need, self.most + 1) - 1, 0, -1)
-        for count in chain(fits, short):
-            if self.buckets.get(count):
-                host = self._pop_bucket(count)
-                if host is not None:
-                    return host
+        buckets = self.buckets
+        for count in range(need, self.most + 1):  # fits: the tightest first
+            if buckets.get(count) and (host := self._pop_bucket(count)) is not None:
+                return host
+        for count in range(min(need, self.most + 1) - 1, 0, -1):  # short: the emptiest
+            if buckets.get(count) and (host := self._pop_bucket(count)) is not None:
+                return host
         raise AssertionError("unreachable: place() checked there are enough slots")
 
     def _pop_bucket(self, count: int) -> str | None:

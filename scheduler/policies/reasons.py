@@ -41,7 +41,7 @@ class FairshareExplainer:
 
     def _peers(self, job: JobView) -> str:
         top = self.admitted[:2]
-        if len(self.admitted) > 2 and all(job is not peer for peer in top):
+        if len(self.admitted) > 2 and job is not top[0] and job is not top[1]:
             self.common = self.common or self._phrase(top, len(self.admitted) - 1)
             return f"{self.common} at priority {job.priority}"
         others = [p for p in self.admitted[:3] if p.id != job.id][:2]
