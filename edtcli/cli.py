@@ -145,6 +145,9 @@ def _jobs(add: Any, sub: Any) -> None:
     p.add_argument("value", type=int)
     p.add_argument("--preview", action="store_true", help="only say what would change")
     add(sub, "stop", commands.stop, "stop a job").add_argument("job", type=int)
+    add(sub, "delete", commands.delete, "delete an ended job and its files").add_argument(
+        "job", type=int
+    )
     p = add(sub, "download", commands.download, "download the final model or a checkpoint")
     p.add_argument("job", type=int)
     p.add_argument("--file", default="model.pt", help="model.pt (default) or a checkpoint")

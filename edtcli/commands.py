@@ -225,6 +225,11 @@ def stop(args: argparse.Namespace, api: Client) -> None:
     show(args, job, f"job {job['id']} {job['state']}")
 
 
+def delete(args: argparse.Namespace, api: Client) -> None:
+    api.call("DELETE", f"jobs/{args.job}/")
+    show(args, {"id": args.job, "deleted": True}, f"job {args.job} deleted")
+
+
 def download(args: argparse.Namespace, api: Client) -> None:
     dest = Path(args.output or f"job{args.job}-{args.file}")
     if dest.is_dir():

@@ -34,6 +34,7 @@ urlpatterns = [
     path("jobs/<int:pk>/priority", training.job_priority, name="job-priority"),
     path("jobs/<int:pk>/priority/preview", training.job_priority_preview, name="job-preview"),
     path("jobs/<int:pk>/stop", training.job_stop, name="job-stop"),
+    path("jobs/<int:pk>/delete", training.job_delete, name="job-delete"),
     path("jobs/<int:pk>/files/<str:name>", training.job_download, name="job-download"),
     path("accounts/login/", auth_views.LoginView.as_view(), name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),

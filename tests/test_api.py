@@ -25,7 +25,7 @@ from edtweb.api import datasets as dataset_views
 from edtweb.datasets.models import Dataset
 from edtweb.registry.models import ModelDefinition
 from edtweb.training import services
-from edtweb.training.models import Job
+from edtweb.training.models import Job, JobEvent, Metric
 from tests.conftest import PROJECT_DIR, wait_for
 from workers.learner.datasets import write_cifar10
 
@@ -101,6 +101,7 @@ OWNED = [
     ("get", WMLA + "execs/{j}/result", None, 200),
     ("post", API + "jobs/{j}/priority/", {"priority": 9000}, 200),
     ("delete", WMLA + "execs/{j}", None, 409),  # QUEUED: stop it first
+    ("delete", API + "jobs/{j}/", None, 409),  # the same through the REST API
     ("post", API + "jobs/{j}/stop/", None, 200),
     ("post", WMLA + "execs/{j}/stop", None, 200),
     ("put", WMLA + "execs/{j}?action=stop", None, 200),
@@ -517,3 +518,32 @@ def test_a_missing_trailing_slash_gets_a_hint(alice: Any) -> None:
 def test_an_unknown_state_filter_is_a_400(alice: Any) -> None:
     reply = client_of(alice).get(API + "jobs/", {"state": "sleeping"})
     assert reply.status_code == 400 and "QUEUED" in reply.json()["fields"]["state"][0]
+
+
+# Deleting a job ---------------------------------------------------------------------------
+
+
+def test_an_ended_job_is_deleted_with_its_records_files_and_live_state(
+    objects: dict[str, Any], alice: Any
+) -> None:
+    client, pk = client_of(alice), objects["j"]
+    job = Job.objects.get(pk=pk)
+    record = {"type": "train", "step": 0, "time": 1.0, "loss": 2.3, "workers": 1}
+    services.persist_metrics(pk, [record], publish=False)
+    store = services.job_store(pk)
+    store.record_checkpoint(4)
+    assert list(store.r.scan_iter(match=f"edt:job:{pk}:*"))
+    active = client.delete(f"{API}jobs/{pk}/")
+    assert active.status_code == 409 and "stop it first" in active.json()["error"]
+    assert job.workdir.is_dir()
+
+    assert client.post(f"{API}jobs/{pk}/stop/").status_code == 200
+    assert client.delete(f"{API}jobs/{pk}/").status_code == 204
+    assert not Job.objects.filter(pk=pk).exists()
+    assert not JobEvent.objects.filter(job_id=pk).exists()
+    assert not Metric.objects.filter(job_id=pk).exists()
+    assert not job.workdir.exists()
+    assert list(store.r.scan_iter(match=f"edt:job:{pk}:*")) == []
+    assert client.delete(f"{API}jobs/{pk}/").status_code == 404
+    assert Dataset.objects.filter(pk=objects["d"]).exists()  # what it used stays
+    assert ModelDefinition.objects.filter(pk=objects["m"]).exists()

@@ -182,6 +182,9 @@ def test_login_upload_train_follow_reprioritise_and_download(live: LiveEdt) -> N
     assert states == {"first": "COMPLETED", "second": "STOPPED"}
     again = live.edt("carol", "logs", str(second["id"]), "--follow")
     assert again.returncode == 1 and "ended STOPPED" in again.stderr
+    gone = live.edt("carol", "delete", str(second["id"]))
+    assert gone.returncode == 0 and f"job {second['id']} deleted" in gone.stdout
+    assert [j["name"] for j in live.json("carol", "jobs")] == ["first"]
 
 
 def test_exit_codes_scripts_can_trust(live: LiveEdt) -> None:

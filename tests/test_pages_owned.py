@@ -182,6 +182,9 @@ def test_another_user_gets_404_for_my_dataset_model_and_job(
         assert client.get(url).status_code == 404, url
     assert client.post(f"/jobs/{job.pk}/priority", {"priority": 9000}).status_code == 404
     assert Job.objects.get(pk=job.pk).priority == 5000
+    jobs.stop_job(job.pk)
+    assert client.post(f"/jobs/{job.pk}/delete").status_code == 404
+    assert Job.objects.filter(pk=job.pk).exists() and job.workdir.is_dir()
     assert b"mine" not in client.get("/jobs/").content
 
 
@@ -211,3 +214,27 @@ def test_another_user_is_refused_on_my_jobs_websocket(
     cookie_of = {u.username: cookie(u) for u in (alice, bob)}
     assert asyncio.run(connects(alice)) is True
     assert asyncio.run(connects(bob)) is False
+
+
+def test_the_job_page_deletes_an_ended_job_and_says_so(
+    client: Client, alice: Any, tmp_path: Path, redis_server: Any
+) -> None:
+    client.force_login(alice)
+    job = jobs.submit_job(
+        alice,
+        name="old run",
+        model_path=str(PROJECT_DIR / "examples/mlp.py"),
+        data_path=str(tmp_path),
+    )
+    assert "Delete job" not in client.get(f"/jobs/{job.pk}/").content.decode()
+    refused = client.post(f"/jobs/{job.pk}/delete", follow=True).content.decode()
+    assert f"Job {job.pk} is queued: stop it first." in refused
+    assert Job.objects.filter(pk=job.pk).exists()
+
+    jobs.stop_job(job.pk)
+    assert "Delete job" in client.get(f"/jobs/{job.pk}/").content.decode()
+    done = client.post(f"/jobs/{job.pk}/delete", follow=True)
+    assert done.redirect_chain[-1][0] == "/jobs/"
+    assert f"Job {job.pk} (old run) and its files were deleted." in done.content.decode()
+    assert not Job.objects.filter(pk=job.pk).exists() and not job.workdir.exists()
+    assert client.get(f"/jobs/{job.pk}/").status_code == 404

@@ -1,4 +1,4 @@
-"""Jobs over the API: submit, list, detail, priority (and its preview), stop, events,
+"""Jobs over the API: submit, list, detail, delete, priority (and its preview), stop, events,
 metrics (downsampled history, or paged records), logs by offset, checkpoints, files."""
 
 from __future__ import annotations
@@ -86,13 +86,33 @@ def ready(request: Request, model: Any, field: str, pk: int, wanted: str) -> Any
     return found
 
 
-@extend_schema(tags=TAGS, responses={200: s.JobDetailSerializer, **NOT_FOUND})
 class JobDetail(Owned, generics.RetrieveAPIView):
-    """A job: state, workers now and max, progress and ETA, logs, checkpoints, error."""
-
     model = Job
     noun = "job"
     serializer_class = s.JobDetailSerializer
+
+    @extend_schema(tags=TAGS, responses={200: s.JobDetailSerializer, **NOT_FOUND})
+    def get(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        """A job: state, workers now and max, progress and ETA, logs, checkpoints, error."""
+        return super().get(request, *args, **kwargs)
+
+    @extend_schema(
+        tags=TAGS,
+        responses={
+            204: None,
+            409: s.problem("the job is still active: stop it first"),
+            **NOT_FOUND,
+        },
+    )
+    def delete(self, request: Request, pk: int) -> Response:
+        """Delete a job that has ended, with its timeline, metrics, logs, checkpoints and
+        final model. A queued, running or suspended job must be stopped first."""
+        job = self.get_object()
+        if job.state in Job.ACTIVE:
+            raise ApiError(f"job {job.pk} is {job.state}: stop it first", 409)
+        if not services.delete_job(job.pk):
+            raise ApiError(f"job {job.pk} changed meanwhile; look again", 409)
+        return Response(status=status.HTTP_204_NO_CONTENT)
 
 
 class JobPriority(Owned, generics.GenericAPIView):

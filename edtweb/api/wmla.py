@@ -16,7 +16,6 @@ import io
 import json
 import posixpath
 import shlex
-import shutil
 import tarfile
 import tempfile
 import zipfile
@@ -296,8 +295,8 @@ class ExecDetail(Owned, WmlaView):
         if job.state in Job.ACTIVE:
             raise ApiError(f"exec {job.pk} is {STATES[job.state]}: stop it first", 409)
         gone = as_exec(job)
-        shutil.rmtree(job.workdir, ignore_errors=True)
-        job.delete()
+        if not services.delete_job(job.pk):
+            raise ApiError(f"exec {job.pk} was deleted meanwhile", 404)
         return Response(gone)
 
 

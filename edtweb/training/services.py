@@ -166,6 +166,22 @@ def stop_job(job_id: int) -> bool:
     return True
 
 
+def delete_job(job_id: int) -> bool:
+    """Delete a job that has ended, with its events, metrics, logs, checkpoints and model.
+
+    False when the job is still queued, running or suspended (stop it first) or is already
+    gone: the delete is one conditional statement, so a job that starts meanwhile stays.
+    """
+    workdir = Job(pk=job_id).workdir
+    deleted, _ = Job.objects.filter(pk=job_id).exclude(state__in=Job.ACTIVE).delete()
+    if not deleted:
+        return False
+    _quietly(job_store(job_id).forget, "clear the deleted job's live state")
+    shutil.rmtree(workdir, ignore_errors=True)
+    log.info("job %s deleted", job_id)
+    return True
+
+
 def persist_metrics(job_id: int, records: list[dict[str, Any]], publish: bool = True) -> int:
     """Store a batch of the job's metric records and (unless told not to) push them to its
     live pages; returns the job's sequence number after them (the count stored so far)."""

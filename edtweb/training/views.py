@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import ValidationError
 from django.http import FileResponse, Http404, HttpRequest, HttpResponse, JsonResponse
@@ -97,6 +98,19 @@ def job_priority_preview(request: HttpRequest, pk: int) -> JsonResponse:
 def job_stop(request: HttpRequest, pk: int) -> HttpResponse:
     services.stop_job(get_owned(request, Job, pk).pk)
     return redirect("job", pk)
+
+
+@login_required
+@require_POST
+def job_delete(request: HttpRequest, pk: int) -> HttpResponse:
+    job = get_owned(request, Job, pk)
+    if not services.delete_job(job.pk):
+        messages.error(
+            request, f"Job {job.pk} is {job.get_state_display().lower()}: stop it first."
+        )
+        return redirect("job", pk)
+    messages.success(request, f"Job {job.pk} ({job.name}) and its files were deleted.")
+    return redirect("jobs")
 
 
 @login_required
