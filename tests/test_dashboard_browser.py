@@ -103,6 +103,11 @@ def test_upload_train_watch_reprioritise_and_download(
         time.sleep(2)
         after = chart_points(page, "chart-loss"), chart_points(page, "chart-workers")
         assert after[0] > before[0] and after[1] > before[1]
+        titles = page.eval_on_selector_all(
+            ".chart .g-xtitle, .chart .g-ytitle, .chart .g-y2title",
+            "t => t.map(e => e.textContent)",
+        )
+        assert {"iteration", "loss", "accuracy", "time", "workers"} <= set(titles), titles
         page.screenshot(path=str(ARTIFACTS / "job.png"), full_page=True)
 
         # A second job shares the 4 slots; its priority slider gives it 3.
@@ -129,6 +134,24 @@ def test_upload_train_watch_reprioritise_and_download(
         download.value.save_as(saved)
         state = torch.load(saved, weights_only=True)
         assert any(name.endswith("weight") for name in state)
+        # A page left open on a running job follows it when it ends (stopped from another
+        # tab): no workers, no ETA, no Stop or priority; Delete and the checkpoints appear.
+        browser = page.context.browser
+        assert browser is not None
+        watcher = browser.new_context(storage_state=page.context.storage_state()).new_page()
+        watcher.on("request", lambda request: requests.append(request.url))
+        watcher.goto(second)
+        watcher.wait_for_selector("#stop-job")
+        assert watcher.inner_text("#job-state") == "running"
+        page.goto(second)
+        page.once("dialog", lambda dialog: dialog.accept())
+        page.click("#stop-job")
+        watcher.wait_for_function("document.getElementById('job-state').textContent === 'stopped'")
+        assert (watcher.inner_text("#workers"), watcher.inner_text("#eta")) == ("0", "\u2013")
+        assert watcher.is_hidden("#stop-job") and watcher.is_disabled("#priority")
+        assert watcher.is_visible("#delete-job")
+        watcher.wait_for_selector("#downloads a[href*='step-']")
+        assert watcher.locator("#log-tabs button").count() >= 1
 
     outside = [u for u in requests if not re.match(rf"(http|ws)://127\.0\.0\.1:{port}/", u)]
     assert outside == [], outside

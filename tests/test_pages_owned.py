@@ -226,15 +226,35 @@ def test_the_job_page_deletes_an_ended_job_and_says_so(
         model_path=str(PROJECT_DIR / "examples/mlp.py"),
         data_path=str(tmp_path),
     )
-    assert "Delete job" not in client.get(f"/jobs/{job.pk}/").content.decode()
+    assert 'id="delete-form" hidden' in client.get(f"/jobs/{job.pk}/").content.decode()
     refused = client.post(f"/jobs/{job.pk}/delete", follow=True).content.decode()
     assert f"Job {job.pk} is queued: stop it first." in refused
     assert Job.objects.filter(pk=job.pk).exists()
 
     jobs.stop_job(job.pk)
-    assert "Delete job" in client.get(f"/jobs/{job.pk}/").content.decode()
+    page = client.get(f"/jobs/{job.pk}/").content.decode()
+    assert 'id="stop-form" hidden' in page and 'id="delete-form" >' in page
     done = client.post(f"/jobs/{job.pk}/delete", follow=True)
     assert done.redirect_chain[-1][0] == "/jobs/"
     assert f"Job {job.pk} (old run) and its files were deleted." in done.content.decode()
     assert not Job.objects.filter(pk=job.pk).exists() and not job.workdir.exists()
     assert client.get(f"/jobs/{job.pk}/").status_code == 404
+
+
+def test_the_train_form_starts_on_my_newest_usable_model_and_dataset(
+    client: Client, alice: Any, bob: Any
+) -> None:
+    ready, valid = Dataset.Status.READY, ModelDefinition.Status.VALID
+    Dataset.objects.create(owner=alice, name="older", status=ready)
+    newest = Dataset.objects.create(owner=alice, name="newer", status=ready)
+    Dataset.objects.create(owner=alice, name="still uploading", status=Dataset.Status.UPLOADING)
+    Dataset.objects.create(owner=bob, name="bob's", status=ready)
+    model = ModelDefinition.objects.create(owner=alice, name="mine", entry="m.py", status=valid)
+    ModelDefinition.objects.create(owner=alice, name="broken", entry="b.py")
+    client.force_login(alice)
+    form = client.get("/train/").context["form"]
+    assert (form["dataset"].value(), form["model"].value()) == (newest.pk, model.pk)
+    other = Dataset.objects.get(name="older").pk
+    assert client.get(f"/train/?dataset={other}").context["form"]["dataset"].value() == str(other)
+    client.force_login(bob)
+    assert client.get("/train/").context["form"]["model"].value() is None

@@ -51,6 +51,11 @@ class TrainForm(forms.Form):
         super().__init__(*args, **kw)
         self.fields["model"].queryset = owner_models.filter(status=ModelDefinition.Status.VALID)
         self.fields["dataset"].queryset = owner_datasets.filter(status=Dataset.Status.READY)
+        # A fresh form starts on the newest usable model and dataset (a link may name others).
+        for name in ("model", "dataset"):
+            if not self.is_bound and not self.initial.get(name):
+                newest = self.fields[name].queryset.order_by("-created_at", "-pk").first()
+                self.initial[name] = newest.pk if newest else None
 
     def clean(self) -> dict[str, Any]:
         data = super().clean() or {}

@@ -116,7 +116,7 @@
         stackgroup: "slots", mode: "lines", line: { shape: "hv", width: 0.5 } };
     });
     Plotly.react("chart-allocation", traces, { margin: { l: 40, r: 10, t: 10, b: 30 }, height: 260,
-      yaxis: { title: "slots", rangemode: "tozero", dtick: 1 }, xaxis: { type: "date" },
+      yaxis: { title: { text: "slots" }, rangemode: "tozero", dtick: 1 }, xaxis: { type: "date" },
       showlegend: true, legend: { orientation: "h", y: 1.2 } }, { displayModeBar: false, responsive: true });
     const ol = document.getElementById("decisions");
     ol.replaceChildren(...decisions.slice(0, 12).map((d) => {

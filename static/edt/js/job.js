@@ -6,8 +6,11 @@
   const jobId = root.dataset.job;
   const total = Number(root.dataset.total) || 0;
   const liveEl = document.getElementById("live");
-  const layout = (y) => ({ margin: { l: 50, r: 10, t: 10, b: 35 }, height: 240, xaxis: { title: "iteration" },
-    yaxis: { title: y }, showlegend: true, legend: { orientation: "h", y: 1.15 } });
+  const ACTIVE = ["QUEUED", "RUNNING", "SUSPENDED"];
+  let jobState = root.dataset.state;
+  const ended = () => !ACTIVE.includes(jobState);
+  const layout = (y) => ({ margin: { l: 60, r: 15, t: 10, b: 50 }, height: 250, xaxis: { title: { text: "iteration" } },
+    yaxis: { title: { text: y } }, showlegend: true, legend: { orientation: "h", y: 1.15 } });
   const config = { displayModeBar: false, responsive: true };
   let seq = 0, pending = [], events = [], scheduled = false;
 
@@ -40,16 +43,18 @@
   function draw(history) {
     const c = columns(history.train.concat(history.test));
     const loss = layout("loss");
-    loss.yaxis2 = { overlaying: "y", side: "right", range: [0, 1], title: "accuracy" };
+    loss.yaxis2 = { overlaying: "y", side: "right", range: [0, 1], title: { text: "accuracy" },
+      tickvals: [0, 0.25, 0.5, 0.75, 1], tickformat: ".0%", showgrid: false };
+    loss.margin = Object.assign({}, loss.margin, { r: 55 });
     loss.shapes = scaleMarks();
     Plotly.react(charts.loss.el, [
       Object.assign({ x: c.trainStep, y: c.loss }, charts.loss.traces[0]),
       Object.assign({ x: c.testStep, y: c.testLoss }, charts.loss.traces[1]),
       Object.assign({ x: c.testStep, y: c.testAcc }, charts.loss.traces[2]),
     ], loss, config);
-    const timeLayout = (y) => Object.assign(layout(y), { xaxis: { type: "date", title: "time" } });
+    const timeLayout = (y) => Object.assign(layout(y), { xaxis: { type: "date", title: { text: "time" } } });
     Plotly.react(charts.workers.el, [Object.assign({ x: c.time, y: c.workers }, charts.workers.traces[0])],
-      Object.assign(timeLayout("workers"), { yaxis: { title: "workers", rangemode: "tozero", dtick: 1 } }), config);
+      Object.assign(timeLayout("workers"), { yaxis: { title: { text: "workers" }, rangemode: "tozero", dtick: 1 } }), config);
     Plotly.react(charts.steps.el, [Object.assign({ x: c.time, y: c.steps }, charts.steps.traces[0])], timeLayout("iterations"), config);
     Plotly.react(charts.throughput.el, [Object.assign({ x: c.time, y: c.rate }, charts.throughput.traces[0])], timeLayout("samples/s"), config);
     summarize(history.train);
@@ -71,12 +76,14 @@
   function summarize(train) {
     if (!train.length) return;
     const last = train[train.length - 1];
-    document.getElementById("workers").textContent = last.workers;
+    document.getElementById("workers").textContent = ended() ? 0 : last.workers;
     document.getElementById("step").textContent = last.step;
     recent = recent.concat(train).slice(-50);
     const rate = recent.reduce((s, r) => s + r.samples_per_s, 0) / recent.length;
     document.getElementById("throughput").textContent = rate.toFixed(0);
-    if (total && recent.length > 1) {
+    if (ended()) {
+      document.getElementById("eta").textContent = "–";
+    } else if (total && recent.length > 1) {
       const span = recent[recent.length - 1].time - recent[0].time;
       const perStep = span / (recent[recent.length - 1].step - recent[0].step || 1);
       const left = Math.max(0, (total - last.step) * perStep);
@@ -125,10 +132,7 @@
       events.push(data.event);
       timeline();
     } else if (data.type === "state") {
-      const badge = document.getElementById("job-state");
-      badge.textContent = data.state.toLowerCase();
-      badge.className = "badge " + data.state.toLowerCase();
-      if (["COMPLETED", "FAILED", "STOPPED"].includes(data.state)) setTimeout(() => location.reload(), 1000);
+      showState(data.state);
     }
   }
 
@@ -155,13 +159,28 @@
     }
     setTimeout(tail, 1000);
   }
-  for (const button of document.querySelectorAll("#log-tabs button")) {
+  function logTab(button) {
     button.addEventListener("click", () => {
       logSlot = button.dataset.slot; logOffset = -20000;
       document.getElementById("log").textContent = "";
       for (const b of document.querySelectorAll("#log-tabs button")) b.classList.toggle("active", b === button);
     });
   }
+  // Learners that start after the page opened get their tab too.
+  function logTabs(names) {
+    const tabs = document.getElementById("log-tabs");
+    const have = new Set([...tabs.querySelectorAll("button")].map((b) => b.dataset.slot));
+    for (const name of names.filter((n) => !have.has(n))) {
+      const button = document.createElement("button");
+      button.dataset.slot = name;
+      button.textContent = name;
+      logTab(button);
+      tabs.querySelector(".muted")?.remove();
+      tabs.append(button);
+    }
+    if (!logSlot) tabs.querySelector("button")?.click();
+  }
+  document.querySelectorAll("#log-tabs button").forEach(logTab);
   const first = document.querySelector("#log-tabs button");
   if (first) first.click();
 
@@ -184,11 +203,63 @@
         return tr;
       });
       if (rows.length) body.replaceChildren(...rows);
+      else body.innerHTML = '<tr><td colspan="4" class="muted">No slot held.</td></tr>';
+      logTabs(s.logs || []);
+      downloads(s);
+      if (s.state !== jobState || (s.error && !document.getElementById("job-error"))) showState(s.state, s.error);
       if (s.eta !== null && s.eta !== undefined) {
         document.getElementById("eta").textContent = s.eta > 90 ? Math.round(s.eta / 60) + " min" : Math.round(s.eta) + " s";
       }
     }
     setTimeout(slots, 2000);
+  }
+
+  // Files: checkpoints as they are written, the final model once the job completes.
+  let shownFiles = null;
+  function downloads(s) {
+    const key = JSON.stringify([s.final_model, s.checkpoints]);
+    if (key === shownFiles) return;
+    shownFiles = key;
+    const box = document.getElementById("downloads");
+    const link = (name, text) => {
+      const a = document.createElement("a");
+      a.href = "/jobs/" + jobId + "/files/" + encodeURIComponent(name);
+      a.textContent = text;
+      return a;
+    };
+    const parts = [];
+    if (s.final_model) {
+      const a = link("model.pt", "Final model (model.pt)");
+      a.className = "button"; a.id = "download-model";
+      parts.push(a, " ");
+    }
+    for (const c of s.checkpoints) parts.push(link(c, c), " ");
+    if (!s.checkpoints.length) {
+      const none = document.createElement("span");
+      none.className = "muted"; none.textContent = "No checkpoint yet.";
+      parts.push(none);
+    }
+    box.replaceChildren(...parts);
+  }
+
+  // The job's state changed while the page is open (pushed, or seen by the poll): say so,
+  // and once it has ended stop offering what no longer applies. Nothing needs a reload.
+  function showState(state, error) {
+    jobState = state;
+    if (error && !document.getElementById("job-error")) {
+      const p = document.createElement("p");
+      p.className = "error"; p.id = "job-error"; p.setAttribute("role", "alert"); p.textContent = error;
+      root.after(p);
+    }
+    const badge = document.getElementById("job-state");
+    badge.textContent = state.toLowerCase();
+    badge.className = "badge " + state.toLowerCase();
+    if (!ended()) return;
+    document.getElementById("workers").textContent = 0;
+    document.getElementById("eta").textContent = "–";
+    document.getElementById("stop-form").hidden = true;
+    document.getElementById("delete-form").hidden = false;
+    document.getElementById("priority").disabled = true;
   }
 
   connect();
