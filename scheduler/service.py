@@ -65,6 +65,7 @@ class SchedulerService:
         self.states = {s.slot_id: s.state for s in slots}
         if changes or time.monotonic() - self.published_at >= PUBLISH_EVERY:
             jobs = self.assignments() if self.assignments else {}
+            self.store.save_assignments(jobs, ttl=max(5.0, 5 * PUBLISH_EVERY))
             self.publish([dict(s.as_dict(), job=jobs.get(s.slot_id)) for s in slots])
             self.published_at = time.monotonic()
         return slots

@@ -37,6 +37,7 @@ def queue_for(slot_id: str) -> str:
 
 LEASE_KEY = PREFIX + "scheduler:lease"
 WAKE_KEY = PREFIX + "scheduler:wake"
+ASSIGNMENTS_KEY = PREFIX + "scheduler:assignments"  # slot -> job, as last published
 
 # Extend the lease only if we still hold it (atomic compare-and-expire).
 _RENEW = """
@@ -150,6 +151,15 @@ class Store:
         return [s for s in self.list_slots() if s.alive]
 
     # The scheduler's lease and wake-ups ------------------------------------------------------
+
+    def save_assignments(self, jobs: dict[str, int], ttl: float) -> None:
+        """Which job holds each slot, as the active scheduler last saw it; it expires with
+        the scheduler, so a page never shows an assignment nobody keeps up to date."""
+        self.r.set(ASSIGNMENTS_KEY, json.dumps(jobs), px=max(1, int(ttl * 1000)))
+
+    def assignments(self) -> dict[str, int]:
+        raw = self.r.get(ASSIGNMENTS_KEY)
+        return {str(k): int(v) for k, v in json.loads(raw).items()} if raw else {}
 
     def acquire_lease(self, holder: str, ttl_ms: int) -> bool:
         """Become the active scheduler if nobody holds the lease, or keep it if we do."""

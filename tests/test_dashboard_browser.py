@@ -124,6 +124,17 @@ def test_upload_train_watch_reprioritise_and_download(
         wait_for(lambda: cluster_allocation(page) == {"first": 1, "second": 3}, 5, "3/1")
         assert time.monotonic() - started < 5
         page.screenshot(path=str(ARTIFACTS / "cluster.png"), full_page=True)
+        page.reload()  # a fresh page names the job on every slot and says nothing waits
+        jobs_on_slots = "table.slots tbody td:nth-child(5)"
+        wait_for(
+            lambda: (
+                sorted(page.locator(jobs_on_slots).all_inner_texts())
+                == ["first", "second", "second", "second"]
+            ),
+            5,
+            "each slot's job",
+        )
+        assert page.inner_text("#queue") == "Nothing waits."
 
         # The first job completes; its final model downloads and loads.
         page.goto(first)

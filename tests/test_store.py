@@ -62,3 +62,22 @@ def test_scheduler_tick_publishes_the_registry(store: Store) -> None:
     service.tick()
     assert any(s["slot_id"] == slot and s["state"] == OFFLINE for s in published[-1])
     assert time.monotonic() - started < 1
+
+
+def test_a_page_opened_between_publishes_sees_which_job_holds_each_slot(
+    store: Store,
+) -> None:
+    """The Cluster page's first render reads the assignments the scheduler last published
+    (they used to arrive only with the next publish, so every slot looked idle at first)."""
+    from edtweb.dashboard import live
+
+    slot = store.register_slot("st-f", 0, "cpu", pid=1)
+    store.heartbeat(slot, {"kind": "cpu"}, ttl=5)
+    published: list[list[dict[str, object]]] = []
+    service = SchedulerService(store, published.append, assignments=lambda: {slot: 42})
+    service.tick()
+    assert next(s for s in published[-1] if s["slot_id"] == slot)["job"] == 42
+    assert next(s for s in live.current_slots() if s["slot_id"] == slot)["job"] == 42
+    store.save_assignments({slot: 42}, ttl=0.2)  # a scheduler that stopped publishing
+    wait_for(lambda: store.assignments() == {}, 3, "the assignments to expire")
+    assert next(s for s in live.current_slots() if s["slot_id"] == slot)["job"] is None

@@ -23,7 +23,8 @@ def current_slots() -> list[dict[str, Any]]:
     """The slot registry now, as the pages show it."""
     store = Store(connect(settings.REDIS_URL))
     try:
-        return [slot.as_dict() for slot in store.list_slots()]
+        jobs = store.assignments()
+        return [dict(slot.as_dict(), job=jobs.get(slot.slot_id)) for slot in store.list_slots()]
     finally:
         store.r.close()
 

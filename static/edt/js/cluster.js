@@ -49,7 +49,9 @@
     return s < 1.5 ? "just now" : s.toFixed(0) + " s ago";
   }
 
+  let lastSlots = null;
   function render(slots) {
+    lastSlots = slots;
     const hosts = new Map();
     for (const s of slots) {
       if (!hosts.has(s.host)) hosts.set(s.host, []);
@@ -134,6 +136,7 @@
     for (const [job, name] of Object.entries(data.names)) names.set(job, name);
     decisions = data.decisions;
     drawAllocation();
+    if (lastSlots) render(lastSlots); // now with the names of the jobs on the slots
   }
   function onAllocation(data) {
     const job = String(data.job);
@@ -142,12 +145,32 @@
     if (!names.has(job)) { loadAllocation(); return; }
     if (data.decision) decisions.unshift({ at: data.at, job: names.get(job), message: data.decision });
     later();
+    if (data.state || data.decision) refreshQueue();
+  }
+
+  // The queue: your waiting jobs in their place in the whole queue; refreshed when the
+  // scheduler decides something and every few seconds.
+  let queueTimer = null;
+  async function refreshQueue() {
+    clearTimeout(queueTimer);
+    queueTimer = setTimeout(refreshQueue, 5000);
+    const r = await fetch("/api/v1/cluster/queue/", { credentials: "same-origin" });
+    if (!r.ok) return;
+    const jobs = await r.json();
+    const ol = document.getElementById("queue");
+    ol.replaceChildren(...jobs.map((j) => {
+      const li = el("li", {});
+      li.append(el("a", { href: "/jobs/" + j.id + "/" }, j.name),
+        ` · ${j.state.toLowerCase()} · #${j.position} in the queue · priority ${j.priority} · min ${j.min_workers}`);
+      return li;
+    }));
+    if (!jobs.length) ol.append(el("li", { class: "empty" }, "Nothing waits."));
   }
 
   function connect() {
     const scheme = location.protocol === "https:" ? "wss://" : "ws://";
     const ws = new WebSocket(scheme + location.host + "/ws/cluster/");
-    ws.onopen = () => { retryMs = 500; setLive("up", "live"); loadAllocation(); };
+    ws.onopen = () => { retryMs = 500; setLive("up", "live"); loadAllocation(); refreshQueue(); };
     ws.onmessage = (msg) => {
       const data = JSON.parse(msg.data);
       if (data.type === "slots") render(data.slots);
