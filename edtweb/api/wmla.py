@@ -292,11 +292,9 @@ class ExecDetail(Owned, WmlaView):
     def delete(self, request: Request, pk: int) -> Response:
         """Delete an exec that has ended, with its logs, checkpoints and model."""
         job = self.get_object()
-        if job.state in Job.ACTIVE:
-            raise ApiError(f"exec {job.pk} is {STATES[job.state]}: stop it first", 409)
         gone = as_exec(job)
-        if not services.delete_job(job.pk):
-            raise ApiError(f"exec {job.pk} was deleted meanwhile", 404)
+        if not services.delete_job(job.pk):  # refuses an active job
+            raise ApiError(f"exec {job.pk} is {STATES[job.state]}: stop it first", 409)
         return Response(gone)
 
 

@@ -98,9 +98,6 @@ def state(job: Job) -> dict[str, Any]:
         "steps_done": job.steps_done,
         "total_steps": job.total_steps,
         "error": job.error,
-        "logs": log_names(job),
-        "checkpoints": checkpoints(job),
-        "final_model": job.state == Job.State.COMPLETED,
     }
 
 

@@ -58,7 +58,10 @@ def job_metrics(request: HttpRequest, pk: int) -> JsonResponse:
 @login_required
 @require_GET
 def job_state(request: HttpRequest, pk: int) -> JsonResponse:
-    return JsonResponse(history.state(get_owned(request, Job, pk)))
+    job = get_owned(request, Job, pk)
+    # The job page's poll also follows its files; the jobs list (history.state) need not.
+    files = {"logs": history.log_names(job), "checkpoints": history.checkpoints(job)}
+    return JsonResponse({**history.state(job), **files})
 
 
 @login_required

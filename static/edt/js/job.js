@@ -181,8 +181,7 @@
     if (!logSlot) tabs.querySelector("button")?.click();
   }
   document.querySelectorAll("#log-tabs button").forEach(logTab);
-  const first = document.querySelector("#log-tabs button");
-  if (first) first.click();
+  logTabs([]); // open the first learner's log
 
   // Slot telemetry of the job's learners, every 2 s.
   async function slots() {
@@ -217,7 +216,8 @@
   // Files: checkpoints as they are written, the final model once the job completes.
   let shownFiles = null;
   function downloads(s) {
-    const key = JSON.stringify([s.final_model, s.checkpoints]);
+    const finalModel = s.state === "COMPLETED";
+    const key = JSON.stringify([finalModel, s.checkpoints]);
     if (key === shownFiles) return;
     shownFiles = key;
     const box = document.getElementById("downloads");
@@ -228,7 +228,7 @@
       return a;
     };
     const parts = [];
-    if (s.final_model) {
+    if (finalModel) {
       const a = link("model.pt", "Final model (model.pt)");
       a.className = "button"; a.id = "download-model";
       parts.push(a, " ");
