@@ -1,5 +1,11 @@
-"""Dashboard benchmarks: live latency to a browser, a 100,000-point job page, and the cost
-of 50 open job pages to a running job. Everything runs in this one invocation.
+"""Dashboard benchmarks: live latency to a browser with and without 20 API clients, first
+load of a job page with an empty cache, a 100,000-point job page, and the cost of 50 open
+job pages to a running job. Everything runs in this one invocation.
+
+Latency and first load compare, in interleaved pairs, EDT's web layout (pages and API from
+one Daphne, WebSockets from a second; static files collected: hashed, gzipped, cached)
+with the baseline of one Daphne serving everything with static files straight from the
+source folders (what `make run` did before).
 
     python bench/bench_dashboard.py        (make bench runs it)
 
@@ -9,7 +15,6 @@ Writes bench/results/dashboard.md.
 from __future__ import annotations
 
 import itertools
-import json
 import os
 import statistics
 import subprocess
@@ -23,12 +28,16 @@ PROJECT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(PROJECT))
 TMP = Path(tempfile.mkdtemp(prefix="edt-bench-dash-"))
 # Playwright's sync API keeps an event loop in this thread; the ORM calls here are a
-# benchmark harness's own, one at a time.
+# benchmark harness's own, one at a time. Both layouts share the database and the key.
 os.environ.update(
     EDT_DATA_DIR=str(TMP / "data"),
+    DATABASE_URL=f"sqlite:///{TMP / 'edt.sqlite3'}",
+    SECRET_KEY="bench-" + "k" * 50,
     DJANGO_SETTINGS_MODULE="edtweb.settings",
     DJANGO_ALLOW_ASYNC_UNSAFE="true",
 )
+API_CLIENTS = 20
+PAIRS = 5
 
 from edtweb.redis_server import RedisServer, free_port  # noqa: E402
 
@@ -43,6 +52,7 @@ from django.contrib.auth import get_user_model  # noqa: E402
 from django.core.management import call_command  # noqa: E402
 from playwright.sync_api import Page, sync_playwright  # noqa: E402
 
+from edtweb.launcher import UNSERVED  # noqa: E402
 from edtweb.training import services  # noqa: E402
 from edtweb.training.models import Job, Metric  # noqa: E402
 from scheduler.store import JobStore, Store, connect  # noqa: E402
@@ -50,14 +60,15 @@ from workers.learner.datasets import write_cifar10  # noqa: E402
 
 PASSWORD = "bench-password-1"
 ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking"]
-COLLECT = """(url) => { window.arrivals = []; const ws = new WebSocket(url);
+COLLECT = """(url) => { window.arrivals = []; if (window.liveWs) window.liveWs.close();
+  const ws = new WebSocket(url); window.liveWs = ws;
   ws.onmessage = (e) => { const d = JSON.parse(e.data); const now = Date.now() / 1000;
     if (d.type === "metrics") for (const r of d.records) window.arrivals.push(now - r.time); };
   return new Promise((ok) => { ws.onopen = ok; }); }"""
 
 
-def start(*args: str) -> subprocess.Popen[bytes]:
-    env = dict(os.environ, PYTHONUNBUFFERED="1")
+def start(*args: str, **extra: str) -> subprocess.Popen[bytes]:
+    env = dict(os.environ, PYTHONUNBUFFERED="1", **extra)
     return subprocess.Popen(
         [sys.executable, *args],
         cwd=PROJECT,
@@ -89,9 +100,9 @@ def login(page: Page, base: str) -> None:
     page.wait_for_url(base + "/")
 
 
-def live_latency(page: Page, base: str, job: Job, count: int = 1000) -> list[float]:
-    page.goto(f"{base}/jobs/{job.pk}/")
-    page.evaluate(COLLECT, f"ws://{base[7:]}/ws/jobs/{job.pk}/")
+def live_latency(page: Page, live: str, job: Job, count: int = 1000) -> list[float]:
+    """Latencies of ``count`` records emitted at 100 a second, to a socket on ``live``."""
+    page.evaluate(COLLECT, f"ws://{live[7:]}/ws/jobs/{job.pk}/")
     jobs = JobStore(connect(REDIS.url), job.store_id)
     for step in range(1, count + 1):  # a job doing 100 iterations a second
         jobs.emit(
@@ -112,6 +123,56 @@ def live_latency(page: Page, base: str, job: Job, count: int = 1000) -> list[flo
     while page.evaluate("window.arrivals.length") < count and time.monotonic() < deadline:
         time.sleep(0.1)
     return list(page.evaluate("window.arrivals"))
+
+
+def api_load(base: str, token: str, job: Job) -> subprocess.Popen[bytes]:
+    """API_CLIENTS clients, each asking in a loop for the job list, the slots and the
+    metrics of a 2,000-point job (what a script or a dashboard polls)."""
+    return start(str(Path(__file__)), "--api-load", base, token, str(job.pk))
+
+
+def run_api_load(base: str, token: str, job: str) -> None:
+    import threading
+
+    import requests
+
+    def client() -> None:
+        session = requests.Session()
+        session.headers["Authorization"] = f"Token {token}"
+        while True:
+            for path in ("/api/v1/jobs/", "/api/v1/cluster/slots/", f"/api/v1/jobs/{job}/metrics/"):
+                try:
+                    session.get(base + path, timeout=60)
+                except requests.RequestException:
+                    time.sleep(0.1)
+
+    for _ in range(API_CLIENTS):
+        threading.Thread(target=client, daemon=True).start()
+    threading.Event().wait()
+
+
+def first_load(browser: Any, state: Any, url: str) -> float:
+    """Seconds from navigation to drawn charts, in a fresh context (an empty cache)."""
+    context = browser.new_context(storage_state=state)
+    page = context.new_page()
+    page.set_default_timeout(180_000)
+    started = time.monotonic()
+    page.goto(url)
+    page.wait_for_function("document.getElementById('chart-loss').data?.[0]?.x?.length > 0")
+    seconds = time.monotonic() - started
+    context.close()
+    return seconds
+
+
+def small_job(owner: Any, points: int = 2000) -> Job:
+    job = services.submit_job(owner, name="first-load", model_path="-", data_path="-")
+    Job.objects.filter(pk=job.pk).update(state=Job.State.COMPLETED, metrics_count=points)
+    Metric.objects.bulk_create(
+        Metric(job=job, kind="train", step=i, epoch=0, time=1e9 + i,
+               values={"loss": 1 / i, "workers": 2, "samples_per_s": 100.0})
+        for i in range(1, points + 1)
+    )  # fmt: skip
+    return job
 
 
 def big_page(page: Page, base: str, owner: Any, points: int = 100_000) -> list[float]:
@@ -168,7 +229,7 @@ def open_pages_cost(page: Page, base: str, owner: Any) -> tuple[float, float, li
     deadline = time.monotonic() + 60
     while Metric.objects.filter(job=job).count() < 50 and time.monotonic() < deadline:
         time.sleep(0.5)
-    quiet_page = base + "/static/edt/favicon.svg"  # same origin, no script, no socket
+    quiet_page = base + "/accounts/login/"  # same origin, no script, no socket
     page.goto(quiet_page)
     quiet = [statistics.median(step_times(job, WINDOW))]
     watched, ratios = [], []
@@ -188,28 +249,77 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
+class Layout:
+    """One way of serving the web: ``base`` for pages and API, ``live`` for WebSockets."""
+
+    def __init__(self, name: str, base: str, live: str) -> None:
+        self.name, self.base, self.live = name, base, live
+
+
+def daphne(port: int, **extra: str) -> subprocess.Popen[bytes]:
+    return start("-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "edtweb.asgi:application",
+                 **extra)  # fmt: skip
+
+
+def serve_both() -> tuple[Layout, Layout, list[subprocess.Popen[bytes]]]:
+    """The baseline (one Daphne, static files uncollected: its own data dir without them)
+    and EDT's layout (collected static files; a second Daphne for WebSockets)."""
+    ports = [free_port() for _ in range(3)]
+    procs = [daphne(ports[0], EDT_DATA_DIR=str(TMP / "baseline-data"))]
+    call_command("collectstatic", interactive=False, verbosity=0, ignore_patterns=UNSERVED)
+    procs += [daphne(ports[1], EDT_LIVE_PORT=str(ports[2])), daphne(ports[2])]
+    urls = [f"http://127.0.0.1:{p}" for p in ports]
+    return Layout("one Daphne", urls[0], urls[0]), Layout("EDT", urls[1], urls[2]), procs
+
+
+def compare(browser: Any, page: Page, layouts: tuple[Layout, Layout], job: Job, token: str,
+            done: Job) -> dict[str, Any]:  # fmt: skip
+    """PAIRS interleaved rounds: each layout quiet, then under API load; first loads."""
+    state = page.context.storage_state()
+    kinds = ("quiet", "loaded", "load")
+    out: dict[str, Any] = {f"{x.name} {k}": [] for x in layouts for k in kinds}
+    for _ in range(PAIRS):
+        for layout in layouts:
+            page.goto(f"{layout.base}/accounts/login/")  # the page holds no socket
+            url = f"{layout.base}/jobs/{done.pk}/"
+            out[f"{layout.name} load"].append(first_load(browser, state, url))
+            out[f"{layout.name} quiet"].append(live_latency(page, layout.live, job, 300))
+            load = api_load(layout.base, token, done)
+            time.sleep(2)  # the clients are connected and busy
+            out[f"{layout.name} loaded"].append(live_latency(page, layout.live, job, 300))
+            os.killpg(load.pid, 15)
+            load.wait()
+    return out
+
+
 def main() -> None:
+    if sys.argv[1:2] == ["--api-load"]:
+        run_api_load(sys.argv[2], sys.argv[3], sys.argv[4])
+        return
     call_command("migrate", verbosity=0)
     owner = get_user_model().objects.create_user("bench", "", PASSWORD)
-    port = free_port()
-    base = f"http://127.0.0.1:{port}"
-    procs = [
-        start("-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "edtweb.asgi:application"),
-        start("manage.py", "edt_scheduler"),
-    ]
+    from rest_framework.authtoken.models import Token
+
+    token = Token.objects.create(user=owner).key
+    layouts = serve_both()
+    baseline, edt, procs = layouts
+    procs.append(start("manage.py", "edt_scheduler"))
+    base = edt.base
     try:
         job = fake_running_job(owner)
+        done = small_job(owner)
         time.sleep(3)
         with sync_playwright() as pw:
             browser = pw.chromium.launch(executable_path="/usr/bin/chromium", args=ARGS)
             page = browser.new_page()
+            page.set_default_timeout(180_000)
             login(page, base)
-            latencies = live_latency(page, base, job)
+            pairs = compare(browser, page, (baseline, edt), job, token, done)
             services.stop_job(job.pk)
             Store(connect(REDIS.url)).forget_slot("bench.0")
             opens = big_page(page, base, owner)
             procs.append(start("manage.py", "edt_worker", "--cpu-slots", "1", "--host-name", "bw"))
-            quiet, watched, ratios = open_pages_cost(page, base, owner)
+            quiet, watched, ratios = open_pages_cost(page, edt.live, owner)
             browser.close()
     finally:
         for proc in procs:
@@ -217,16 +327,47 @@ def main() -> None:
         for proc in procs:
             proc.wait()
         REDIS.stop()
-    write(latencies, opens, quiet, watched, ratios)
+    write(pairs, opens, quiet, watched, ratios)
+
+
+def p95_ms(windows: list[list[float]]) -> list[float]:
+    return [1000 * percentile(w, 0.95) for w in windows]
+
+
+def spread(values: list[float]) -> str:
+    return f"{min(values):.2f} / {statistics.median(values):.2f} / {max(values):.2f}"
+
+
+def latency_rows(pairs: dict[str, Any]) -> list[tuple[str, str, str]]:
+    rows = []
+    for cond, goal in (("quiet", "<= 250"), ("loaded", "<= 1000")):
+        for name in ("one Daphne", "EDT"):
+            windows = pairs[f"{name} {cond}"]
+            ms = [1000 * v for w in windows for v in w]
+            what = "no API load" if cond == "quiet" else f"{API_CLIENTS} API clients"
+            rows.append((f"live latency, {what}, {name}: p50 / p95 (ms), {len(ms)} records",
+                         f"{statistics.median(ms):.0f} / {percentile(ms, 0.95):.0f}",
+                         goal if name == "EDT" else ""))  # fmt: skip
+        base, edt = p95_ms(pairs[f"one Daphne {cond}"]), p95_ms(pairs[f"EDT {cond}"])
+        ratios = [b / max(e, 1e-9) for b, e in zip(base, edt, strict=True)]
+        rows.append((f"p95 ratio one Daphne / EDT, {cond}: min / median / max of {PAIRS} pairs",
+                     spread(ratios), ""))  # fmt: skip
+    for name in ("one Daphne", "EDT"):
+        loads = pairs[f"{name} load"]
+        goal = "<= 2" if name == "EDT" else ""
+        rows.append((f"job page first load, empty cache, {name} (s): median of {PAIRS}",
+                     f"{statistics.median(loads):.2f}", goal))  # fmt: skip
+    ratios = [b / e for b, e in zip(pairs["one Daphne load"], pairs["EDT load"], strict=True)]
+    rows.append((f"first load ratio one Daphne / EDT: min / median / max of {PAIRS} pairs",
+                 spread(ratios), ""))  # fmt: skip
+    return rows
 
 
 def write(
-    latencies: list[float], opens: list[float], quiet: float, watched: float, ratios: list[float]
+    pairs: dict[str, Any], opens: list[float], quiet: float, watched: float, ratios: list[float]
 ) -> None:
-    ms = [1000 * v for v in latencies]
     rows = [
-        (f"live latency p50 (ms), {len(ms)} records", f"{statistics.median(ms):.0f}", ""),
-        ("live latency p95 (ms)", f"{percentile(ms, 0.95):.0f}", "<= 250"),
+        *latency_rows(pairs),
         (
             "job page with 100,000 loss points: open (s), median of 5",
             f"{statistics.median(opens):.2f}",
@@ -253,19 +394,26 @@ def write(
     table = "| measure | value | goal |\n|---|---|---|\n" + "".join(
         f"| {a} | {b} | {c} |\n" for a, b, c in rows
     )
+    load = ", ".join(f"{v:.2f}" for v in os.getloadavg())
     text = (
         "# Dashboard benchmarks\n\nOne run of `python bench/bench_dashboard.py` on this "
-        f"machine ({os.cpu_count()} cores): web (Daphne), scheduler, Redis and Chromium on "
-        "the same host. Latency: from a record entering the job's Redis stream (as a "
-        "learner emits it) to its arrival in a WebSocket of a page in Chromium. Open "
-        "pages: 50 WebSockets on the job's live group (what each open job page costs the "
-        "server in live updates), opened and closed in alternating windows while a CNN "
-        "trains on one CPU slot.\n\n" + table
+        f"machine ({os.cpu_count()} cores; load average at the end {load}): web (Daphne), "
+        "scheduler, Redis and Chromium on the same host. Latency: from a record entering "
+        "the job's Redis stream (as a learner emits it) to its arrival in a WebSocket of a "
+        "page in Chromium; 300 records at 100 a second per window. API load: "
+        f"{API_CLIENTS} clients (one process, threads) asking in a loop for the job list, "
+        "the slots and a 2,000-point job's metrics, against the layout's web port. One "
+        "Daphne: pages, API, WebSockets and uncompressed static files from one process "
+        "(the baseline). EDT: "
+        "pages and API from one Daphne, WebSockets from a second (`make run`), static "
+        "files collected (hashed names, gzip). First load: a fresh browser context (empty "
+        "cache), from navigation to the drawn charts of a 2,000-point job. Open pages: 50 "
+        "WebSockets on the job's live group, opened and closed in alternating windows "
+        "while a CNN trains on one CPU slot.\n\n" + table
     )
     (PROJECT / "bench" / "results").mkdir(exist_ok=True)
     (PROJECT / "bench" / "results" / "dashboard.md").write_text(text)
     print(text)
-    print(json.dumps({"latencies_ms": len(ms)}))
 
 
 if __name__ == "__main__":

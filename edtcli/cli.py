@@ -127,6 +127,8 @@ def _jobs(add: Any, sub: Any) -> None:
                        ("--batch-size", int), ("--lr", float), ("--checkpoint-every", int),
                        ("--max-micro-batch", int), ("--name", str)):  # fmt: skip
         p.add_argument(flag, type=kind)
+    p.add_argument("--precision", choices=["fp32", "bf16", "fp16"],
+                   help="bf16: autocast on CPU or GPU; fp16: GPU only")  # fmt: skip
     jobs = add(sub, "jobs", commands.jobs_list, "list jobs, or show one")
     jobs.add_argument("--state", help="only jobs in this state")
     inner = jobs.add_subparsers(dest="action", metavar="ACTION")

@@ -159,7 +159,7 @@ JOB_KEYS = ["id", "name", "owner", "state", "priority", "workers", "progress", "
             "model", "dataset", "epochs", "batch_size", "lr", "checkpoints", "logs",
             "model_ready", "error", "created_at", "started_at", "finished_at"]  # fmt: skip
 SUBMIT_FIELDS = ("name", "epochs", "batch_size", "max_workers", "min_workers", "priority",
-                 "checkpoint_every", "lr", "max_micro_batch")  # fmt: skip
+                 "checkpoint_every", "lr", "max_micro_batch", "precision")  # fmt: skip
 
 
 def _readable(job: dict[str, Any]) -> dict[str, Any]:

@@ -1,14 +1,16 @@
 """`make run`: one command that brings up a whole single-machine EDT.
 
 Steps: find Redis (or start one), migrate, create the admin once, then run web, scheduler
-and worker host under honcho, and print the URL and the login once the web answers.
-Ctrl-C (or SIGTERM) stops everything it started, Redis included.
+and worker host under a supervisor that restarts whichever dies (``edtweb.supervisor``), and
+print the URL and the login once the web answers. Ctrl-C (or SIGTERM) stops everything it
+started, Redis included.
 """
 
 from __future__ import annotations
 
 import os
 import secrets
+import subprocess
 import sys
 import threading
 import time
@@ -18,11 +20,19 @@ from pathlib import Path
 
 from django.conf import settings
 from django.core.management import call_command
-from honcho.manager import Manager
 
-from edtweb.redis_server import RedisServer, RedisUnavailable, ping_error
+from edtweb.redis_server import (
+    RedisServer,
+    RedisUnavailable,
+    free_port,
+    ping_error,
+    redacted,
+    redis_password,
+)
+from edtweb.supervisor import Supervisor
 
 ADMIN_USER = "admin"
+UNSERVED = ["datasets", "templates", "widgetbundle*"]  # plotly's package data beside plotly.js
 DEFAULT_PROBE = "redis://127.0.0.1:6379/0"
 
 
@@ -35,6 +45,7 @@ class Options:
     port: int = 8000
     cpu_slots: int | None = None
     redis_probe: str = DEFAULT_PROBE
+    live_port: int | None = None  # WebSockets from a Daphne of their own (None: a free port)
 
 
 def resolve_redis(data_dir: Path, probe: str) -> tuple[str, RedisServer | None]:
@@ -51,7 +62,8 @@ def resolve_redis(data_dir: Path, probe: str) -> tuple[str, RedisServer | None]:
     if ping_error(probe, timeout=0.5) is None:
         return probe, None
     try:
-        server = RedisServer(data_dir / "redis", appendonly=True).start()
+        password = redis_password(data_dir)  # learners get a per-job ACL user instead
+        server = RedisServer(data_dir / "redis", appendonly=True, password=password).start()
     except RedisUnavailable as exc:
         raise LaunchError(str(exc)) from None
     return server.url, server
@@ -91,6 +103,31 @@ def seed_demo() -> None:
     registry.create_examples(admin, Path(settings.BASE_DIR) / "examples")
 
 
+def static_is_current() -> bool:
+    """True when the collected files are newer than every source file they come from."""
+    from django.contrib.staticfiles import finders
+
+    manifest = Path(settings.STATIC_ROOT) / "staticfiles.json"
+    if not manifest.exists():
+        return False
+    collected = manifest.stat().st_mtime
+    for finder in finders.get_finders():
+        for path, storage in finder.list(UNSERVED):
+            if Path(storage.path(path)).stat().st_mtime > collected:
+                return False
+    return True
+
+
+def collect_static() -> subprocess.Popen[bytes] | None:
+    """Start `collectstatic` in a child process (it runs beside the demo's seeding), unless
+    the collected files are current."""
+    if static_is_current():
+        return None
+    ignore = [arg for pattern in UNSERVED for arg in ("--ignore", pattern)]
+    command = [sys.executable, "manage.py", "collectstatic", "--noinput", "-v0", *ignore]
+    return subprocess.Popen(command, cwd=settings.BASE_DIR, env=dict(os.environ))
+
+
 def processes(opts: Options) -> dict[str, str]:
     py = sys.executable
     worker = f"{py} manage.py edt_worker"
@@ -98,6 +135,8 @@ def processes(opts: Options) -> dict[str, str]:
         worker += f" --cpu-slots {opts.cpu_slots}"
     return {
         "web": f"{py} -m daphne -b 127.0.0.1 -p {opts.port} edtweb.asgi:application",
+        # Live updates apart from pages and API: a busy API never delays a WebSocket.
+        "live": f"{py} -m daphne -b 127.0.0.1 -p {opts.live_port} edtweb.asgi:application",
         "scheduler": f"{py} manage.py edt_scheduler",
         "worker": worker,
     }
@@ -131,18 +170,22 @@ def run(opts: Options) -> int:
     redis_url, own_redis = resolve_redis(data_dir, opts.redis_probe)
     try:
         where = "started by EDT, append-only under " + str(own_redis.directory) if own_redis else ""
-        print(f"EDT: Redis at {redis_url} {where}".rstrip(), flush=True)
+        print(f"EDT: Redis at {redacted(redis_url)} {where}".rstrip(), flush=True)
         os.environ["REDIS_URL"] = redis_url
         os.environ["EDT_DATA_DIR"] = str(data_dir)
         call_command("migrate", interactive=False, verbosity=0)
+        # Hashed, compressed static files for the web (plotly.js goes out gzipped), collected
+        # while the demo is seeded.
+        collect = collect_static()
+        opts.live_port = opts.live_port or free_port()
+        os.environ["EDT_LIVE_PORT"] = str(opts.live_port)
         password = ensure_admin(data_dir)
         seed_demo()
-        manager = Manager()
-        for name, cmd in processes(opts).items():
-            manager.add_process(name, cmd, env=dict(os.environ), cwd=str(settings.BASE_DIR))
+        if collect is not None and collect.wait() != 0:
+            print("EDT: collectstatic failed: static files are served uncompressed", flush=True)
+        supervisor = Supervisor(processes(opts), dict(os.environ), str(settings.BASE_DIR))
         announce_when_up(f"http://127.0.0.1:{opts.port}/", password)
-        manager.loop()
-        return manager.returncode or 0
+        return supervisor.run()
     finally:
         if own_redis is not None:
             own_redis.stop()

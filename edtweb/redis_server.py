@@ -1,11 +1,16 @@
 """Finding Redis, and starting a private ``redis-server`` when none is reachable.
 
 Used by the launcher (``make run``) and by the test suite, which starts its own on a free
-port so that a test can kill it.
+port so that a test can kill it. A Redis that EDT starts requires a password (kept in the
+data directory, file ``redis-password``, mode 0600, like the secret key): learners reach
+Redis only as their job's ACL user (``scheduler/redis_acl.py``), never as the platform.
+The password goes through a config file (mode 0600), never through the command line.
 """
 
 from __future__ import annotations
 
+import os
+import secrets
 import shutil
 import socket
 import subprocess
@@ -49,6 +54,27 @@ def redis_server_binary() -> str:
     )
 
 
+def redis_password(data_dir: Path) -> str:
+    """The password of the Redis that EDT starts: generated once, kept in the data dir."""
+    path = data_dir / "redis-password"
+    if not path.exists():
+        data_dir.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as out:
+            out.write(secrets.token_urlsafe(32) + "\n")
+    return path.read_text().strip()
+
+
+def redacted(url: str) -> str:
+    """``url`` fit for a log: its password replaced by ``***``."""
+    head, at, host = url.rpartition("@")
+    if not at:
+        return url
+    scheme, _, userinfo = head.partition("://")
+    user = userinfo.partition(":")[0]
+    return f"{scheme}://{user}:***@{host}"
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -56,31 +82,51 @@ def free_port() -> int:
 
 
 class RedisServer:
-    """A ``redis-server`` child process on 127.0.0.1, optionally append-only under ``dir``."""
+    """A ``redis-server`` child process on 127.0.0.1, optionally append-only under ``dir``,
+    requiring ``password`` when one is given."""
 
-    def __init__(self, directory: Path, port: int | None = None, appendonly: bool = True) -> None:
+    def __init__(
+        self,
+        directory: Path,
+        port: int | None = None,
+        appendonly: bool = True,
+        password: str | None = None,
+    ) -> None:
         self.directory = directory
         self.port = port or free_port()
         self.appendonly = appendonly
+        self.password = password
         self.proc: subprocess.Popen[bytes] | None = None
 
     @property
     def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}/0"
+        auth = f":{self.password}@" if self.password else ""
+        return f"redis://{auth}127.0.0.1:{self.port}/0"
+
+    def config(self) -> str:
+        lines = [
+            f"port {self.port}",
+            "bind 127.0.0.1",
+            f'dir "{self.directory}"',
+            'save ""',
+            f"appendonly {'yes' if self.appendonly else 'no'}",
+            f'logfile "{self.directory / "redis.log"}"',
+        ]
+        if self.password:
+            lines.append(f"requirepass {self.password}")
+        return "\n".join(lines) + "\n"
 
     def start(self, timeout: float = 10.0) -> RedisServer:
         self.directory.mkdir(parents=True, exist_ok=True)
-        cmd = [
-            redis_server_binary(),
-            "--port", str(self.port),
-            "--bind", "127.0.0.1",
-            "--dir", str(self.directory),
-            "--save", "",
-            "--appendonly", "yes" if self.appendonly else "no",
-            "--logfile", str(self.directory / "redis.log"),
-        ]  # fmt: skip
+        self.directory.chmod(0o700)
+        conf = self.directory / "redis.conf"
+        fd = os.open(conf, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as out:
+            out.write(self.config())
         # Its own session: a Ctrl-C meant for the launcher must not kill Redis first.
-        self.proc = subprocess.Popen(cmd, start_new_session=True, stdout=subprocess.DEVNULL)
+        self.proc = subprocess.Popen(
+            [redis_server_binary(), str(conf)], start_new_session=True, stdout=subprocess.DEVNULL
+        )
         self._wait_ready(timeout)
         return self
 

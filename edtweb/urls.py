@@ -5,6 +5,7 @@ from django.contrib.auth import views as auth_views
 from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
+from edtweb.api.wmla_urls import conductor_urlpatterns
 from edtweb.dashboard import views
 from edtweb.datasets import views as datasets
 from edtweb.registry import views as registry
@@ -29,6 +30,8 @@ urlpatterns = [
     path("jobs/", training.job_list, name="jobs"),
     path("jobs/<int:pk>/", training.job_detail, name="job"),
     path("jobs/<int:pk>/metrics", training.job_metrics, name="job-metrics"),
+    path("jobs/<int:pk>/metrics.csv", training.job_metrics_csv, name="job-metrics-csv"),
+    path("jobs/<int:pk>/resume", training.job_resume, name="job-resume"),
     path("jobs/<int:pk>/state", training.job_state, name="job-state"),
     path("jobs/<int:pk>/log", training.job_log, name="job-log"),
     path("jobs/<int:pk>/priority", training.job_priority, name="job-priority"),
@@ -43,4 +46,5 @@ urlpatterns = [
     path("api/v1/docs/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),
     path("api/v1/", include("edtweb.api.urls")),
     path("platform/rest/deeplearning/v1/", include("edtweb.api.wmla_urls")),
+    path("platform/rest/conductor/v1/", include((conductor_urlpatterns, "conductor"))),
 ]

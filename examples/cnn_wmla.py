@@ -53,12 +53,13 @@ def getDatasets():
 
 
 class PrintingLogger(LoggerCallback):
-    def log_train_metrics(self, loss, accuracy, epoch, step):
-        if step % 10 == 0:
-            print(f"train: epoch {epoch} step {step} loss {loss:.4f}", flush=True)
+    # WMLA's signatures: accuracies in percent, completed_batch counts the iterations done
+    def log_train_metrics(self, loss, acc, completed_batch, worker=0):
+        if completed_batch % 10 == 0:
+            print(f"train: batch {completed_batch} loss {loss:.4f} accuracy {acc:.1f}%", flush=True)
 
-    def log_test_metrics(self, loss, accuracy, epoch):
-        print(f"test: epoch {epoch} loss {loss:.4f} accuracy {accuracy:.3f}", flush=True)
+    def log_test_metrics(self, loss, acc, completed_batch, worker=0):
+        print(f"test: after batch {completed_batch} loss {loss:.4f} accuracy {acc:.1f}%")
 
 
 class EpochMarker(Callback):

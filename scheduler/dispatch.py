@@ -3,15 +3,25 @@
 Celery only delivers "start a learner of job J on slot S with token T"; it is never the
 record of a job. A task that arrives with an old token exits at once. Killing goes through
 Redis to the slot's task, which signals the learner's process group.
+
+Whether a learner is still there is observed, not waited for (DESIGN.md, "Sources of
+truth"): its slot task reports its exit when it can, and the learner renews a lease while it
+lives. A learner whose lease lapsed, or that never took one while its slot died or a long
+start-up grace passed, is gone, whatever killed it: a dead host writes no exit report.
 """
 
 from __future__ import annotations
 
 import signal
+import time
 import uuid
 from typing import Any
 
 from scheduler.store import JobStore, queue_for
+
+LEASE_GRACE = 2.0  # seconds a lapsed lease must stay missing, watched without a gap
+START_GRACE = 180.0  # seconds a dispatched learner has to take its first lease
+WATCH_GAP = 3.0  # seconds between two looks beyond which the watch starts over (an outage)
 
 
 class CeleryLauncher:
@@ -20,10 +30,20 @@ class CeleryLauncher:
         self.app = celery_app
         self.job_pk = job_pk
         self.tokens = jobs.dispatches()  # a new scheduler takes over what was sent
+        now = time.monotonic()
+        self.sent_at = dict.fromkeys(self.tokens, now)
+        self.leased: set[str] = set()  # slots whose current learner has held its lease
+        self.missing_since: dict[str, float] = {}
+        self.gone: set[str] = set()  # judged gone by observation
+        self.looked_at = 0.0
 
     def start(self, slot: str) -> None:
         token = uuid.uuid4().hex
         self.tokens[slot] = token
+        self.sent_at[slot] = time.monotonic()
+        self.leased.discard(slot)
+        self.gone.discard(slot)
+        self.missing_since.pop(slot, None)
         self.jobs.set_dispatch(slot, token)
         self.app.send_task(
             "edt.run_learner", args=[self.job_pk, slot, token], queue=queue_for(slot)
@@ -34,6 +54,41 @@ class CeleryLauncher:
             self.jobs.request_kill(slot, sig)
 
     def exited(self, slot: str) -> bool:
-        """The learner this launcher last sent to ``slot`` has ended."""
+        """The learner this launcher last sent to ``slot`` has ended, or is judged gone."""
+        if slot not in self.tokens or slot in self.gone:
+            return True
         token, _code = self.jobs.exits().get(slot, ("", 0))
-        return slot not in self.tokens or token == self.tokens[slot]
+        return token == self.tokens[slot]
+
+    def exit_code(self, slot: str) -> int | None:
+        """The reported exit status of the learner last sent to ``slot``, if it reported."""
+        token, code = self.jobs.exits().get(slot, ("", 0))
+        return code if slot in self.tokens and token == self.tokens[slot] else None
+
+    def observe(self, alive_slots: set[str]) -> list[str]:
+        """Look at the leases of this job's learners once; returns the slots newly judged
+        gone. A look after a long gap (Redis or the scheduler away) starts the watch over:
+        a lease that could not be renewed meanwhile proves nothing."""
+        now = time.monotonic()
+        watched = now - self.looked_at <= WATCH_GAP
+        self.looked_at = now
+        pending = [s for s in self.tokens if not self.exited(s)]
+        leases = self.jobs.leases(pending)
+        newly = []
+        for slot in pending:
+            if leases.get(slot) == self.tokens[slot]:
+                self.leased.add(slot)
+                self.missing_since.pop(slot, None)
+                continue
+            if not watched:
+                self.missing_since[slot] = now
+            since = self.missing_since.setdefault(slot, now)
+            if self._lapsed(slot, now - since, now, alive_slots):
+                self.gone.add(slot)
+                newly.append(slot)
+        return newly
+
+    def _lapsed(self, slot: str, missing: float, now: float, alive: set[str]) -> bool:
+        if slot in self.leased or slot not in alive:
+            return missing >= LEASE_GRACE
+        return now - self.sent_at[slot] >= START_GRACE

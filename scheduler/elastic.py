@@ -17,6 +17,7 @@ from typing import Any, Protocol
 from scheduler.store import JobStore
 
 FAILURE_GRACE_SECONDS = 1.0
+USER_CODE_FAILED = 2  # a learner's exit status when the user's code raised
 
 EventSink = Callable[[str, dict[str, Any]], None]
 
@@ -53,8 +54,11 @@ class Coordinator:
         self.joining += slots
 
     def settled(self) -> bool:
-        """No failure being handled and the latest generation adopted: safe to change."""
-        return self.failure_since is None and self.jobs.adopted() == self.jobs.generation()
+        """No failure being handled and the latest generation adopted (or none runs, so
+        none can be waited for): safe to change."""
+        if self.failure_since is not None:
+            return False
+        return not self.members or self.jobs.adopted() == self.jobs.generation()
 
     def publish(self, members: list[str], why: str) -> None:
         self.members = members
@@ -80,24 +84,40 @@ class Coordinator:
     def dead_joiners(self) -> list[str]:
         return [s for s in self.joining if self.launcher.exited(s)]
 
+    def drop_dead_joiners(self) -> list[str]:
+        """Forget joiners that died before joining: their slots are the scheduler's again."""
+        dead = self.dead_joiners()
+        self.joining = [s for s in self.joining if s not in dead]
+        self.started -= set(dead)
+        return dead
+
     # Failures ------------------------------------------------------------------------------
 
-    def watch_failures(self) -> None:
-        """Replace the generation once every member reported failure, died, or was silent."""
+    def watch_failures(self) -> bool:
+        """Replace the generation once every member reported failure, died, or was silent.
+        True while a failure is being handled (members lost, their replacement not yet
+        published)."""
         reports = self.jobs.failures()
         gen = self.jobs.generation()
         failed = {r["slot"] for r in reports[self.handled_failures :] if r["gen"] == gen}
-        dead = {s for s in self.members if self.launcher.exited(s)}
+        dead = {s for s in self.members if self.launcher.exited(s) and not self._finished(s)}
         if not failed and not dead:
-            return
+            return False
         now = time.monotonic()
         self.failure_since = self.failure_since or now
         silent = set(self.members) - failed - dead
         if silent and now - self.failure_since < FAILURE_GRACE_SECONDS:
-            return
+            return True
         self.handled_failures = len(reports)
         self.failure_since = None
         self._replace(survivors=[s for s in self.members if s in failed and s not in dead])
+        return False
+
+    def _finished(self, slot: str) -> bool:
+        """The member's learner reported a clean exit: it finished or was told to stop (a
+        peer still training would see the collective fail and report it)."""
+        exit_code = getattr(self.launcher, "exit_code", None)
+        return exit_code is not None and exit_code(slot) == 0
 
     def _replace(self, survivors: list[str]) -> None:
         lost = [s for s in self.members if s not in survivors]
@@ -116,6 +136,10 @@ class Coordinator:
         self.event("restart", from_step=resumed, iterations_lost=self.step - resumed)
         self.members = []
         self.step = resumed
+        for slot in self.joining:  # they loaded an older state: new ones load the latest
+            self.launcher.kill(slot)
+            self.started.discard(slot)
+        self.joining = []
 
     # Progress ------------------------------------------------------------------------------
 
@@ -135,10 +159,11 @@ class Coordinator:
     def first_error(self) -> str | None:
         """The user's code failed: its message and traceback line, for the job's record."""
         errors = self.jobs.errors()
-        if not errors:
-            return None
-        first = errors[0]
-        return f"{first['message']} ({first['trace']})" if first["trace"] else first["message"]
+        if errors:
+            first = errors[0]
+            return f"{first['message']} ({first['trace']})" if first["trace"] else first["message"]
+        failed = [s for s, (_, code) in self.jobs.exits().items() if code == USER_CODE_FAILED]
+        return f"the learner on {failed[0]} failed; see its log" if failed else None
 
     def all_exited(self) -> bool:
         return all(self.launcher.exited(s) for s in self.started)

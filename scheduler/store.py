@@ -11,12 +11,27 @@ Keys (all under the ``edt:`` prefix):
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import json
+import logging
+import threading
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, Concatenate, ParamSpec, TypeVar
 
 import redis
+
+from scheduler.retry import Backoff, patiently
+
+log = logging.getLogger("edt.store")
+P = ParamSpec("P")
+R = TypeVar("R")
+
+# Errors that mean "Redis is away for now" (refused, reset, timed out, still loading its
+# append-only file after a restart), as opposed to a bug in a command.
+REDIS_DOWN: tuple[type[Exception], ...] = (redis.ConnectionError, redis.TimeoutError)
 
 PREFIX = "edt:"
 SLOTS_KEY = PREFIX + "slots"
@@ -37,7 +52,7 @@ def queue_for(slot_id: str) -> str:
 
 LEASE_KEY = PREFIX + "scheduler:lease"
 WAKE_KEY = PREFIX + "scheduler:wake"
-ASSIGNMENTS_KEY = PREFIX + "scheduler:assignments"  # slot -> job, as last published
+ALLOCATIONS_KEY = PREFIX + "scheduler:allocations"  # the allocation record (see below)
 
 # Extend the lease only if we still hold it (atomic compare-and-expire).
 _RENEW = """
@@ -77,6 +92,48 @@ class SlotInfo:
         return asdict(self)
 
 
+@dataclass(frozen=True)
+class Allocation:
+    """The slots one job holds: the members of its generation, in rank order, then the
+    joiners started for it and not admitted yet."""
+
+    members: tuple[str, ...] = ()
+    joiners: tuple[str, ...] = ()
+
+    @property
+    def slots(self) -> tuple[str, ...]:
+        return (*self.members, *self.joiners)
+
+
+@dataclass(frozen=True)
+class AllocationRecord:
+    """Which slots each job holds, with the usable capacity and the policy of the decision
+    that placed them. Written by the active scheduler alone; read by everything else
+    (pages, API, WebSockets, CLI, the priority preview) through :meth:`Store.allocations`."""
+
+    jobs: dict[int, Allocation] = field(default_factory=dict)
+    capacity: int = 0  # slots the scheduler could give: alive, not held by a leaver
+    policy: str = "fairshare"
+
+    def holder(self) -> dict[str, int]:
+        """Slot id -> the job holding it."""
+        return {slot: job for job, held in self.jobs.items() for slot in held.slots}
+
+    def of(self, job_id: int) -> Allocation:
+        return self.jobs.get(job_id, Allocation())
+
+    def to_json(self) -> str:
+        jobs = {str(k): {"members": a.members, "joiners": a.joiners} for k, a in self.jobs.items()}
+        return json.dumps({"jobs": jobs, "capacity": self.capacity, "policy": self.policy})
+
+    @classmethod
+    def from_json(cls, raw: str) -> AllocationRecord:
+        data = json.loads(raw)
+        jobs = {int(k): Allocation(tuple(v["members"]), tuple(v["joiners"]))
+                for k, v in data["jobs"].items()}  # fmt: skip
+        return cls(jobs, int(data["capacity"]), str(data["policy"]))
+
+
 def connect(url: str, timeout: float = 5.0) -> redis.Redis:
     """A client for ``url`` returning str values; it fails fast when Redis is down."""
     return redis.Redis.from_url(
@@ -114,10 +171,16 @@ class Store:
         pipe.execute()
         return slot_id
 
-    def heartbeat(self, slot_id: str, telemetry: dict[str, Any], ttl: int) -> None:
-        """Refresh the slot's liveness for ``ttl`` seconds, carrying a telemetry sample."""
+    def heartbeat(self, slot_id: str, telemetry: dict[str, Any], ttl: int) -> bool:
+        """Refresh the slot's liveness for ``ttl`` seconds, carrying a telemetry sample.
+        False when the slot's description is missing (Redis came back empty): register
+        it again."""
         sample = dict(telemetry, at=round(time.time(), 3))
-        self.r.set(_hb_key(slot_id), json.dumps(sample), ex=ttl)
+        pipe = self.r.pipeline(transaction=False)
+        pipe.set(_hb_key(slot_id), json.dumps(sample), ex=ttl)
+        pipe.sismember(SLOTS_KEY, slot_id)
+        _, known = pipe.execute()
+        return bool(known)
 
     def mark_offline(self, slot_id: str) -> None:
         """A clean shutdown: the slot is gone on purpose, not lost."""
@@ -152,14 +215,15 @@ class Store:
 
     # The scheduler's lease and wake-ups ------------------------------------------------------
 
-    def save_assignments(self, jobs: dict[str, int], ttl: float) -> None:
-        """Which job holds each slot, as the active scheduler last saw it; it expires with
-        the scheduler, so a page never shows an assignment nobody keeps up to date."""
-        self.r.set(ASSIGNMENTS_KEY, json.dumps(jobs), px=max(1, int(ttl * 1000)))
+    def save_allocations(self, record: AllocationRecord, ttl: float) -> None:
+        """Write the allocation record (the active scheduler alone does). It expires with
+        the scheduler, so nobody reads an allocation that nobody keeps up to date."""
+        self.r.set(ALLOCATIONS_KEY, record.to_json(), px=max(1, int(ttl * 1000)))
 
-    def assignments(self) -> dict[str, int]:
-        raw = self.r.get(ASSIGNMENTS_KEY)
-        return {str(k): int(v) for k, v in json.loads(raw).items()} if raw else {}
+    def allocations(self) -> AllocationRecord:
+        """The allocation record as the active scheduler last wrote it (empty if none)."""
+        raw = self.r.get(ALLOCATIONS_KEY)
+        return AllocationRecord.from_json(str(raw)) if raw else AllocationRecord()
 
     def acquire_lease(self, holder: str, ttl_ms: int) -> bool:
         """Become the active scheduler if nobody holds the lease, or keep it if we do."""
@@ -226,22 +290,55 @@ def _slot_from(slot_id: str, desc: dict[str, str], hb: str | None) -> SlotInfo:
 # edt:job:<id>:dispatch       hash slot -> token of the learner task sent to it
 # edt:job:<id>:kill           hash slot -> signal the slot's task must send to its learner
 # edt:job:<id>:exits          hash slot -> exit code of its learner
+# edt:job:<id>:lease:<slot>   the token of the learner alive on the slot, with a short TTL
 # edt:job:<id>:metrics        stream of per-iteration and per-epoch records
+
+LEARNER_PATIENCE = 600.0  # seconds a learner or slot task keeps retrying while Redis is away
+LEASE_TTL_MS = 4000  # a learner that stopped renewing for this long is gone
+LEASE_RENEW = 1.0  # seconds between renewals
 
 
 def _job_key(job_id: str, suffix: str) -> str:
     return f"{PREFIX}job:{job_id}:{suffix}"
 
 
-class JobStore:
-    """The elastic protocol's shared state for one job."""
+def patient(method: Callable[Concatenate[JobStore, P], R]) -> Callable[Concatenate[JobStore, P], R]:
+    """Retry the call while Redis is away, for as long as the store's ``patience``."""
 
-    def __init__(self, client: redis.Redis, job_id: str) -> None:
+    def call(self: JobStore, /, *args: P.args, **kwargs: P.kwargs) -> R:
+        return patiently(lambda: method(self, *args, **kwargs), REDIS_DOWN, self.patience,
+                         f"redis ({method.__name__})")  # fmt: skip
+
+    functools.update_wrapper(call, method)
+    return call
+
+
+class JobStore:
+    """The elastic protocol's shared state for one job.
+
+    ``patience`` is how long a call keeps retrying while Redis is away: 0 for the scheduler
+    (its loop backs off and tries the whole step again), ``LEARNER_PATIENCE`` for learners
+    and slot tasks, which wait for Redis rather than give up on a job. What a learner must
+    not wait for (its per-step poll, its metrics, its checkpoint step) never blocks: the
+    last answer stands and records are buffered until Redis is back.
+    """
+
+    def __init__(self, client: redis.Redis, job_id: str, patience: float = 0.0) -> None:
         self.r = client
         self.job_id = job_id
+        self.patience = patience
+        self.away = Backoff()
+        self.outbox: list[str] = []  # metric records not yet written, oldest first
+        self.unsaved_checkpoint: int | None = None
+        self.last_poll = (0, False)
 
     def key(self, suffix: str) -> str:
         return _job_key(self.job_id, suffix)
+
+    @property
+    def redis_away(self) -> bool:
+        """The last call that needed Redis failed (the fail-soft reads return old answers)."""
+        return self.away.failures > 0
 
     # Generations ---------------------------------------------------------------------
 
@@ -252,22 +349,34 @@ class JobStore:
         self.r.set(self.key("gen"), gen)
         return gen
 
+    @patient
     def generation(self) -> int:
         value = self.r.get(self.key("gen"))
         return int(str(value)) if value is not None else 0
 
+    @patient
     def members(self, gen: int) -> list[str]:
         value = self.r.get(self.key(f"gen:{gen}"))
         return list(json.loads(str(value))) if value is not None else []
 
     def poll(self) -> tuple[int, bool]:
-        """The latest generation and the stop flag, in one round trip (rank 0, per step)."""
-        pipe = self.r.pipeline(transaction=False)
-        pipe.get(self.key("gen"))
-        pipe.exists(self.key("stop"))
-        gen, stop = pipe.execute()
-        return (int(str(gen)) if gen is not None else 0), bool(stop)
+        """The latest generation and the stop flag, in one round trip (rank 0, per step).
+        While Redis is away the last answer stands: training goes on in this generation."""
+        if self.away.quiet():
+            return self.last_poll
+        try:
+            pipe = self.r.pipeline(transaction=False)
+            pipe.get(self.key("gen"))
+            pipe.exists(self.key("stop"))
+            gen, stop = pipe.execute()
+        except REDIS_DOWN as exc:
+            self._went_away("poll", exc)
+            return self.last_poll
+        self.last_poll = (int(str(gen)) if gen is not None else 0), bool(stop)
+        self._came_back()
+        return self.last_poll
 
+    @patient
     def adopt(self, gen: int) -> None:
         self.r.set(self.key("adopted"), gen)
 
@@ -277,6 +386,7 @@ class JobStore:
 
     # Learners --------------------------------------------------------------------------
 
+    @patient
     def announce_ready(self, slot_id: str) -> None:
         pipe = self.r.pipeline(transaction=False)
         pipe.sadd(self.key("ready"), slot_id)
@@ -289,6 +399,7 @@ class JobStore:
     def clear_ready(self, slot_id: str) -> None:
         self.r.srem(self.key("ready"), slot_id)
 
+    @patient
     def report_failure(self, slot_id: str, gen: int, step: int, error: str) -> None:
         report = {"slot": slot_id, "gen": gen, "step": step, "error": error, "at": time.time()}
         pipe = self.r.pipeline(transaction=False)
@@ -299,12 +410,28 @@ class JobStore:
     def failures(self) -> list[dict[str, Any]]:
         return [json.loads(str(item)) for item in self.r.lrange(self.key("failures"), 0, -1)]
 
+    @patient
     def report_error(self, slot_id: str, message: str, trace: str) -> None:
         report = {"slot": slot_id, "message": message, "trace": trace, "at": time.time()}
         self.r.rpush(self.key("errors"), json.dumps(report))
 
     def errors(self) -> list[dict[str, Any]]:
         return [json.loads(str(item)) for item in self.r.lrange(self.key("errors"), 0, -1)]
+
+    # Learner leases (liveness observed, not reported) ---------------------------------------
+
+    def renew_lease(self, slot_id: str, token: str) -> None:
+        self.r.set(self.key(f"lease:{slot_id}"), token, px=LEASE_TTL_MS)
+
+    def drop_lease(self, slot_id: str) -> None:
+        self.r.delete(self.key(f"lease:{slot_id}"))
+
+    def leases(self, slots: list[str]) -> dict[str, str]:
+        """Slot -> token of the learner holding a live lease there, for ``slots``."""
+        if not slots:
+            return {}
+        values = self.r.mget([self.key(f"lease:{s}") for s in slots])
+        return {s: str(v) for s, v in zip(slots, values, strict=True) if v is not None}
 
     # Dispatch to slots (Celery) -------------------------------------------------------------
 
@@ -317,6 +444,7 @@ class JobStore:
         pipe.hdel(self.key("kill"), slot_id)
         pipe.execute()
 
+    @patient
     def dispatch_token(self, slot_id: str) -> str | None:
         value = self.r.hget(self.key("dispatch"), slot_id)
         return None if value is None else str(value)
@@ -325,16 +453,28 @@ class JobStore:
         self.r.hset(self.key("kill"), slot_id, sig)
 
     def kill_requested(self, slot_id: str) -> int | None:
-        value = self.r.hget(self.key("kill"), slot_id)
+        """The signal the scheduler asked for, if any; None while Redis is away (the slot
+        task asks again a moment later)."""
+        if self.away.quiet():
+            return None
+        try:
+            value = self.r.hget(self.key("kill"), slot_id)
+        except REDIS_DOWN as exc:
+            self._went_away("kill check", exc)
+            return None
+        self._came_back()
         return None if value is None else int(str(value))
 
+    @patient
     def clear_kill(self, slot_id: str) -> None:
         self.r.hdel(self.key("kill"), slot_id)
 
+    @patient
     def report_exit(self, slot_id: str, code: int, token: str = "") -> None:
         """The learner started on ``slot_id`` with ``token`` ended with exit status ``code``."""
         pipe = self.r.pipeline(transaction=False)
         pipe.hset(self.key("exits"), slot_id, f"{token}:{code}")
+        pipe.delete(self.key(f"lease:{slot_id}"))
         pipe.rpush(WAKE_KEY, f"exit {self.job_id} {slot_id}")
         pipe.execute()
 
@@ -370,7 +510,10 @@ class JobStore:
         self.r.delete(*[self.key(k) for k in keys])
 
     def record_checkpoint(self, step: int) -> None:
-        self.r.set(self.key("checkpoint"), step)
+        """Say the checkpoint of ``step`` is on disk; written with the next metrics flush
+        when Redis is away."""
+        self.unsaved_checkpoint = step
+        self.flush()
 
     def checkpoint_step(self) -> int:
         """The step of the job's latest checkpoint (0: none yet)."""
@@ -380,15 +523,76 @@ class JobStore:
     def request_stop(self) -> None:
         self.r.set(self.key("stop"), 1)
 
+    @patient
     def stop_requested(self) -> bool:
         return bool(self.r.exists(self.key("stop")))
 
     # Metrics ---------------------------------------------------------------------------
 
     def emit(self, record: dict[str, Any]) -> None:
-        self.r.xadd(self.key("metrics"), {"json": json.dumps(record)}, maxlen=1_000_000)
+        """Queue a record and write what is queued; it never raises nor blocks while Redis
+        is away. A record may reach the stream twice when a connection broke after Redis
+        took it: readers keep the first of each (type, step)."""
+        self.outbox.append(json.dumps(record))
+        self.flush()
+
+    def flush(self, patience: float = 0.0) -> bool:
+        """Write the queued records (and checkpoint step) in order; False, keeping them,
+        while Redis is away (``patience`` seconds of retries, e.g. before exiting)."""
+        if not self.outbox and self.unsaved_checkpoint is None:
+            return True
+        if self.away.quiet() and not patience:
+            return False
+        try:
+            patiently(self._write_outbox, REDIS_DOWN, patience, "redis (metrics)")
+        except REDIS_DOWN as exc:
+            self._went_away(f"metrics ({len(self.outbox)} buffered)", exc)
+            return False
+        self._came_back()
+        return True
+
+    def _write_outbox(self) -> None:
+        pipe = self.r.pipeline(transaction=False)
+        for item in self.outbox:
+            pipe.xadd(self.key("metrics"), {"json": item}, maxlen=1_000_000)
+        if self.unsaved_checkpoint is not None:
+            pipe.set(self.key("checkpoint"), self.unsaved_checkpoint)
+        pipe.execute()
+        self.outbox.clear()
+        self.unsaved_checkpoint = None
 
     def read_metrics(self, after: str = "0-0") -> list[tuple[str, dict[str, Any]]]:
         """Records after stream id ``after``, oldest first, with their ids."""
         entries: Any = self.r.xrange(self.key("metrics"), min=f"({after}", max="+")
         return [(str(eid), json.loads(str(fields["json"]))) for eid, fields in entries]
+
+    def _went_away(self, what: str, exc: Exception) -> None:
+        if not self.away.failures:
+            log.warning("job %s: redis away during %s (%s); going on", self.job_id, what, exc)
+        self.away.failed()
+
+    def _came_back(self) -> None:
+        if self.away.succeeded():
+            log.info("job %s: redis is back", self.job_id)
+            if self.outbox or self.unsaved_checkpoint is not None:
+                self.flush()
+
+
+class LeaseKeeper(threading.Thread):
+    """Renews a learner's lease from inside the learner process: when the process dies, by
+    whatever cause, the lease lapses within ``LEASE_TTL_MS`` and the scheduler sees it."""
+
+    def __init__(self, jobs: JobStore, slot_id: str, token: str) -> None:
+        super().__init__(name="edt-lease", daemon=True)
+        self.jobs, self.slot_id, self.token = jobs, slot_id, token
+        self.stopping = threading.Event()
+
+    def run(self) -> None:
+        while not self.stopping.is_set():
+            # Redis away: the scheduler does not judge leases it could not see renewed.
+            with contextlib.suppress(*REDIS_DOWN):
+                self.jobs.renew_lease(self.slot_id, self.token)
+            self.stopping.wait(LEASE_RENEW)
+
+    def stop(self) -> None:
+        self.stopping.set()

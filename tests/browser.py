@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -34,3 +35,38 @@ def browser_page() -> Iterator[Page]:
             assert errors == [], f"JavaScript errors on the page: {errors}"
         finally:
             browser.close()
+
+
+def log_in(page: Page, base: str, data_dir: Path, user: str = "admin") -> None:
+    """Log in as the launcher's admin (its password is kept in the data directory)."""
+    password = (data_dir / "admin-password").read_text().strip()
+    page.goto(base + "/accounts/login/")
+    page.fill("#id_username", user)
+    page.fill("#id_password", password)
+    page.click("form[action='/accounts/login/'] button[type=submit]")
+    page.wait_for_url(base + "/", timeout=60_000)
+
+
+DEMO_DATASET = "CIFAR-10 demo (synthetic)"
+DEMO_MODEL = "MLP (example)"
+
+
+def start_job(page: Page, base: str, name: str, epochs: int, **fields: int) -> str:
+    """Submit a job on the demo dataset and example MLP from the Train page; its URL."""
+    page.goto(base + "/train/")
+    page.fill("#id_name", name)
+    page.select_option("#id_model", label=DEMO_MODEL)
+    page.select_option("#id_dataset", label=DEMO_DATASET)
+    page.fill("#id_epochs", str(epochs))
+    for field, value in fields.items():
+        page.fill(f"#id_{field}", str(value))
+    page.click("#train-form button[type=submit]")
+    page.wait_for_url(re.compile(r".*/jobs/\d+/$"), timeout=60_000)
+    return page.url
+
+
+def stop_job(page: Page, url: str) -> None:
+    page.goto(url)
+    page.once("dialog", lambda dialog: dialog.accept())
+    page.click("#stop-job")
+    page.wait_for_selector("#delete-job", state="visible")

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import secrets
 import signal
 import subprocess
 import sys
@@ -26,10 +27,20 @@ from scheduler.store import Store, connect
 PROJECT_DIR = Path(__file__).resolve().parent.parent
 
 
+@pytest.fixture
+def tmp_path(tmp_path: Path) -> Path:
+    """pytest's own, readable by others: user code runs as another user (the sandbox's)
+    and reads the models and datasets that tests put here."""
+    tmp_path.chmod(0o755)
+    return tmp_path
+
+
 @pytest.fixture(scope="session")
 def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
     """A redis-server of the test run's own, on a free port; settings point at it."""
-    server = RedisServer(tmp_path_factory.mktemp("redis"), appendonly=False).start()
+    password = "test-" + secrets.token_hex(8)  # as the launcher's: learners must not need it
+    server = RedisServer(tmp_path_factory.mktemp("redis"), appendonly=False, password=password)
+    server.start()
     layers = channel_layers(server.url)
     override = override_settings(
         REDIS_URL=server.url,
@@ -48,7 +59,8 @@ def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServ
 @pytest.fixture
 def private_redis(tmp_path: Path) -> Iterator[RedisServer]:
     """A redis-server for one test alone (to kill it, or to start from an empty one)."""
-    server = RedisServer(tmp_path / "private-redis", appendonly=False).start()
+    password = "test-" + secrets.token_hex(8)
+    server = RedisServer(tmp_path / "private-redis", appendonly=False, password=password).start()
     yield server
     server.stop()
 
@@ -72,7 +84,10 @@ def bob(django_user_model: Any) -> Any:
 
 def subprocess_env(data_dir: Path, **extra: str) -> dict[str, str]:
     env = dict(os.environ)
-    env.update(EDT_DATA_DIR=str(data_dir), PYTHONUNBUFFERED="1", **extra)
+    # Static files are collected once for all the launchers the tests start.
+    static = str(PROJECT_DIR / "var" / "test-staticfiles")
+    env.update(EDT_DATA_DIR=str(data_dir), EDT_STATIC_ROOT=static, PYTHONUNBUFFERED="1")
+    env.update(extra)
     return env
 
 

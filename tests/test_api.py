@@ -301,6 +301,18 @@ def test_submit_list_show_reprioritise_and_stop(objects: dict[str, Any], alice: 
     assert again.status_code == 409 and "already ended (STOPPED)" in again.json()["error"]
 
 
+def test_a_job_trains_in_the_precision_it_asks_for(objects: dict[str, Any], alice: Any) -> None:
+    client = client_of(alice)
+    body = {"model": objects["m"], "dataset": objects["d"], "precision": "bf16"}
+    job = client.post(API + "jobs/", body, format="json").json()
+    assert job["precision"] == "bf16"
+    assert Job.objects.get(pk=job["id"]).spec().precision == "bf16"
+    bad = client.post(API + "jobs/", {**body, "precision": "fp8"}, format="json")
+    assert bad.status_code == 400 and "precision" in bad.json()["fields"]
+    plain = client.post(API + "jobs/", {k: body[k] for k in ("model", "dataset")}, format="json")
+    assert plain.json()["precision"] == "fp32"
+
+
 def test_a_submission_must_name_a_checked_model(objects: dict[str, Any], alice: Any) -> None:
     ModelDefinition.objects.filter(pk=objects["m"]).update(
         status=ModelDefinition.Status.INVALID, error="NameError: nn"
@@ -360,12 +372,13 @@ def test_a_chunked_upload_resumes_from_where_the_server_says(alice: Any) -> None
     start = client.post(API + "datasets/uploads/", {"name": "d", "size": 10}, format="json")
     assert start.status_code == 201
     url = f"{API}datasets/uploads/{start.json()['id']}/"
+    head = b"PK\x03\x04x"  # a zip's first bytes: an upload's first chunk is checked
     put = client.put(
-        url, b"01234", content_type="application/octet-stream", HTTP_CONTENT_RANGE="bytes 0-4/10"
+        url, head, content_type="application/octet-stream", HTTP_CONTENT_RANGE="bytes 0-4/10"
     )
     assert put.json()["received"] == 5
     resent = client.put(
-        url, b"01234", content_type="application/octet-stream", HTTP_CONTENT_RANGE="bytes 0-4/10"
+        url, head, content_type="application/octet-stream", HTTP_CONTENT_RANGE="bytes 0-4/10"
     )
     assert resent.status_code == 409 and resent.json()["offset"] == 5
     assert client.get(url).json()["received"] == 5
@@ -469,7 +482,11 @@ def test_a_multipart_post_without_a_file_names_the_field(alice: Any) -> None:
 
 
 @pytest.mark.django_db(transaction=True)  # the check runs beside the request
-def test_a_broken_model_upload_reports_its_error_line(alice: Any) -> None:
+def test_a_broken_model_upload_reports_its_error_line(
+    alice: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The check runs in a background process: it must see this test's database.
+    monkeypatch.setenv("DATABASE_URL", f"sqlite:///{connection.settings_dict['NAME']}")
     client = client_of(alice)
     source = b"import torch\n\ndef build_model():\n    return torch.nn.Linear(3, 10\n"
     upload = SimpleUploadedFile("broken.py", source)

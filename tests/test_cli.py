@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import signal
 import stat
 import subprocess
@@ -23,7 +24,7 @@ from tests.conftest import PROJECT_DIR, Processes, subprocess_env, wait_for
 from workers.learner.datasets import write_cifar10
 
 MAX_UPLOAD = 8 * 1024 * 1024
-USERS = ("carol", "dave", "erin")  # non-staff; passwords are "<name>-pass-1"
+USERS = ("carol", "dave", "erin", "mallory")  # non-staff; passwords are "<name>-pass-1"
 
 
 @dataclass
@@ -31,6 +32,7 @@ class LiveEdt:
     url: str
     data_dir: Path
     tmp: Path
+    redis: RedisServer
 
     def edt(
         self, user: str | None, *args: str, stdin: str | None = None, timeout: float = 60
@@ -86,9 +88,11 @@ def live_edt(config: pytest.Config, tmp_factory: pytest.TempPathFactory) -> Live
 
 
 def _start(config: pytest.Config, tmp: Path) -> LiveEdt:
-    redis = RedisServer(tmp / "redis", appendonly=False).start()
+    redis = RedisServer(tmp / "redis", appendonly=False, password=secrets.token_hex(16)).start()
     processes = Processes()
     env = subprocess_env(tmp / "data", REDIS_URL=redis.url, EDT_MAX_UPLOAD_BYTES=str(MAX_UPLOAD))
+    # User code's limits (tests/test_sandbox.py): a 4 GiB allocation and a fork loop fail.
+    env.update(EDT_LEARNER_MEMORY="3g", EDT_LEARNER_PROCESSES="128")
     env.pop("DATABASE_URL", None)
     port = free_port()
     log = tmp / "run.log"
@@ -105,7 +109,7 @@ def _start(config: pytest.Config, tmp: Path) -> LiveEdt:
         "edt_run", "--port", str(port), "--cpu-slots", "2", env=env, log=log
     )
     config.add_cleanup(stop)
-    wait_for(lambda: "log in as admin" in log.read_text(), 120, "the launcher")
+    wait_for(lambda: "log in as admin" in log.read_text(), 240, "the launcher")
     users = "; ".join(f"U.objects.create_user('{u}', password='{u}-pass-1')" for u in USERS)
     code = f"from django.contrib.auth.models import User as U; {users}"
     subprocess.run(
@@ -116,7 +120,7 @@ def _start(config: pytest.Config, tmp: Path) -> LiveEdt:
         timeout=60,
         capture_output=True,
     )
-    return LiveEdt(f"http://127.0.0.1:{port}", tmp / "data", tmp)
+    return LiveEdt(f"http://127.0.0.1:{port}", tmp / "data", tmp, redis)
 
 
 @pytest.fixture(scope="module")

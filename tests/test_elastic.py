@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+import datetime
 import json
 import subprocess
 import sys
@@ -10,15 +12,23 @@ from typing import Any
 
 import pytest
 import torch
+import torch.distributed as dist
+from torch import nn
 
 from edtweb.redis_server import RedisServer
-from tests.conftest import PROJECT_DIR, subprocess_env
+from scheduler.store import JobStore, connect
+from tests.conftest import PROJECT_DIR, subprocess_env, wait_for
+from workers.learner import statecast
 from workers.learner.contract import load_definition
 from workers.learner.datasets import load_dataset, write_cifar10
+from workers.learner.engine import ControlWatch
+from workers.learner.overlap import GradBuckets, gloo_or_nccl_allreduce
 from workers.learner.partition import iterations_per_epoch, permutation
+from workers.learner.spec import JobSpec
 
 MLP = PROJECT_DIR / "examples" / "mlp.py"
 BATCH, STEPS, LR, SEED = 64, 100, 0.01, 0
+SMALL_BUCKETS = ("--bucket-bytes", "65536")  # the MLP's gradients in several buckets
 
 
 @pytest.fixture(scope="module")
@@ -93,7 +103,7 @@ def worker_sequence(records: list[dict[str, Any]]) -> list[int]:
 def test_resizing_1_3_2_3_1_gives_the_single_process_updates(
     redis_server: RedisServer, tmp_path: Path, dataset: Path
 ) -> None:
-    workdir = drive(redis_server, tmp_path, dataset, "0:1,20:3,40:2,60:3,80:1")
+    workdir = drive(redis_server, tmp_path, dataset, "0:1,20:3,40:2,60:3,80:1", *SMALL_BUCKETS)
     assert worker_sequence(train_records(workdir)) == [1, 3, 2, 3, 1]
     losses, params = reference_run(dataset)
     assert losses[-1] < losses[0]  # it learns
@@ -103,7 +113,7 @@ def test_resizing_1_3_2_3_1_gives_the_single_process_updates(
 def test_micro_batches_of_16_on_one_worker_match_four_workers(
     redis_server: RedisServer, tmp_path: Path, dataset: Path
 ) -> None:
-    one = drive(redis_server, tmp_path, dataset, "0:1", "--max-micro-batch", "16")
+    one = drive(redis_server, tmp_path, dataset, "0:1", "--max-micro-batch", "16", *SMALL_BUCKETS)
     four = drive(redis_server, tmp_path, dataset, "0:4")
     assert worker_sequence(train_records(four)) == [4]
     losses, params = reference_run(dataset)
@@ -174,4 +184,128 @@ def test_the_wmla_style_example_trains_like_its_native_twin(
     assert wmla == pytest.approx(native, rel=1e-5)
     logs = "".join(p.read_text() for p in (tmp_path / "cnn_wmla" / "logs").glob("*.log"))
     assert "epoch 0 ended" in logs  # the script's Callback.on_epoch_end ran
-    assert "test: epoch 0 loss" in logs  # and its LoggerCallback.log_test_metrics
+    assert "test: after batch 16 loss" in logs  # and its LoggerCallback.log_test_metrics
+
+
+def test_gradient_buckets_go_out_during_backward_and_sum_to_the_plain_gradients(
+    tmp_path: Path,
+) -> None:
+    torch.manual_seed(0)
+    unused = nn.Linear(4, 4)  # first registered, so in the last bucket; never gets a gradient
+    model = nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 64), nn.ReLU(),
+                          nn.Linear(64, 10))  # fmt: skip
+    reference = copy.deepcopy(model)
+    params = list(unused.parameters()) + list(model.parameters())
+    buckets = GradBuckets(params, 3, first_bytes=4096, bucket_bytes=8192)
+    assert buckets.count >= 3
+    store = dist.FileStore(str(tmp_path / "store"), 1)  # type: ignore[attr-defined]
+    pg = dist.ProcessGroupGloo(store, 0, 1, datetime.timedelta(seconds=30))  # type: ignore[attr-defined]
+    allreduce = gloo_or_nccl_allreduce(pg)
+    launched: list[int] = []  # for each launch, how many gradients backward had finished
+    finished: list[torch.Tensor] = []
+    for p in model.parameters():
+        p.register_post_accumulate_grad_hook(finished.append)  # type: ignore[no-untyped-call]
+
+    def launch(tensor: torch.Tensor) -> Any:
+        launched.append(len(finished))
+        return allreduce(tensor)
+
+    x, y = torch.randn(16, 32), torch.randint(0, 10, (16,))
+    buckets.zero_grads()
+    for k, (lo, hi) in enumerate([(0, 8), (8, 16)]):  # two micro-batches, one step
+        loss = nn.functional.cross_entropy(model(x[lo:hi]), y[lo:hi])
+        if k == 1:
+            assert launched == []  # nothing went out during the first micro-batch
+            finished.clear()
+            buckets.arm(launch, [1.5, 7.0, 0.0])
+        (loss * 0.5).backward()  # type: ignore[no-untyped-call]
+    buckets.finish()
+    assert len(launched) == buckets.count
+    # the first bucket went out while backward still had gradients to produce
+    assert launched[0] < len(list(model.parameters()))
+    nn.functional.cross_entropy(reference(x), y).backward()  # type: ignore[no-untyped-call]
+    for got, want in zip(model.parameters(), reference.parameters(), strict=True):
+        assert got.grad is not None and want.grad is not None
+        torch.testing.assert_close(got.grad, want.grad, rtol=1e-5, atol=1e-6)
+    assert all(p.grad is not None and not p.grad.any() for p in unused.parameters())
+    assert all(p.grad is buckets.views[i] for i, p in enumerate(params))  # no copies
+    assert buckets.tail.tolist() == [1.5, 7.0, 0.0]
+    buckets.remove()
+
+
+def test_the_generation_watch_rides_out_a_redis_outage(tmp_path: Path) -> None:
+    server = RedisServer(tmp_path / "redis", appendonly=True).start()
+    try:
+        jobs = JobStore(connect(server.url, timeout=1.0), "watched")
+        jobs.publish_generation(["a"])
+        watch = ControlWatch(jobs, "a", interval=0.01)
+        watch.active.set()
+        watch.start()
+        wait_for(lambda: watch.latest == (1, False), 10, "the watch to read generation 1")
+        server.stop()
+        wait_for(lambda: watch.outage_since is not None, 10, "the watch to notice the outage")
+        assert watch.is_alive() and watch.latest == (1, False)  # last values kept
+        server.start()
+        jobs.publish_generation(["a", "b"])
+        wait_for(lambda: watch.latest == (2, False), 10, "generation 2 after the outage")
+        assert watch.outage_since is None
+        jobs.request_stop()
+        wait_for(lambda: watch.latest == (2, True), 10, "the stop flag")
+    finally:
+        server.stop()
+
+
+def test_the_state_travels_as_flat_buffers_and_comes_back_whole() -> None:
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(5, 7), nn.BatchNorm1d(7), nn.Linear(7, 3))
+    optimizer = torch.optim.Adam(model.parameters(), lr=0.1)
+    nn.functional.cross_entropy(model(torch.randn(4, 5)), torch.tensor([0, 1, 2, 0])).backward()  # type: ignore[no-untyped-call]
+    optimizer.step()
+    state = {
+        "model": model.state_dict(),
+        "rest": {"optimizer": optimizer.state_dict(), "counters": {"step": 3},
+                 "rng": torch.get_rng_state(), "flags": torch.tensor([True, False]),
+                 "half": torch.randn(3, 2).to(torch.bfloat16).t(), "empty": torch.empty(0, 4)},
+    }  # fmt: skip
+    blob, flats = statecast.pack(state, torch.device("cpu"))
+    # what the receiver gets: fresh buffers of the header's sizes, filled by the broadcast
+    header = statecast.read_header(blob)
+    received = {p: torch.empty(n, dtype=torch.uint8) for p, n in header["sizes"].items()}
+    for part, buf in received.items():
+        buf.copy_(flats[part])
+    back = statecast.rebuild(header["skeleton"], received)
+    assert back["rest"]["counters"] == {"step": 3}
+    assert back["rest"]["optimizer"]["param_groups"] == state["rest"]["optimizer"]["param_groups"]
+    for part in ("model", "rest"):
+        flat_want = _leaves(state[part])
+        flat_got = _leaves(back[part])
+        assert [k for k, _ in flat_got] == [k for k, _ in flat_want]
+        for (key, got), (_, want) in zip(flat_got, flat_want, strict=True):
+            assert got.dtype == want.dtype and got.shape == want.shape, key
+            assert torch.equal(got, want), key
+    twin = nn.Sequential(nn.Linear(5, 7), nn.BatchNorm1d(7), nn.Linear(7, 3))
+    twin.load_state_dict(back["model"])
+    torch.optim.Adam(twin.parameters(), lr=0.1).load_state_dict(back["rest"]["optimizer"])
+
+
+def _leaves(obj: Any, prefix: str = "") -> list[tuple[str, torch.Tensor]]:
+    if isinstance(obj, torch.Tensor):
+        return [(prefix, obj)]
+    if isinstance(obj, dict):
+        return [x for k, v in obj.items() for x in _leaves(v, f"{prefix}/{k}")]
+    if isinstance(obj, list | tuple):
+        return [x for i, v in enumerate(obj) for x in _leaves(v, f"{prefix}/{i}")]
+    return []
+
+
+def test_bf16_autocast_trains_close_to_fp32(
+    redis_server: RedisServer, tmp_path: Path, dataset: Path
+) -> None:
+    workdir = drive(redis_server, tmp_path, dataset, "0:2", "--precision", "bf16")
+    got = [r["loss"] for r in train_records(workdir)]
+    want, _params = reference_run(dataset)
+    assert got != pytest.approx(want, rel=1e-6)  # autocast ran: bf16's rounding shows
+    assert got == pytest.approx(want, rel=0.1)
+    spec = JobSpec(job_id="j", model="m.py", data="d", workdir=str(tmp_path), precision="fp8")
+    with pytest.raises(ValueError, match="fp32, bf16, fp16"):
+        spec.validate()

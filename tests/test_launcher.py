@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
 import signal
 import subprocess
 import urllib.request
 from pathlib import Path
 
+import psutil
 import pytest
 
-from edtweb.redis_server import RedisServer, free_port, ping_error
+from edtweb.redis_server import RedisServer, free_port, ping_error, redis_password
 from tests.browser import browser_page
 from tests.conftest import Processes, alive_pids, subprocess_env, wait_for
 
@@ -41,7 +44,7 @@ def test_launcher_serves_login_and_cluster_and_stops_cleanly(
     log = tmp_path / "run.log"
     env = subprocess_env(tmp_path, REDIS_URL=private_redis.url, EDT_HEARTBEAT_SECONDS="1")
     proc = processes.manage("edt_run", "--port", str(port), "--cpu-slots", "2", env=env, log=log)
-    wait_for(lambda: "log in as admin" in log.read_text(), 60, "the launcher's banner")
+    wait_for(lambda: "log in as admin" in log.read_text(), 180, "the launcher's banner")
     password = (tmp_path / "admin-password").read_text().strip()
     assert f"EDT is running at http://127.0.0.1:{port}/" in log.read_text()
     assert f"admin / {password}" in log.read_text()
@@ -73,11 +76,16 @@ def test_launcher_starts_its_own_redis_when_none_answers(
         "edt_run", "--port", str(port), "--cpu-slots", "1", "--redis-probe", dead,
         env=env, log=log,
     )  # fmt: skip
-    wait_for(lambda: login_page_answers(port), 60, "the login page")
+    wait_for(lambda: login_page_answers(port), 180, "the login page")
     first_line = log.read_text().splitlines()[0]
     assert "started by EDT, append-only under" in first_line
-    own_url = first_line.split()[3]
+    logged_url = first_line.split()[3]
+    assert ":***@" in logged_url, "the log shows Redis' URL without its password"
+    password = redis_password(tmp_path)  # kept in the data dir, mode 0600
+    assert password not in log.read_text()
+    own_url = logged_url.replace("***", password)
     assert ping_error(own_url) is None
+    assert ping_error(logged_url.replace(":***@", "@")) is not None, "no password, no entry"
     assert (tmp_path / "redis" / "appendonlydir").is_dir()
     stop_and_check_nothing_left(processes, proc, log)
     assert ping_error(own_url, timeout=0.5) is not None  # our Redis stopped with us
@@ -92,3 +100,35 @@ def test_a_dead_redis_url_gets_one_clear_line(processes: Processes, tmp_path: Pa
     assert len(lines) == 1, lines
     assert lines[0].startswith(f"EDT: REDIS_URL={dead} does not answer (")
     assert "unset REDIS_URL" in lines[0]
+
+
+def child_pids(proc: subprocess.Popen[str], command: str) -> set[int]:
+    """Live descendants of ``proc`` whose command line mentions ``command``."""
+    found = set()
+    for child in psutil.Process(proc.pid).children(recursive=True):
+        with contextlib.suppress(psutil.Error):
+            if command in " ".join(child.cmdline()) and child.status() != psutil.STATUS_ZOMBIE:
+                found.add(child.pid)
+    return found
+
+
+def test_a_child_that_dies_is_restarted_and_the_others_go_on(
+    private_redis: RedisServer, processes: Processes, tmp_path: Path
+) -> None:
+    port = free_port()
+    log = tmp_path / "run.log"
+    env = subprocess_env(tmp_path, REDIS_URL=private_redis.url)
+    proc = processes.manage("edt_run", "--port", str(port), "--cpu-slots", "1", env=env, log=log)
+    wait_for(lambda: login_page_answers(port), 180, "the login page")
+    [scheduler] = wait_for(lambda: child_pids(proc, "edt_scheduler"), 30, "the scheduler")
+    web = child_pids(proc, "daphne")
+    assert web
+
+    os.kill(scheduler, signal.SIGKILL)
+    wait_for(lambda: "scheduler exited (killed by SIGKILL); restarting in" in log.read_text(),
+             30, "the supervisor to log the crash")  # fmt: skip
+    wait_for(lambda: child_pids(proc, "edt_scheduler") - {scheduler}, 30, "a new scheduler")
+    assert child_pids(proc, "daphne") == web, "the web went on untouched"
+    assert login_page_answers(port)
+    assert proc.poll() is None
+    stop_and_check_nothing_left(processes, proc, log)

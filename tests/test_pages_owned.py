@@ -6,6 +6,7 @@ import asyncio
 import io
 import json
 import random
+import re
 import tarfile
 import zipfile
 from pathlib import Path
@@ -131,7 +132,6 @@ HOSTILE = {
     "traversal": (zip_with("../evil.txt", b"x"), ".."),
     "absolute": (zip_with("/etc/evil.txt", b"x"), "absolute"),
     "bomb": (zip_with("zeros.bin", b"\0" * (64 << 20)), "compress"),
-    "not an archive": (b"just some text, renamed to .zip\n" * 10, "not a zip"),
     "truncated": (zip_with("a.bin", random.Random(0).randbytes(100_000))[:3000], "truncated"),
 }
 
@@ -161,6 +161,13 @@ def test_a_broken_model_file_shows_its_error_line(client: Client, alice: Any) ->
     page = client.get(f"/models/{model.pk}/").content.decode()
     assert "SyntaxError" in page or "was never closed" in page
     assert "File &quot;broken.py&quot;, line 4" in page
+
+
+def test_a_model_being_checked_shows_how_long_its_check_has_run(client: Client, alice: Any) -> None:
+    client.force_login(alice)
+    model = ModelDefinition.objects.create(owner=alice, name="slow", entry="m.py")
+    page = client.get(f"/models/{model.pk}/").content.decode()
+    assert re.search(r"Checking: .* \d+ s of at most 60 s\.", page), page
 
 
 def test_another_user_gets_404_for_my_dataset_model_and_job(
@@ -258,3 +265,24 @@ def test_the_train_form_starts_on_my_newest_usable_model_and_dataset(
     assert client.get(f"/train/?dataset={other}").context["form"]["dataset"].value() == str(other)
     client.force_login(bob)
     assert client.get("/train/").context["form"]["model"].value() is None
+
+
+def test_a_wrong_file_is_refused_on_its_first_chunk_under_its_own_name(
+    client: Client, alice: Any
+) -> None:
+    client.force_login(alice)
+    content = b"%PDF-1.7 this is a paper, not a dataset\n" * 1000
+    start = client.post(
+        "/datasets/uploads",
+        json.dumps({"name": "paper", "filename": "paper.pdf", "size": len(content)}),
+        content_type="application/json",
+    ).json()
+    reply = client.put(
+        f"/datasets/uploads/{start['id']}",
+        content[:65536],
+        content_type="application/octet-stream",
+        HTTP_CONTENT_RANGE=f"bytes 0-65535/{len(content)}",
+    )
+    assert reply.status_code == 415
+    assert reply.json()["error"].startswith("paper.pdf is not a zip, tar or tar.gz archive")
+    assert Dataset.objects.get(pk=start["id"]).received == 0

@@ -21,6 +21,7 @@ from scheduler.policies import (
     Snapshot,
     decide,
     fairshare,
+    speedup,
     tiresias,
 )
 from tests.conftest import PROJECT_DIR
@@ -99,6 +100,27 @@ def test_a_decision_records_its_inputs() -> None:
         "current": {"A": 0, "B": 0},
         "shares": {"A": 2.667, "B": 5.333},
     }
+
+
+def test_a_changed_job_records_its_own_inputs_and_the_decisions_totals() -> None:
+    jobs = [job("A", 4, min_workers=2, current=4), job("B", priority=10000)]
+    decision = decide(Snapshot(8, jobs))
+    summary = decision.summary()
+    assert summary == {
+        "policy": "fairshare",
+        "capacity": 8,
+        "jobs": 2,
+        "total_weight": 15000,
+        "total_min": 3,
+    }
+    assert decision.job_inputs(jobs[0], summary) == {
+        **summary,
+        "weight": 5000,
+        "demand": [2, 4],
+        "current": 4,
+        "target": 3,
+        "share": 2.667,
+    }  # nothing about B but the totals
 
 
 FAIRSHARE = {
@@ -188,6 +210,27 @@ def test_fifo_gang_table(
     capacity: int, jobs: list[JobView], expected: dict[str, int], reverse: bool
 ) -> None:
     assert run("fifo-gang", capacity, jobs, reverse).targets == expected
+
+
+BACKFILL = {
+    "a gang that does not fit lets a later, smaller one start": (
+        8, [job("A", 6), job("B", 4, 1), job("C", 2, 2)], {"A": 6, "B": 0, "C": 2}
+    ),
+    "running gangs are kept and never resized": (
+        8, [job("A", 8, current=4), job("B", 6, 1), job("C", 4, 2)], {"A": 4, "B": 0, "C": 4}
+    ),
+    "submission order among those that fit": (
+        6, [job("A", 2, 2), job("B", 4, 0), job("C", 2, 1)], {"A": 0, "B": 4, "C": 2}
+    ),
+}  # fmt: skip
+
+
+@ORDERS
+@pytest.mark.parametrize("capacity, jobs, expected", BACKFILL.values(), ids=BACKFILL.keys())
+def test_fifo_backfill_table(
+    capacity: int, jobs: list[JobView], expected: dict[str, int], reverse: bool
+) -> None:
+    assert run("fifo-backfill", capacity, jobs, reverse).targets == expected
 
 
 LIMIT = tiresias.DEFAULT_THRESHOLD
@@ -312,4 +355,177 @@ def test_every_policy_gives_the_same_answer_for_any_input_order(
     shuffled = list(snapshot.jobs)
     rng.shuffle(shuffled)
     first, second = decide(snapshot, policy), decide(Snapshot(snapshot.capacity, shuffled), policy)
+    assert (first.targets, first.reasons) == (second.targets, second.reasons)
+
+
+# Least attained service and speedup-aware shares ---------------------------------------------
+
+NEW = ["fairshare-las", "fairshare-speedup"]
+HOUR = 3600.0
+LINEAR = tuple(float(n) for n in range(1, 9))
+FLAT_AFTER_2 = (1.0, 1.9, 2.0, 2.0, 2.05, 2.05, 2.1, 2.1)
+
+
+@ORDERS
+@pytest.mark.parametrize("policy", NEW)
+@pytest.mark.parametrize("jobs, expected", SEEDS.values(), ids=SEEDS.keys())
+def test_the_new_policies_reproduce_the_seeds_numbers(
+    jobs: list[JobView], expected: dict[str, int], reverse: bool, policy: str
+) -> None:
+    assert run(policy, 8, jobs, reverse).targets == expected
+
+
+@ORDERS
+@pytest.mark.parametrize("jobs, expected", SEEDS.values(), ids=SEEDS.keys())
+def test_speedup_aware_shares_keep_the_seeds_numbers_when_both_jobs_scale(
+    jobs: list[JobView], expected: dict[str, int], reverse: bool
+) -> None:
+    """With measured curves that keep scaling (even sublinearly), nothing changes."""
+    curve = tuple(n**0.8 for n in range(1, 9))
+    jobs = [JobView(**{**_fields(j), "speedup": curve}) for j in jobs]
+    assert run("fairshare-speedup", 8, jobs, reverse).targets == expected
+
+
+def _fields(job: JobView) -> dict[str, Any]:
+    return {name: getattr(job, name) for name in JobView.__slots__}
+
+
+LAS = {
+    "less attained service is admitted first": (
+        2, [job("A", current=1, attained=5 * HOUR), job("B", submitted=1), job("C", submitted=2)],
+        {"A": 0, "B": 1, "C": 1},
+    ),
+    "priorities still dominate attained service": (
+        2,
+        [job("A", current=1, attained=50 * HOUR, priority=9000), job("B", submitted=1),
+         job("C", submitted=2)],
+        {"A": 1, "B": 1, "C": 0},
+    ),
+    "nearly equal service is one class: submission order, no eviction": (
+        1, [job("A", current=1, attained=1.5 * HOUR), job("B", submitted=1, attained=1.1 * HOUR)],
+        {"A": 1, "B": 0},
+    ),
+    "everyone fits: attained service changes nothing": (
+        8, [job("A", attained=9 * HOUR), job("B", submitted=1)], {"A": 4, "B": 4}
+    ),
+}  # fmt: skip
+
+
+@ORDERS
+@pytest.mark.parametrize("policy", NEW)
+@pytest.mark.parametrize("capacity, jobs, expected", LAS.values(), ids=LAS.keys())
+def test_least_attained_service_admission(
+    capacity: int, jobs: list[JobView], expected: dict[str, int], reverse: bool, policy: str
+) -> None:
+    decision = run(policy, capacity, jobs, reverse)
+    assert decision.targets == expected
+    for job_id, reason in decision.reasons.items():
+        if decision.targets[job_id] == 0:
+            assert "less attained service" in reason
+
+
+def test_fairshare_alone_still_admits_by_submission() -> None:
+    jobs = [job("A", current=1, attained=5 * HOUR), job("B", submitted=1), job("C", submitted=2)]
+    assert decide(Snapshot(2, jobs)).targets == {"A": 1, "B": 1, "C": 0}
+
+
+SPEEDUP = {
+    "a job that stops scaling leaves its share to one that scales": (
+        8, [job("A", speedup=FLAT_AFTER_2), job("B", submitted=1, speedup=LINEAR)],
+        {"A": 2, "B": 6},
+    ),
+    "slots no one uses well still go where they add the most (work conserving)": (
+        8, [job("A", speedup=FLAT_AFTER_2), job("B", 4, 1, speedup=FLAT_AFTER_2[:4])],
+        {"A": 5, "B": 3},
+    ),
+    "an unknown curve counts as linear": (
+        8, [job("A", speedup=FLAT_AFTER_2), job("B", submitted=1)], {"A": 2, "B": 6}
+    ),
+    "a minimum is kept even where slots add nothing": (
+        8, [job("A", min_workers=5, speedup=FLAT_AFTER_2), job("B", submitted=1)],
+        {"A": 5, "B": 3},
+    ),
+    "spare slots cross a host boundary to where the envelope rises": (
+        12,
+        [job("A", 12, speedup=(1.0, 2.0, 3.0, 4.0, 3.0, 3.2, 3.5, 7.9, 8, 8, 8, 8)),
+         job("B", 4, 1, speedup=(1.0, 1.1, 1.2, 1.3))],
+        {"A": 8, "B": 4},
+    ),
+}  # fmt: skip
+
+
+@ORDERS
+@pytest.mark.parametrize("capacity, jobs, expected", SPEEDUP.values(), ids=SPEEDUP.keys())
+def test_speedup_aware_shares(
+    capacity: int, jobs: list[JobView], expected: dict[str, int], reverse: bool
+) -> None:
+    decision = run("fairshare-speedup", capacity, jobs, reverse)
+    assert decision.targets == expected
+    assert all(reason for reason in decision.reasons.values())
+
+
+def test_a_speedup_curve_from_observed_samples_per_second() -> None:
+    assert speedup.from_rates({}, 8) == ()
+    curve = speedup.from_rates({1: 100.0, 4: 300.0}, 6)
+    assert curve == pytest.approx((1.0, 5 / 3, 7 / 3, 3.0, 3.75, 4.5))
+    # Only a larger size seen: linear below it, its efficiency above it.
+    assert speedup.from_rates({2: 180.0}, 3) == pytest.approx((1.0, 2.0, 3.0))
+
+
+@st.composite
+def curves(draw: st.DrawFn, top: int) -> tuple[float, ...]:
+    """A speedup curve up to ``top`` (empty: unknown), not necessarily monotone."""
+    if draw(st.booleans()):
+        return ()
+    step = st.sampled_from([-0.3, 0.0, 0.1, 0.5, 1.0])
+    gains = draw(st.lists(step, min_size=top - 1, max_size=top - 1))
+    values = [1.0]
+    for gain in gains:
+        values.append(max(0.1, values[-1] + gain))
+    return tuple(values)
+
+
+@st.composite
+def snapshots_with_curves(draw: st.DrawFn) -> Snapshot:
+    base = draw(snapshots())
+    jobs = [JobView(**{**_fields(j), "speedup": draw(curves(j.max_workers))}) for j in base.jobs]
+    return Snapshot(base.capacity, jobs)
+
+
+CURVED = settings(max_examples=60, deadline=None)
+
+
+@CURVED
+@given(snapshots_with_curves(), st.sampled_from(NEW))
+def test_new_policies_respect_min_max_and_are_work_conserving(
+    snapshot: Snapshot, policy: str
+) -> None:
+    targets = decide(snapshot, policy).targets
+    assert sum(targets.values()) <= snapshot.capacity
+    free = snapshot.capacity - sum(targets.values())
+    for j in snapshot.jobs:
+        assert targets[j.id] == 0 or j.min_workers <= targets[j.id] <= j.max_workers
+        if free:
+            assert targets[j.id] == j.max_workers or (targets[j.id] == 0 and j.min_workers > free)
+
+
+@PROPERTY
+@given(snapshots())
+def test_without_curves_speedup_aware_shares_are_fair_shares(snapshot: Snapshot) -> None:
+    las = decide(snapshot, "fairshare-las").targets
+    assert decide(snapshot, "fairshare-speedup").targets == las
+    # ... and the same jobs are admitted as fairshare's whenever everyone's minimum fits.
+    if sum(j.min_workers for j in snapshot.jobs) <= snapshot.capacity:
+        assert las == decide(snapshot, "fairshare").targets
+
+
+@CURVED
+@given(snapshots_with_curves(), st.randoms(use_true_random=False))
+def test_speedup_aware_shares_do_not_depend_on_the_input_order(
+    snapshot: Snapshot, rng: random.Random
+) -> None:
+    shuffled = list(snapshot.jobs)
+    rng.shuffle(shuffled)
+    first = decide(snapshot, "fairshare-speedup")
+    second = decide(Snapshot(snapshot.capacity, shuffled), "fairshare-speedup")
     assert (first.targets, first.reasons) == (second.targets, second.reasons)

@@ -46,7 +46,7 @@ class Cluster:
             "edt_worker", "--cpu-slots", str(count), "--host-name", self.host, *extra,
             env=self.env, log=self.tmp / "worker.log",
         )  # fmt: skip
-        wait_for(lambda: len(self.warm_slots()) == count, 60, f"{count} warm slots")
+        wait_for(lambda: len(self.warm_slots()) == count, 180, f"{count} warm slots")
 
     def warm_slots(self) -> list[SlotInfo]:
         return [s for s in self.store.list_slots() if self.is_warm(s)]
@@ -182,7 +182,7 @@ def test_a_lost_slot_shrinks_the_job_which_grows_back_when_it_returns(
     victim = next(s for s in store.list_slots() if s.slot_id == members[-1])
     os.kill(victim.pid, signal.SIGKILL)  # the slot's worker dies, and its learner with it
     reach("the job on the 2 others", {job: 2}, 15)
-    reach("the job back on 3", {job: 3}, 40)
+    reach("the job back on 3", {job: 3}, 90)
     steps = train_steps(job)
     assert [m.step for m in steps] == list(range(1, len(steps) + 1))
     assert job.events.filter(kind="failure").exists()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import random
 import subprocess
 import sys
@@ -22,7 +23,14 @@ from scheduler.simulate import (
     window,
 )
 from scheduler.simulate.__main__ import main
+from scheduler.simulate.cluster import ClusterConfig, best_size, simulate_workload, speedups
 from scheduler.simulate.metrics import jain, percentile
+from scheduler.simulate.pollux import (
+    Application,
+    load_applications,
+    normalise,
+    read_workload,
+)
 from scheduler.simulate.speedup import fit_app, speedup, usable
 from tests.conftest import PROJECT_DIR
 
@@ -236,3 +244,141 @@ def test_it_runs_as_a_module(tmp_path: Path) -> None:
         check=True,
     )
     assert "2 jobs" in out.stdout and "policy fairshare" in out.stdout
+
+
+# The Pollux artifact's workloads and applications --------------------------------------------
+
+POLLUX = PROJECT_DIR / "tests" / "data" / "pollux-osdi21"
+
+
+@pytest.fixture(scope="module")
+def apps() -> dict[str, Application]:
+    return load_applications(POLLUX / "traces")
+
+
+def test_a_workload_is_read_in_submission_order_with_its_batches(
+    apps: dict[str, Application],
+) -> None:
+    jobs = read_workload(POLLUX / "workloads-0.5" / "workload-1.csv", apps)
+    assert len(jobs) == 80
+    assert [j.submitted for j in jobs] == sorted(j.submitted for j in jobs)
+    assert {j.app for j in jobs} == set(apps)
+    cifar = next(j for j in jobs if j.app == "cifar10")
+    assert cifar.batch in (2048, 4096) and cifar.replicas in (6, 8, 12, 16)
+
+
+BAD_ROWS = {
+    "an unknown application": ("a,1,resnet9000,1,128", "unknown application 'resnet9000'"),
+    "a batch outside the validated range": ("a,1,cifar10,1,64", "batch 64 outside cifar10"),
+    "a non-number": ("a,soon,cifar10,1,128", "not a workload row"),
+    "no replicas": ("a,1,cifar10,0,128", "must be positive"),
+}
+
+
+@pytest.mark.parametrize("row, message", BAD_ROWS.values(), ids=BAD_ROWS.keys())
+def test_a_bad_workload_row_is_refused_with_its_line(
+    tmp_path: Path, apps: dict[str, Application], row: str, message: str
+) -> None:
+    path = tmp_path / "workload-1.csv"
+    path.write_text(f"name,time,application,num_replicas,batch_size\nok,0,ncf,1,32768\n{row}\n")
+    with pytest.raises(ValueError, match=f"workload-1.csv:3: .*{message}"):
+        read_workload(path, apps)
+
+
+def placement_rows(app: str, placement: str) -> dict[float, tuple[float, float]]:
+    text = (POLLUX / "traces" / app / "placements.csv").read_text().splitlines()[1:]
+    rows = [line.split(",") for line in text if line.split(",")[0] == placement]
+    return {float(r[1]): (float(r[2]), float(r[3])) for r in rows}
+
+
+def test_a_measured_placement_is_interpolated_in_the_local_batch(
+    apps: dict[str, Application],
+) -> None:
+    rows = placement_rows("cifar10", "44")
+    cifar = apps["cifar10"]
+    assert cifar.throughput((4, 4), 64) == pytest.approx(rows[64])
+    midway = [(a + b) / 2 for a, b in zip(rows[45], rows[64], strict=True)]
+    # 54.5 is halfway between the measured 45 and 64
+    assert cifar.throughput((4, 4), 54.5) == pytest.approx(midway)  # type: ignore[arg-type]
+    # A placement is named by its smallest rotation, as the artifact names it.
+    assert normalise((4, 1, 3)) == (1, 3, 4) and normalise((3, 0, 1)) == (1, 3)
+
+
+def test_a_placement_over_more_nodes_lies_between_the_measured_node_counts(
+    apps: dict[str, Application],
+) -> None:
+    cifar = apps["cifar10"]
+    at = {nodes: cifar.grid[(nodes, 2 * nodes)].at(64)[0] for nodes in (8, 12)}
+    step, _ = cifar.throughput((2,) * 10, 64)  # 10 nodes x 2: between 8 x 2 and 12 x 2
+    assert step == pytest.approx((at[8] + at[12]) / 2)
+
+
+def test_a_fixed_batch_is_split_as_the_artifact_splits_it(apps: dict[str, Application]) -> None:
+    assert apps["cifar10"].split(2048, 6) == (342, 0)
+    assert apps["yolov3"].split(64, 4) == (8, 1)  # at most 8 per micro-batch: accumulate
+    assert apps["ncf"].split(32768, 1) == (16384, 1)  # one replica above the smallest batch
+    # More replicas at the same batch: faster, up to the application's best size.
+    curve = speedups(apps["cifar10"], 2048, 64)
+    assert curve[0] == 1.0 and curve[3] > 3 and best_size(apps["cifar10"], 2048, 64) > 4
+
+
+def test_our_tiresias_reproduces_the_artifacts_on_a_workload(
+    apps: dict[str, Application],
+) -> None:
+    """Gangs of the workload's replicas at its batch sizes, 30 s per restart, 60 s decisions:
+    the average JCT within 10 % of the artifact's own Tiresias run of the same workload."""
+    workload = read_workload(POLLUX / "workloads-0.5" / "workload-1.csv", apps)
+    outcomes = simulate_workload(workload, apps, ClusterConfig("tiresias"))
+    assert sorted(o.name for o in outcomes) == sorted(j.name for j in workload)
+    reference = json.loads((POLLUX / "tiresias-0.5-workload-1.json").read_text())
+    ours = sum(o.jct for o in outcomes) / len(outcomes)
+    assert ours == pytest.approx(reference["avg"], rel=0.10)
+    # Not only on average: most jobs finish within a decision interval of the artifact's.
+    close = [abs(o.jct - reference["jcts"][o.name]) <= 60 for o in outcomes]
+    assert sum(close) >= 0.8 * len(close)
+
+
+@pytest.mark.parametrize("policy", ["fairshare", "fairshare-las", "fairshare-speedup"])
+def test_elastic_policies_keep_every_batch_and_pay_the_resize_pause(
+    apps: dict[str, Application], policy: str
+) -> None:
+    workload = read_workload(POLLUX / "workloads-0.5" / "workload-1.csv", apps)[:20]
+    cheap = simulate_workload(workload, apps, ClusterConfig(policy, resize_pause=0.1))
+    dear = simulate_workload(workload, apps, ClusterConfig(policy, resize_pause=30.0))
+    alone = {}
+    for j in workload:
+        alone[j.name] = apps[j.app].alone(j.batch, best_size(apps[j.app], j.batch, 64))
+    assert all(o.jct >= alone[o.name] - 60 for o in cheap)  # never faster than alone (±rounding)
+    assert sum(o.resizes for o in cheap) > 0
+    mean = {k: sum(o.jct for o in v) / len(v) for k, v in {"cheap": cheap, "dear": dear}.items()}
+    assert mean["cheap"] < mean["dear"]
+
+
+def test_the_pollux_command_prints_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    folder = tmp_path / "workloads-0.5"
+    folder.mkdir()
+    source = (POLLUX / "workloads-0.5" / "workload-1.csv").read_text().splitlines()
+    (folder / "workload-1.csv").write_text("\n".join(source[:21]) + "\n")
+    (folder / "workload-2.csv").write_text("\n".join(source[:1] + source[21:41]) + "\n")
+    traces = str(POLLUX / "traces")
+    args = ["pollux", "--workloads", str(folder), "--traces", traces, "--procs", "1"]
+    assert main([*args, "--policy", "fairshare-speedup", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert set(out) == {"policy", "load", "avg_jct_h", "p99_jct_h", "makespan_h", "workloads"}
+    assert (out["policy"], out["load"], out["workloads"]) == ("fairshare-speedup", 0.5, 2)
+    assert 0 < out["avg_jct_h"] <= out["p99_jct_h"] and out["makespan_h"] > out["avg_jct_h"]
+    assert main([*args, "--policy", "tiresias"]) == 0
+    text = capsys.readouterr().out
+    assert "workload-1" in text and "alone at its best size" in text
+    (folder / "workload-3.csv").write_text("name,time\nx,1\n")
+    assert main([*args, "--policy", "tiresias"]) == 1
+    assert "workload-3.csv:2: not a workload row" in capsys.readouterr().err
+
+
+def test_least_attained_service_admission_wakes_when_a_job_changes_class() -> None:
+    # One slot: A runs first (same class, earlier); at 3,600 slot-seconds it drops a class
+    # and B, which has had none, takes the slot; A resumes when B is done.
+    jobs = [SimJob("A", 0, 1, work=10_000), SimJob("B", 10, 1, work=100)]
+    for policy in ("fairshare-las", "fairshare-speedup"):
+        result = finished(jobs, Config(1, policy, restart_pause=0.0))
+        assert result == {"B": (3_700.0, 0), "A": (10_100.0, 2)}

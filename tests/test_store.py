@@ -1,9 +1,22 @@
 from __future__ import annotations
 
+import json
 import time
+from pathlib import Path
 
+from edtweb.redis_server import RedisServer
 from scheduler.service import SchedulerService, slot_changes
-from scheduler.store import ALIVE, LOST, OFFLINE, SlotInfo, Store
+from scheduler.store import (
+    ALIVE,
+    LOST,
+    OFFLINE,
+    Allocation,
+    AllocationRecord,
+    JobStore,
+    SlotInfo,
+    Store,
+    connect,
+)
 from tests.conftest import wait_for
 
 
@@ -67,17 +80,48 @@ def test_scheduler_tick_publishes_the_registry(store: Store) -> None:
 def test_a_page_opened_between_publishes_sees_which_job_holds_each_slot(
     store: Store,
 ) -> None:
-    """The Cluster page's first render reads the assignments the scheduler last published
-    (they used to arrive only with the next publish, so every slot looked idle at first)."""
+    """The Cluster page's first render reads the allocation record the scheduler last
+    wrote (they used to arrive only with the next publish, so every slot looked idle)."""
     from edtweb.dashboard import live
 
     slot = store.register_slot("st-f", 0, "cpu", pid=1)
     store.heartbeat(slot, {"kind": "cpu"}, ttl=5)
     published: list[list[dict[str, object]]] = []
-    service = SchedulerService(store, published.append, assignments=lambda: {slot: 42})
+    record = AllocationRecord({42: Allocation((slot,), ())}, capacity=1, policy="priority")
+    service = SchedulerService(store, published.append, allocations=lambda: record)
     service.tick()
     assert next(s for s in published[-1] if s["slot_id"] == slot)["job"] == 42
     assert next(s for s in live.current_slots() if s["slot_id"] == slot)["job"] == 42
-    store.save_assignments({slot: 42}, ttl=0.2)  # a scheduler that stopped publishing
-    wait_for(lambda: store.assignments() == {}, 3, "the assignments to expire")
+    assert store.allocations() == record
+    store.save_allocations(record, ttl=0.2)  # a scheduler that stopped writing it
+    wait_for(lambda: store.allocations() == AllocationRecord(), 3, "the record to expire")
     assert next(s for s in live.current_slots() if s["slot_id"] == slot)["job"] is None
+
+
+def test_the_allocation_record_answers_which_slots_a_job_holds() -> None:
+    record = AllocationRecord(
+        {1: Allocation(("h.0", "h.1"), ("h.2",)), 2: Allocation(("g.0",), ())}, 4, "fairshare"
+    )
+    assert AllocationRecord.from_json(record.to_json()) == record
+    assert record.of(1).slots == ("h.0", "h.1", "h.2")
+    assert record.of(3) == Allocation()
+    assert record.holder() == {"h.0": 1, "h.1": 1, "h.2": 1, "g.0": 2}
+
+
+def test_a_learner_keeps_its_metrics_while_redis_is_away_and_writes_them_once_back(
+    tmp_path: Path,
+) -> None:
+    private_redis = RedisServer(tmp_path / "redis", appendonly=True).start()
+    jobs = JobStore(connect(private_redis.url, timeout=0.5), "away")
+    jobs.emit({"type": "train", "step": 1})
+    private_redis.kill()
+    for step in (2, 3):
+        jobs.emit({"type": "train", "step": step})  # neither raises nor blocks
+    jobs.record_checkpoint(3)
+    assert jobs.poll() == (0, False)  # the last answer stands
+    assert [json.loads(r)["step"] for r in jobs.outbox] == [2, 3]
+    private_redis.start()
+    assert jobs.flush(patience=10)
+    assert [r["step"] for _, r in jobs.read_metrics()] == [1, 2, 3]
+    assert jobs.checkpoint_step() == 3 and jobs.outbox == []
+    private_redis.stop()

@@ -67,4 +67,32 @@ def test_a_logged_in_page_gets_the_slots_then_live_changes(
     cookie = session_cookie(alice)
     first, second = asyncio.run(scenario())
     assert any(s["slot_id"] == slot and s["state"] == "alive" for s in first["slots"])
-    assert second == {"type": "slots", "slots": [{"slot_id": slot, "state": "lost"}]}
+    lost = {"slot_id": slot, "state": "lost", "busy": False, "job": None}
+    assert second == {"type": "slots", "slots": [lost]}
+
+
+def test_the_slots_name_only_the_users_own_jobs(
+    redis_server: RedisServer, alice: Any, bob: Any
+) -> None:
+    from edtweb.training.models import Job
+
+    mine, theirs = (Job.objects.create(owner=u, name=u.username) for u in (alice, bob))
+    slots = [{"slot_id": "a", "job": mine.pk}, {"slot_id": "b", "job": theirs.pk},
+             {"slot_id": "c", "job": None}]  # fmt: skip
+
+    cookie = session_cookie(alice)
+
+    async def scenario() -> dict[str, Any]:
+        comm = communicator(b"http://127.0.0.1:8000", cookie)
+        connected, _ = await comm.connect(timeout=5)
+        assert connected
+        await comm.receive_json_from(timeout=5)  # the slots now
+        await get_channel_layer().group_send(
+            CLUSTER_GROUP, {"type": "cluster.slots", "slots": slots}
+        )
+        message: dict[str, Any] = await comm.receive_json_from(timeout=5)
+        await comm.disconnect()
+        return message
+
+    seen = {s["slot_id"]: (s["busy"], s["job"]) for s in asyncio.run(scenario())["slots"]}
+    assert seen == {"a": (True, mine.pk), "b": (True, None), "c": (False, None)}

@@ -4,19 +4,26 @@ the live EDT of tests/test_cli.py."""
 
 from __future__ import annotations
 
+import csv
 import io
 import os
+import re
+import signal
+import subprocess
+import sys
 import tarfile
 import time
 import zipfile
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 import requests
 import torch
 from requests.auth import HTTPBasicAuth
 
+from tests.conftest import PROJECT_DIR, wait_for
 from tests.test_cli import LiveEdt, dataset_archive, live_edt
 
 HEADERS = {"accept": "application/json"}
@@ -85,14 +92,12 @@ def wmla(live: LiveEdt, tmp_path_factory: pytest.TempPathFactory) -> dict[str, A
     token = requests.post(api + "auth/token/", json={"username": "erin", "password": "erin-pass-1"})
     session = requests.Session()
     session.headers["Authorization"] = f"Token {token.json()['token']}"
-    with dataset_archive(folder, train=256, test=64).open("rb") as f:
-        created = session.post(api + "datasets/", data={"name": "shapes-wmla"}, files={"file": f})
-    assert created.status_code == 201, created.text
-    url = f"{api}datasets/{created.json()['id']}/"
-    for _ in range(120):
-        if session.get(url).json()["status"] == "READY":
-            break
-        time.sleep(0.5)
+    for name in ("shapes-wmla", "pytorch-mnist"):  # the second as the notebook names it
+        with dataset_archive(folder, train=256, test=64).open("rb") as f:
+            created = session.post(api + "datasets/", data={"name": name}, files={"file": f})
+        assert created.status_code == 201, created.text
+        url = f"{api}datasets/{created.json()['id']}/"
+        wait_for(lambda u=url: session.get(u).json()["status"] == "READY", 60, "the dataset")
     model_dir = folder / "pytorch-edt"
     model_dir.mkdir()
     (model_dir / "main.py").write_text(MAIN)
@@ -104,6 +109,9 @@ def wmla(live: LiveEdt, tmp_path_factory: pytest.TempPathFactory) -> dict[str, A
         "url": f"{live.url}/platform/rest/deeplearning/v1",
         "auth": HTTPBasicAuth("erin", "erin-pass-1"),
         "archive": archive,
+        "live": live,
+        "api": session,
+        "folder": folder,
     }
 
 
@@ -143,8 +151,10 @@ def test_a_notebook_submits_polls_reads_the_log_and_gets_the_model(
     assert state == "FINISHED", exec_
     assert exec_["maxWorkers"] == 2 and exec_["framework"] == "edtPyTorch"
 
-    log = requests.get(f"{url}/execs/{exec_id}/log", auth=auth).text
-    assert "==== learner" in log and "wmla-train epoch" in log, log[-2000:]
+    log = requests.get(f"{url}/execs/{exec_id}/log", auth=auth, headers=HEADERS).json()
+    assert "==== learner" in log and "wmla-train epoch" in log, log[-2000:]  # no $LOG_DIR
+    errlog = requests.get(f"{url}/execs/{exec_id}/log?logType=errlog", auth=auth).json()
+    assert errlog == log
 
     result = requests.get(f"{url}/execs/{exec_id}/result", auth=auth)
     assert result.ok and result.headers["Content-Type"] == "application/zip"
@@ -196,3 +206,200 @@ def test_basic_auth_is_checked_and_execs_are_scoped(wmla: dict[str, Any]) -> Non
     assert requests.post(f"{url}/execs/{exec_id}/stop", auth=dave).status_code == 404
     assert requests.get(f"{url}/execs/{exec_id}", auth=wmla["auth"]).json()["state"] != "KILLED"
     requests.post(f"{url}/execs/{exec_id}/stop", auth=wmla["auth"])
+
+
+SEED = PROJECT_DIR / "tests" / "models" / "wmla_edt"
+
+
+def elog_lines(text: str) -> tuple[list[dict[str, float]], list[dict[str, float]]]:
+    """The Train and Test lines of the seeds' ELog format, as the notebook splits them."""
+    train, test = [], []
+    for row in csv.reader(io.StringIO(text.replace(":", ","))):
+        if len(row) == 13 and row[2].endswith("Train"):
+            keys = ("timestamp", "global_steps", "iteration", "loss", "accuracy")
+            train.append(dict(zip(keys, (float(row[i]) for i in (4, 6, 8, 10, 12)), strict=True)))
+        elif len(row) == 9 and row[2].endswith("Test"):
+            test.append({"loss": float(row[6]), "accuracy": float(row[8])})
+    return train, test
+
+
+def test_the_notebook_trains_the_seed_script_whose_callbacks_log_what_wmla_would(
+    wmla: dict[str, Any], tmp_path: Path
+) -> None:
+    live: LiveEdt = wmla["live"]
+    host, port = re.match(r"http://([^:/]+):(\d+)", live.url).groups()  # type: ignore[union-attr]
+    env = dict(os.environ, WMLA_PROTOCOL="http", WMLA_HOST=host, WMLA_PORT=port,
+               WMLA_USER="erin", WMLA_PASSWORD="erin-pass-1",
+               WMLA_MODEL_DIR=str(tmp_path / "resnet-wmla"),
+               WMLA_MODEL_SOURCE=str(SEED))  # fmt: skip
+    notebook = str(PROJECT_DIR / "tests" / "wmla_notebook.py")
+    run = subprocess.run([sys.executable, notebook], env=env, cwd=tmp_path,
+                         capture_output=True, text=True, timeout=600)  # fmt: skip
+    out = run.stdout
+    assert run.returncode == 0, out[-3000:] + run.stderr[-3000:]
+    assert "Logon succeeded" in out and "exec state: FINISHED" in out, out[-3000:]
+    exec_id = re.search(r"Exec ID: (\d+)", out).group(1)  # type: ignore[union-attr]
+    with zipfile.ZipFile(tmp_path / "resnet-wmla" / f"{exec_id}.zip") as z:
+        assert "model.pt" in z.namelist()
+
+    # What the seeds' EDTLoggerCallback wrote through ELog: the values EDT trained with
+    url, auth = wmla["url"], wmla["auth"]
+    outlog = requests.get(f"{url}/execs/{exec_id}/log?logType=outlog", auth=auth).json()
+    assert "Accuracy:" in str(pprint_section(out)), out[-2000:]
+    train, test = elog_lines(outlog)
+    api = f"{live.url}/api/v1/jobs/{exec_id}/"
+    records = wmla["api"].get(api + "metrics/records/", params={"limit": 1000}).json()
+    records = records.get("results", records)
+    steps = [r for r in records if r["kind"] == "train"]
+    evals = [r for r in records if r["kind"] == "test"]
+    # NUM_EPOCHS 2 and batch 32 are the script's (the args set neither): 256 / 32 * 2
+    assert len(steps) == len(train) == 16 and len(evals) == len(test) == 2
+    for line, record in zip(train, steps, strict=True):
+        assert line["iteration"] == record["step"]  # completed_batch
+        assert line["loss"] == pytest.approx(record["values"]["loss"], abs=1e-5)
+        assert 0 <= line["accuracy"] <= 1  # WMLA passes percent; the helper divides by 100
+        assert line["accuracy"] == pytest.approx(record["values"]["accuracy"], abs=1e-5)
+    for line, record in zip(test, evals, strict=True):
+        assert line["loss"] == pytest.approx(record["values"]["test_loss"], abs=1e-5)
+        assert line["accuracy"] == pytest.approx(record["values"]["test_accuracy"], abs=1e-5)
+    # The script's LRScheduleCallback halved its own learning rate (0.05) at epoch 1, in
+    # every learner, through self.params['optimizer']
+    assert {r["values"]["lr"] for r in steps if r["epoch"] == 0} == {0.05}
+    assert {r["values"]["lr"] for r in steps if r["epoch"] == 1} == {0.025}
+    job = wmla["api"].get(api).json()
+    assert job["total_steps"] == job["steps_done"] == 16  # progress from the script's data
+
+    # The native API: an ended job's priority is final (409; `edt priority` fails)
+    refused = wmla["api"].post(api + "priority/", json={"priority": 9000})
+    assert refused.status_code == 409, refused.text
+    live.login("erin")
+    cli = live.edt("erin", "priority", exec_id, "9000")
+    assert cli.returncode != 0 and "priority is final" in cli.stderr + cli.stdout, cli
+    assert wmla["api"].get(api).json()["priority"] == 5000
+
+
+def pprint_section(out: str) -> str:
+    """What the notebook printed after asking for the driver's stdout (logType=outlog)."""
+    return out.split("retrieve_stdout_url:", 1)[-1]
+
+
+BROKEN = {
+    "raises": ("import fabric_model\nraise ValueError('no GPU in this cluster')\n",
+               "no GPU in this cluster"),
+    "never trains": ("from fabric_model import FabricModel\n\ndef main():\n    pass\n",
+                     "without calling FabricModel(...).train()"),
+}  # fmt: skip
+
+
+def archive_of(folder: Path, source: str) -> Path:
+    model_dir = folder / "broken-edt"
+    model_dir.mkdir(parents=True, exist_ok=True)
+    (model_dir / "main.py").write_text(source)
+    archive = folder / "broken.modelDir.tar"
+    with tarfile.open(archive, "w:gz") as tar:
+        tar.add(model_dir, arcname=model_dir.name)
+    return archive
+
+
+@pytest.mark.parametrize("case", list(BROKEN))
+def test_post_execs_answers_at_once_and_the_exec_reports_the_model_check(
+    wmla: dict[str, Any], tmp_path: Path, case: str
+) -> None:
+    source, words = BROKEN[case]
+    url, auth = wmla["url"], wmla["auth"]
+    with archive_of(tmp_path, source).open("rb") as f:
+        reply = requests.post(f"{url}/execs?args={ARGS.format(epochs=1)}", files={"file": f},
+                              auth=auth, headers=HEADERS)  # fmt: skip
+    assert reply.ok, reply.text
+    exec_id = reply.json()["id"]
+    assert reply.json()["state"] == "SUBMITTED"
+    exec_ = wait_for(lambda: (e := requests.get(f"{url}/execs/{exec_id}", auth=auth).json())
+                     ["state"] in ENDED and e, 120, "the model check")  # fmt: skip
+    assert exec_["state"] == "ERROR" and exec_["modelCheck"]["status"] == "INVALID"
+    assert "the model check failed" in exec_["error"] and words in exec_["error"], exec_
+
+
+def test_a_model_check_whose_checker_is_killed_is_restarted_then_failed(
+    wmla: dict[str, Any], tmp_path: Path
+) -> None:
+    """The check is a background job of its own (not a thread of the web): when it is gone
+    (killed here, as a host restart would), the next look at the exec starts it again;
+    after two restarts the model fails with a message that says why."""
+    url, auth, live = wmla["url"], wmla["auth"], wmla["live"]
+    with archive_of(tmp_path, "import time\nimport fabric_model\ntime.sleep(300)\n").open(
+        "rb"
+    ) as f:
+        exec_id = requests.post(f"{url}/execs?args={ARGS.format(epochs=1)}", files={"file": f},
+                                auth=auth).json()["id"]  # fmt: skip
+    job = wmla["api"].get(f"{live.url}/api/v1/jobs/{exec_id}/").json()
+    model = wmla["api"].get(f"{live.url}/api/v1/models/{job['model']}/").json()
+    assert model["status"] == "CHECKING" and model["check"]["limit"] == 60
+    pid_file = live.data_dir / "models" / str(job["model"]) / "check.pid"
+    killed: set[int] = set()
+    for _ in range(3):
+        pid = wait_for(lambda: _checker(pid_file, killed), 60, "a checker")
+        tree = [psutil.Process(pid), *psutil.Process(pid).children(recursive=True)]
+        for proc in tree:
+            proc.send_signal(signal.SIGKILL)
+        psutil.wait_procs(tree, timeout=10)
+        killed.add(pid)
+        requests.get(f"{url}/execs/{exec_id}", auth=auth)  # seen: restarted, or failed
+    exec_ = wait_for(lambda: (e := requests.get(f"{url}/execs/{exec_id}", auth=auth).json())
+                     ["state"] == "ERROR" and e, 30, "the exec to fail")  # fmt: skip
+    assert "interrupted 3 times" in exec_["error"], exec_
+
+
+def _checker(pid_file: Path, killed: set[int]) -> int | None:
+    try:
+        pid = int(pid_file.read_text().split()[0])
+    except (OSError, IndexError, ValueError):
+        return None
+    if pid in killed or not psutil.pid_exists(pid):
+        return None
+    return pid if "edt_check_model" in " ".join(psutil.Process(pid).cmdline()) else None
+
+
+def test_a_compressed_bomb_is_refused_by_the_safe_extractor_before_anything_is_listed(
+    wmla: dict[str, Any], tmp_path: Path
+) -> None:
+    bomb = tmp_path / "bomb.modelDir.tar"
+    with tarfile.open(bomb, "w:gz") as tar:
+        info = tarfile.TarInfo("pytorch-edt/main.py")
+        info.size = 64 << 20  # 64 MiB of zeros: about 64 KiB compressed
+        tar.addfile(info, io.BytesIO(bytes(info.size)))
+    reply = submit({**wmla, "archive": bomb}, ARGS.format(epochs=1))
+    assert reply.status_code == 400, reply.text
+    assert "times its own size" in reply.json()["error"], reply.text
+
+
+def test_a_learner_runs_the_script_as_main_with_its_argv_and_fails_one_that_never_trains(
+    redis_server: Any, tmp_path: Path
+) -> None:
+    """Straight through the elastic engine (no web): the learner runs a WMLA script as
+    ``__main__`` with the exec's argv and DATA_DIR; one that never calls train() fails."""
+    from tests.conftest import subprocess_env
+    from workers.learner.datasets import write_cifar10
+
+    data = write_cifar10(tmp_path / "data", train=64, test=16)
+    never = tmp_path / "never.py"
+    never.write_text(BROKEN["never trains"][0])
+    shows = tmp_path / "shows.py"
+    shows.write_text(
+        "import os, sys\nfrom fabric_model import FabricModel\n"
+        "print('argv', sys.argv[1:], 'data', os.environ['DATA_DIR'] == sys.argv[-1], flush=True)\n"
+    )
+    results = {}
+    for script in (never, shows):
+        workdir = tmp_path / script.stem
+        cmd = [sys.executable, "-m", "workers.learner.drive", "--model", str(script),
+               "--data", str(data), "--workdir", str(workdir), "--deadline", "120",
+               "--script-arg=--numWorker", "--script-arg=2",
+               f"--script-arg={data}"]  # fmt: skip
+        env = subprocess_env(tmp_path, REDIS_URL=redis_server.url)
+        done = subprocess.run(cmd, cwd=PROJECT_DIR, env=env, capture_output=True, timeout=300)
+        log = "".join(p.read_text() for p in (workdir / "logs").glob("*.log"))
+        results[script.stem] = (done.returncode, done.stdout.decode(), log)
+    code, out, _ = results["never"]
+    assert code == 2 and "never.py ran to its end without calling FabricModel(...).train()" in out
+    code, out, log = results["shows"]
+    assert code == 2 and f"argv ['--numWorker', '2', '{data}'] data True" in log, log

@@ -17,36 +17,57 @@ from typing import Any
 from celery.signals import worker_ready, worker_shutdown
 from django.conf import settings
 
-from scheduler.store import Store, connect
+from scheduler.store import Store, connect, slot_id_for
 from workers.telemetry import Sampler, sampler_for
 
 log = logging.getLogger("edt.slot")
 
 
 class Heartbeat(threading.Thread):
-    def __init__(self, store: Store, slot_id: str, sampler: Sampler, parent_pid: int) -> None:
+    """Registers the slot, then beats; while Redis is away it keeps trying (the heartbeat's
+    TTL tells the scheduler the truth meanwhile) and registers again if Redis came back
+    without the slot's description."""
+
+    def __init__(self, store: Store, spec: tuple[str, int, str], sampler: Sampler,
+                 parent_pid: int) -> None:  # fmt: skip
         super().__init__(name="edt-heartbeat", daemon=True)
         self.store = store
-        self.slot_id = slot_id
+        self.host, self.index, self.device = spec
+        self.slot_id = slot_id_for(self.host, self.index)
         self.sampler = sampler
         self.parent_pid = parent_pid
         self.stopping = threading.Event()
+        self.registered = False
         self.warm = False  # the learner fork server is up: a learner starts in well under 1 s
 
     def run(self) -> None:
         interval = float(settings.EDT_HEARTBEAT_SECONDS)
         ttl = int(settings.EDT_HEARTBEAT_TTL)
+        failing = False
         while not self.stopping.is_set():
             if self.parent_pid and os.getppid() != self.parent_pid:
                 log.warning("slot %s: its host process is gone; shutting down", self.slot_id)
                 os.kill(os.getpid(), signal.SIGTERM)
                 return
             try:
-                sample = dict(self.sampler.sample(), warm=self.warm)
-                self.store.heartbeat(self.slot_id, sample, ttl)
+                self.beat(ttl)
+                if failing:
+                    log.info("slot %s: heartbeat written again", self.slot_id)
+                failing = False
             except Exception as exc:  # Redis down: keep trying, the TTL tells the truth
-                log.warning("slot %s: heartbeat failed: %s", self.slot_id, exc)
+                if not failing:
+                    log.warning("slot %s: heartbeat failed: %s", self.slot_id, exc)
+                failing = True
             self.stopping.wait(interval)
+
+    def beat(self, ttl: int) -> None:
+        if not self.registered:
+            self.store.register_slot(self.host, self.index, self.device, os.getpid())
+            self.registered = True
+            log.info("slot %s registered on %s (pid %d)", self.slot_id, self.device, os.getpid())
+        sample = dict(self.sampler.sample(), warm=self.warm)
+        if not self.store.heartbeat(self.slot_id, sample, ttl):
+            self.registered = False  # Redis lost it: describe the slot again next beat
 
 
 _heartbeat: Heartbeat | None = None
@@ -60,12 +81,10 @@ def start_heartbeat(**_: Any) -> None:
     index = int(os.environ["EDT_SLOT_INDEX"])
     device = os.environ.get("EDT_SLOT_DEVICE", "cpu")
     store = Store(connect(settings.REDIS_URL))
-    slot_id = store.register_slot(host, index, device, os.getpid())
     parent = int(os.environ.get("EDT_SLOT_PARENT_PID", "0"))
-    _heartbeat = Heartbeat(store, slot_id, sampler_for(device), parent)
+    _heartbeat = Heartbeat(store, (host, index, device), sampler_for(device), parent)
     _heartbeat.start()
     threading.Thread(target=_prewarm, name="edt-prewarm", daemon=True).start()
-    log.info("slot %s ready on %s (pid %d)", slot_id, device, os.getpid())
 
 
 def _prewarm() -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import socket
+from pathlib import Path
 from typing import Any
 
 from celery import shared_task
@@ -27,13 +28,18 @@ def run_learner(job_id: int, slot: str, token: str) -> dict[str, Any]:
     from django.conf import settings
 
     import edtweb.training.services as services
-    from scheduler.store import JobStore, connect
+    from edtweb.training.models import Job
+    from scheduler.store import LEARNER_PATIENCE, JobStore, connect
     from workers.learner import host
 
-    jobs = JobStore(connect(settings.REDIS_URL), str(job_id))
-    code = host.run_learner(jobs, slot, token, services.spec_path(job_id), settings.REDIS_URL)
-    services.learner_exited(job_id, slot, code)
-    return {"slot": slot, "code": code}
+    jobs = JobStore(connect(settings.REDIS_URL), str(job_id), patience=LEARNER_PATIENCE)
+    job = Job.objects.get(pk=job_id)  # the sandbox's paths: the record, not the job's files
+    paths = host.JobPaths(Path(job.data_path), Path(job.model_path), job.workdir)
+    spec = services.spec_path(job_id)
+    code = host.run_learner(jobs, slot, token, spec, settings.REDIS_URL, settings.SECRET_KEY, paths)
+    return {"slot": slot, "code": code}  # the scheduler reads the exit from the job's store
 
 
-run_learner_task = shared_task(name="edt.run_learner")(run_learner)
+# No result is stored: nobody waits on it, and a result write must not fail a learner's
+# task while Redis is away.
+run_learner_task = shared_task(name="edt.run_learner", ignore_result=True)(run_learner)

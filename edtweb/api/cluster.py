@@ -14,8 +14,9 @@ from edtweb.api import serializers as s
 from edtweb.api.common import Pages, scoped
 from edtweb.dashboard import views as dashboard
 from edtweb.dashboard.live import current_slots
+from edtweb.training import waiting
 from edtweb.training.models import Job, JobEvent
-from edtweb.training.services import job_store
+from edtweb.training.services import allocations
 
 TAGS = ["cluster"]
 
@@ -38,13 +39,8 @@ class Slots(generics.GenericAPIView):
 
 
 def slot_holders() -> dict[str, int]:
-    """Slot id -> the running job whose current generation includes it."""
-    holders = {}
-    for pk in Job.objects.filter(state=Job.State.RUNNING).values_list("pk", flat=True):
-        store = job_store(pk)
-        for slot in store.members(store.generation()):
-            holders[slot] = pk
-    return holders
+    """Slot id -> the job holding it, from the allocation record."""
+    return allocations().holder()
 
 
 class Allocations(generics.GenericAPIView):
@@ -59,8 +55,7 @@ class Queue(generics.GenericAPIView):
     def get(self, request: Request) -> Response:
         """Your waiting jobs (QUEUED or SUSPENDED) with their place in the whole queue
         (priority first, then submission time)."""
-        waiting = Job.objects.filter(state__in=[Job.State.QUEUED, Job.State.SUSPENDED])
-        order = list(waiting.order_by("-priority", "created_at").values_list("pk", flat=True))
+        order = [job.pk for job in waiting.queue_order()]  # the order job pages explain
         positions = {pk: place for place, pk in enumerate(order, start=1)}
         mine = scoped(request, Job).filter(pk__in=order).select_related("owner")
         jobs = sorted(mine, key=lambda j: positions[j.pk])

@@ -118,14 +118,20 @@ class JobPriority(Owned, generics.GenericAPIView):
     noun = "job"
     serializer_class = s.PrioritySerializer
 
-    @extend_schema(tags=TAGS, responses={200: s.JobDetailSerializer, **BAD, **NOT_FOUND})
+    @extend_schema(
+        tags=TAGS,
+        responses={200: s.JobDetailSerializer, **BAD, 409: s.problem("the job has ended"),
+                   **NOT_FOUND},
+    )  # fmt: skip
     def post(self, request: Request, pk: int) -> Response:
         """Change the job's priority (1 to 10000); the scheduler re-shares the slots at once,
-        between iterations, without restarting anything."""
+        between iterations, without restarting anything. A job that has ended is a 409."""
         job = self.get_object()
         form = self.get_serializer(data=request.data)
         form.is_valid(raise_exception=True)
-        services.set_priority(job, form.validated_data["priority"])
+        if not services.set_priority(job, form.validated_data["priority"]):
+            job.refresh_from_db()
+            raise ApiError(f"job {job.pk} is {job.state}: an ended job's priority is final", 409)
         job.refresh_from_db()
         return Response(s.JobDetailSerializer(job).data)
 
@@ -236,7 +242,7 @@ class JobLogs(Owned, generics.GenericAPIView):
         logs = job.workdir / "logs"
         return Response(
             [
-                {"slot": name, "size": (logs / f"{name}.log").stat().st_size}
+                {"slot": name, "size": (logs / f"{name}.log").lstat().st_size}
                 for name in history.log_names(job)
             ]
         )
@@ -291,11 +297,11 @@ class JobFile(Owned, generics.GenericAPIView):
         """Download the final model (``model.pt``) or a checkpoint; load it with
         ``torch.load(path, weights_only=True)``."""
         job = self.get_object()
-        path = history.downloadable(job, name)
-        if path is None:
+        opened = history.open_download(job, name)
+        if opened is None:
             hint = f"; the job is {job.state}" if name == "model.pt" else ""
             raise ApiError(f"job {job.pk} has no file {name!r}{hint}", 404)
-        return FileResponse(path.open("rb"), as_attachment=True, filename=f"job{job.pk}-{name}")
+        return FileResponse(opened, as_attachment=True, filename=f"job{job.pk}-{name}")
 
 
 def int_param(request: Request, name: str, default: int, low: int | None, high: int | None) -> int:

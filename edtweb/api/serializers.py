@@ -12,7 +12,7 @@ from edtweb.datasets import services as datasets
 from edtweb.datasets.models import Dataset
 from edtweb.registry.models import ModelDefinition
 from edtweb.training import history
-from edtweb.training.models import Job, JobEvent, Metric
+from edtweb.training.models import PRECISION_CHOICES, Job, JobEvent, Metric
 
 # Errors ----------------------------------------------------------------------------------
 
@@ -103,12 +103,21 @@ class UploadStateSerializer(serializers.Serializer):
 class ModelDefinitionSerializer(serializers.ModelSerializer):
     owner = serializers.CharField(source="owner.username", read_only=True)
     error_line = serializers.CharField(read_only=True, help_text="the line of the user's file")
+    check = serializers.SerializerMethodField(
+        help_text="while CHECKING: seconds since the check started and its limit"
+    )
 
     class Meta:
         model = ModelDefinition
         fields = ["id", "name", "owner", "entry", "style", "status", "parameters",
-                  "output_shape", "error", "error_line", "warnings", "created_at"]  # fmt: skip
+                  "output_shape", "error", "error_line", "warnings", "created_at",
+                  "check"]  # fmt: skip
         read_only_fields = fields
+
+    def get_check(self, model: ModelDefinition) -> dict[str, float] | None:
+        from edtweb.registry.services import check_progress
+
+        return check_progress(model)
 
 
 class ModelUploadSerializer(serializers.Serializer):
@@ -145,7 +154,7 @@ class JobSerializer(serializers.ModelSerializer):
         model = Job
         fields = ["id", "name", "owner", "state", "priority", "workers", "max_workers",
                   "min_workers", "model", "dataset", "epochs", "batch_size", "lr",
-                  "checkpoint_every", "max_micro_batch", "steps_done", "total_steps",
+                  "checkpoint_every", "max_micro_batch", "precision", "steps_done", "total_steps",
                   "progress", "eta_seconds", "created_at", "started_at", "finished_at",
                   "error"]  # fmt: skip
         read_only_fields = fields
@@ -157,21 +166,17 @@ class JobSerializer(serializers.ModelSerializer):
         return progress_of(job)
 
     def get_eta_seconds(self, job: Job) -> float | None:
-        from django.utils import timezone
+        from edtweb.training.history import eta_seconds
 
-        if job.state != Job.State.RUNNING or not job.started_at or not job.steps_done:
-            return None
-        elapsed = (timezone.now() - job.started_at).total_seconds()
-        left = max(0, job.total_steps - job.steps_done)
-        return round(elapsed / job.steps_done * left, 1)
+        eta = eta_seconds(job)
+        return None if eta is None else round(eta, 1)
 
 
 def workers_now(job: Job) -> int:
-    """Slots the job holds: the size of its latest generation while it runs."""
-    if job.state != Job.State.RUNNING:
-        return 0
-    last = job.events.filter(kind="generation").order_by("-at", "-pk").first()
-    return int(last.data.get("workers", 0)) if last else 0
+    """Slots the job trains on now, from the allocation record."""
+    from edtweb.training.services import workers_now as from_record
+
+    return from_record(job)
 
 
 def progress_of(job: Job) -> float:
@@ -215,6 +220,10 @@ class JobSubmitSerializer(serializers.Serializer):
     max_micro_batch = serializers.IntegerField(
         min_value=0, default=0, help_text="0: none; else accumulate over micro-batches"
     )
+    precision = serializers.ChoiceField(
+        choices=PRECISION_CHOICES, default="fp32",
+        help_text="bf16: autocast on CPU or GPU; fp16: GPU only, with a gradient scaler",
+    )  # fmt: skip
 
 
 class PrioritySerializer(serializers.Serializer):

@@ -12,23 +12,23 @@ names one of the user's EDT datasets. HTTP basic authentication, as the notebook
 from __future__ import annotations
 
 import argparse
-import io
 import json
 import posixpath
 import shlex
-import tarfile
 import tempfile
 import zipfile
 from dataclasses import dataclass, field
 from importlib import metadata
 from typing import Any
 
-from django.http import FileResponse, HttpRequest, HttpResponse
+from django.core.exceptions import ValidationError as DjangoValidationError
+from django.http import FileResponse, HttpRequest, HttpResponse, JsonResponse
 from django.urls import Resolver404, resolve
+from django.utils import timezone
 from django.views.decorators.csrf import csrf_exempt
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema
-from rest_framework import authentication, generics
+from rest_framework import authentication, generics, renderers
 from rest_framework.parsers import MultiPartParser
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -36,7 +36,6 @@ from rest_framework.response import Response
 from edtweb.api import serializers as s
 from edtweb.api.common import CappedUploadView, Owned, scoped
 from edtweb.api.errors import ApiError, unknown_endpoint
-from edtweb.api.jobs import checked
 from edtweb.datasets.models import Dataset
 from edtweb.registry import services as registry
 from edtweb.registry.models import ModelDefinition
@@ -58,12 +57,26 @@ LOG_TAIL_BYTES = 4 * 1024 * 1024
 NOT_FOUND = {404: s.problem("no such exec, or not yours")}
 
 
+class AnyRenderer(renderers.BaseRenderer):
+    """Lets a client that asks for ``application/octet-stream`` (WMLA's notebooks do, for
+    results and logs) have the file; an error still answers as JSON."""
+
+    media_type = "*/*"
+    format = "bin"
+
+    def render(
+        self, data: Any, accepted_media_type: Any = None, renderer_context: Any = None
+    ) -> bytes:
+        return data if isinstance(data, bytes) else json.dumps(data).encode()
+
+
 class WmlaView(generics.GenericAPIView):
     authentication_classes = [
         authentication.BasicAuthentication,
         authentication.TokenAuthentication,
         authentication.SessionAuthentication,
     ]
+    renderer_classes = [renderers.JSONRenderer, AnyRenderer]
 
 
 # The args string ---------------------------------------------------------------------------
@@ -76,6 +89,12 @@ class WmlaArgs:
     data_path: str
     fields: dict[str, Any]
     ignored: list[str] = field(default_factory=list)
+    argv: list[str] = field(default_factory=list)  # what the script gets (README, "Models")
+
+
+# The submission's own options: they mean something to the platform, not to the script
+PLATFORM_OPTIONS = ("--exec-start", "--model-main", "--model-dir", "--cs-datastore-meta",
+                    "--edt-options", "--ig", "--rest-host", "--rest-port")  # fmt: skip
 
 
 class _Parser(argparse.ArgumentParser):
@@ -91,6 +110,7 @@ def parse_args(text: str) -> WmlaArgs:
     parser.add_argument("--model-main", required=True)
     parser.add_argument("--cs-datastore-meta", required=True)
     parser.add_argument("--edt-options", default="")
+    parser.add_argument("--model-dir", default="")
     parser.add_argument("--epochs", type=int)
     parser.add_argument("--batch-size", "--train-batch-size", dest="batch_size", type=int)
     parser.add_argument("--lr", "--learning-rate", dest="lr", type=float)
@@ -118,7 +138,23 @@ def parse_args(text: str) -> WmlaArgs:
             fields[EDT_OPTIONS[key]] = int(value)
         except ValueError:
             raise ApiError(f"args: --edt-options {key}={value}: not a whole number", 400) from None
-    return WmlaArgs(known.exec_start, known.model_main, store["data_path"], fields, ignored)
+    return WmlaArgs(known.exec_start, known.model_main, store["data_path"], fields, ignored,
+                    script_argv(words))  # fmt: skip
+
+
+def script_argv(words: list[str]) -> list[str]:
+    """The args string less the platform's own options (and their values)."""
+    out, skip = [], False
+    for word in words:
+        if skip:
+            skip = False
+            continue
+        name = word.split("=", 1)[0]
+        if name in PLATFORM_OPTIONS:
+            skip = "=" not in word
+            continue
+        out.append(word)
+    return out
 
 
 def _pairs(text: str, option: str) -> dict[str, str]:
@@ -131,36 +167,6 @@ def _pairs(text: str, option: str) -> dict[str, str]:
             raise ApiError(f"args: {option} takes key=value pairs, not {item!r}", 400)
         out[key.strip()] = value.strip()
     return out
-
-
-def entry_in(content: bytes, filename: str, model_main: str) -> str:
-    """``model_main``'s path inside the archive: at its top, or under the one folder that
-    WMLA's tutorials pack (``tar.add(dir, arcname=basename(dir))``)."""
-    if filename.endswith(".py"):
-        if posixpath.basename(filename) != posixpath.basename(model_main):
-            raise ApiError(f"args: --model-main {model_main} is not the file sent ({filename})")
-        return posixpath.basename(filename)
-    names = [posixpath.normpath(n) for n in _members(content)]
-    scripts = [n for n in names if n.endswith(".py")]
-    wanted = posixpath.normpath(model_main)
-    if wanted in scripts:
-        return wanted
-    nested = [n for n in scripts if n.endswith("/" + wanted)]
-    if len(nested) == 1:
-        return nested[0]
-    shown = ", ".join(scripts[:10]) or "no .py file"
-    raise ApiError(f"args: --model-main {model_main} is not in {filename}; it holds: {shown}")
-
-
-def _members(content: bytes) -> list[str]:
-    try:
-        if zipfile.is_zipfile(io.BytesIO(content)):
-            with zipfile.ZipFile(io.BytesIO(content)) as z:
-                return z.namelist()
-        with tarfile.open(fileobj=io.BytesIO(content), mode="r:*") as t:
-            return t.getnames()
-    except (tarfile.TarError, zipfile.BadZipFile, EOFError, OSError) as exc:
-        raise ApiError(f"file: not a .tar, .tar.gz or .zip archive ({exc})", 400) from None
 
 
 # Views -----------------------------------------------------------------------------------
@@ -185,6 +191,7 @@ class Execs(CappedUploadView, WmlaView):
     @extend_schema(tags=TAGS, responses={200: s.WmlaExecSerializer(many=True)})
     def get(self, request: Request) -> Response:
         """Your execs (EDT jobs), newest first."""
+        registry.recover_stale_checks()
         return Response([as_exec(j) for j in scoped(request, Job).select_related("owner")])
 
     @extend_schema(
@@ -199,42 +206,53 @@ class Execs(CappedUploadView, WmlaView):
     )
     def post(self, request: Request) -> Response:
         """Submit a training: the model folder as an archive, the args string; answers
-        the exec's ``id``. The model is checked first, and a broken one is a 400 with its
-        error and line, not a failed exec."""
+        the exec (its ``id``) at once. The model is checked in the background while the
+        exec waits (``SUBMITTED``, ``modelCheck`` CHECKING); a broken model ends the exec
+        ``ERROR`` with the check's error and line."""
         data, upload = self.uploaded_file()
         text = _args_text(request, data)
         wmla = parse_args(text)
         dataset = _dataset_named(request, wmla.data_path)
-        model = _checked_model(request, upload, wmla.model_main)
+        form = s.JobSubmitSerializer(data={"model": 0, "dataset": dataset.pk, **wmla.fields})
+        form.is_valid(raise_exception=True)  # the Train form's defaults filled in
+        model = _stored_model(request, upload, wmla.model_main)
         try:
-            form = s.JobSubmitSerializer(data={
-                "name": f"{model.entry} ({wmla.framework})", "model": model.pk,
-                "dataset": dataset.pk, **wmla.fields,
-            })  # fmt: skip
-            form.is_valid(raise_exception=True)  # and the Train form's defaults filled in
-            job = services.submit_from_form(request.user, checked(request, form.validated_data))
+            fields = {k: v for k, v in form.validated_data.items()
+                      if k not in ("name", "model", "dataset")}  # fmt: skip
+            train = dataset.summary.get("splits", {}).get("train", {}).get("count", 0)
+            decides = [f for f in ("epochs", "batch_size", "lr") if f not in wmla.fields]
+            job = services.submit_job(
+                request.user, name=f"{model.entry} ({wmla.framework})",
+                model_definition=model, dataset=dataset, model_path=str(model.entry_path),
+                data_path=str(dataset.data_dir),
+                total_steps=fields["epochs"] * (train // fields["batch_size"]),
+                spec_extra={"argv": wmla.argv, "script_decides": decides}, **fields,
+            )  # fmt: skip
+        except DjangoValidationError as exc:
+            registry.delete(model)
+            raise ApiError(f"args: {'; '.join(exc.messages)}") from None
         except Exception:
             registry.delete(model)
             raise
         services.record_event(job.pk, "wmla", "submitted through the WMLA API", args=text,
                               framework=wmla.framework, ignored=wmla.ignored)  # fmt: skip
-        return Response({"id": str(job.pk), "appId": f"edt-job-{job.pk}",
-                         "state": STATES[job.state], "ignored": wmla.ignored})  # fmt: skip
+        registry.start_check(model)  # in the background; the job waits for it
+        return Response({**as_exec(job), "ignored": wmla.ignored})
 
 
-def _checked_model(request: Request, upload: Any, model_main: str) -> ModelDefinition:
-    """The uploaded model folder as a model definition that passed its check (run now, in a
-    child process, so that broken code is a 400 rather than an exec that fails)."""
+def _stored_model(request: Request, upload: Any, model_main: str) -> ModelDefinition:
+    """The uploaded model folder, extracted by the safe extractor (nothing is listed or
+    decompressed before it has checked the archive), as a model definition to check."""
     content = upload.read()
-    entry = entry_in(content, upload.name, model_main)
-    model = registry.create(request.user, f"WMLA exec: {entry}", upload.name, content, entry,
-                            check_async=False)  # fmt: skip
-    if model.status != ModelDefinition.Status.VALID:
-        error, line = model.error, model.error_line
-        registry.delete(model)
-        where = f" ({line})" if line else ""
-        raise ApiError(f"file: the model check failed: {error}{where}")
-    return model
+    name = str(upload.name)
+    if name.endswith(".py") and posixpath.basename(name) != posixpath.basename(model_main):
+        raise ApiError(f"args: --model-main {model_main} is not the file sent ({name})")
+    entry = "" if name.endswith(".py") else posixpath.normpath(model_main)
+    try:
+        return registry.create(request.user, f"WMLA exec: {model_main}", name, content, entry,
+                               check_async=None)  # fmt: skip
+    except registry.ModelUploadError as exc:
+        raise ApiError(f"file: {exc} (--model-main {model_main})") from None
 
 
 def _args_text(request: Request, data: Any) -> str:
@@ -268,6 +286,7 @@ class ExecDetail(Owned, WmlaView):
     @extend_schema(tags=TAGS, responses={200: s.WmlaExecSerializer, **NOT_FOUND})
     def get(self, request: Request, pk: int) -> Response:
         """The exec: ``state`` is WMLA's (FINISHED, ERROR, KILLED when it ended)."""
+        registry.recover_stale_checks()
         return Response(as_exec(self.get_object()))
 
     @extend_schema(
@@ -317,17 +336,44 @@ class ExecLog(Owned, WmlaView):
 
     @extend_schema(
         tags=TAGS,
-        parameters=[OpenApiParameter("logType", str, description="accepted, not used")],
-        responses={(200, "text/plain"): OpenApiTypes.STR, **NOT_FOUND},
+        parameters=[
+            OpenApiParameter(
+                "logType",
+                str,
+                enum=["outlog", "errlog"],
+                description=(
+                    "outlog (the default): the driver's output, what the script's ELog writes "
+                    "to $LOG_DIR/stdout; errlog: every learner's output"
+                ),
+            ),
+        ],
+        responses={200: OpenApiTypes.STR, 400: s.problem("unknown logType"), **NOT_FOUND},
     )
-    def get(self, request: Request, pk: int) -> HttpResponse:
-        """Every learner's output (the last 4 MiB of each), one section per slot."""
+    def get(self, request: Request, pk: int) -> JsonResponse:
+        """The exec's log as one JSON string, as WMLA answers it: ``outlog`` is the driver's
+        output ($LOG_DIR/stdout of a WMLA script; every learner's output when the script
+        writes none), ``errlog`` every learner's output, one section per slot (the last
+        4 MiB of each)."""
         job = self.get_object()
-        parts = []
-        for slot in history.log_names(job):
-            text = history.log_tail(job, slot, -LOG_TAIL_BYTES, LOG_TAIL_BYTES)["text"]
-            parts.append(f"==== learner {slot} ====\n{text}")
-        return HttpResponse("\n".join(parts), content_type="text/plain; charset=utf-8")
+        kind = request.query_params.get("logType", "outlog")
+        if kind not in ("outlog", "errlog"):
+            raise ApiError(f"logType: {kind!r}: use outlog or errlog")
+        return JsonResponse(exec_log(job, kind), safe=False)
+
+
+def exec_log(job: Job, kind: str) -> str:
+    """``outlog``: the driver's output ($LOG_DIR/stdout), else every learner's; ``errlog``:
+    every learner's output, a section per slot (the last 4 MiB of each)."""
+    driver = job.workdir / "driver" / "stdout"
+    if kind == "outlog" and driver.is_file():
+        with driver.open("rb") as f:
+            f.seek(max(0, driver.stat().st_size - LOG_TAIL_BYTES))
+            return f.read().decode("utf-8", "replace")
+    parts = []
+    for slot in history.log_names(job):
+        text = history.log_tail(job, slot, -LOG_TAIL_BYTES, LOG_TAIL_BYTES)["text"]
+        parts.append(f"==== learner {slot} ====\n{text}")
+    return "\n".join(parts)
 
 
 class ExecResult(Owned, WmlaView):
@@ -340,14 +386,19 @@ class ExecResult(Owned, WmlaView):
     )
     def get(self, request: Request, pk: int) -> FileResponse:
         """The result as a zip: the final model, ``model.pt`` (load it with
-        ``torch.load(path, weights_only=True)``)."""
+        ``torch.load(path, weights_only=True)``), and what a WMLA script saved under
+        ``$RESULT_DIR``, under ``result/``."""
         job = self.get_object()
         path = history.downloadable(job, "model.pt")
         if path is None:
             raise ApiError(f"exec {job.pk} has no result: it is {STATES[job.state]}", 404)
         out = tempfile.TemporaryFile()  # noqa: SIM115 (FileResponse closes it)
+        result = job.workdir / "result"
         with zipfile.ZipFile(out, "w") as z:
             z.write(path, "model.pt")
+            for file in sorted(result.rglob("*")) if result.is_dir() else []:
+                if file.is_file() and not file.is_symlink():
+                    z.write(file, f"result/{file.relative_to(result)}")
         out.seek(0)
         name = f"exec-{job.pk}-result.zip"
         return FileResponse(out, as_attachment=True, filename=name, content_type="application/zip")
@@ -355,8 +406,12 @@ class ExecResult(Owned, WmlaView):
 
 def as_exec(job: Job) -> dict[str, Any]:
     wmla = job.events.filter(kind="wmla").first()
+    model = job.model_definition
+    checking = model is not None and model.status == ModelDefinition.Status.CHECKING
     return {
         "id": str(job.pk),
+        "submissionId": str(job.pk),
+        "sigId": "edt",
         "appId": f"edt-job-{job.pk}",
         "name": job.name,
         "appName": job.name,
@@ -374,6 +429,10 @@ def as_exec(job: Job) -> dict[str, Any]:
         "progress": s.progress_of(job),
         "error": job.error,
         "args": wmla.data.get("args", "") if wmla else "",
+        "modelCheck": {
+            "status": model.status if model else "",
+            "progress": registry.check_progress(model) if checking and model else None,
+        },
     }
 
 
@@ -393,3 +452,54 @@ def slash_tolerant(request: HttpRequest, rest: str = "") -> HttpResponse:
         if match is not None and match.func is not slash_tolerant:
             return match.func(request, *match.args, **match.kwargs)
     return unknown_endpoint(request)
+
+
+# Spectrum Conductor: the few calls of /platform/rest/conductor/v1/ that WMLA's EDT notebooks
+# make around the execs (log on, running applications, the driver's logs). One instance
+# group: "edt".
+
+
+class ConductorLogon(WmlaView):
+    @extend_schema(tags=TAGS, responses={200: OpenApiTypes.OBJECT})
+    def get(self, request: Request) -> Response:
+        """Check the credentials (basic authentication), as ``auth/logon`` does."""
+        return Response({"userName": request.user.get_username(), "sigName": "edt"})
+
+
+class ConductorApplications(WmlaView):
+    @extend_schema(
+        tags=TAGS,
+        parameters=[OpenApiParameter("state", str, description="a WMLA state, e.g. RUNNING")],
+        responses={200: OpenApiTypes.OBJECT},
+    )
+    def get(self, request: Request, sig: str) -> Response:
+        """Your execs as the instance group's applications (``state`` filters them)."""
+        wanted = request.query_params.get("state")
+        apps = []
+        for job in scoped(request, Job).filter(owner=request.user):
+            state = STATES[job.state]
+            if wanted and state != wanted:
+                continue
+            ran = (job.finished_at or timezone.now()) - job.started_at if job.started_at else None
+            apps.append({
+                "id": f"edt-job-{job.pk}", "name": job.name,
+                "driver": {"id": str(job.pk), "state": state},
+                "apprunduration": ran.total_seconds() / 60 if ran else 0.0,
+                "gpuslots": s.workers_now(job), "gpumemused": {"total": 0},
+                "gpudevutil": {"total": 0}, "executors": [],
+            })  # fmt: skip
+        return Response(apps)
+
+
+class ConductorDriverLog(Owned, WmlaView):
+    model = Job
+    noun = "exec"
+
+    @extend_schema(tags=TAGS, responses={(200, "text/plain"): OpenApiTypes.STR, **NOT_FOUND})
+    def get(self, request: Request, sig: str, pk: int, stream: str) -> HttpResponse:
+        """The driver's ``stdout`` (the script's ELog output) or ``stderr`` (every
+        learner's output), as a file."""
+        self.kwargs["pk"] = pk
+        job = self.get_object()
+        text = exec_log(job, "outlog" if stream == "stdout" else "errlog")
+        return HttpResponse(text, content_type="application/octet-stream")

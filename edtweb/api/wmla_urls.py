@@ -1,4 +1,5 @@
-"""/platform/rest/deeplearning/v1/: the WMLA-compatible subset (edtweb/api/wmla.py)."""
+"""/platform/rest/deeplearning/v1/ and /platform/rest/conductor/v1/: the WMLA-compatible
+subset (edtweb/api/wmla.py)."""
 
 from __future__ import annotations
 
@@ -17,3 +18,12 @@ urlpatterns = [
     path("execs/<int:pk>/result", wmla.ExecResult.as_view(), name="exec-result"),
     re_path(r"^(?P<rest>.*)$", wmla.slash_tolerant, name="slash-tolerant"),
 ]
+
+# /platform/rest/conductor/v1/: what the WMLA notebooks call of Spectrum Conductor
+conductor_urlpatterns = [
+    path("auth/logon", wmla.ConductorLogon.as_view(), name="conductor-logon"),
+    path("instances/<str:sig>/applications", wmla.ConductorApplications.as_view(),
+         name="conductor-applications"),
+    path("instances/<str:sig>/applications/<int:pk>/logs/<str:stream>/download",
+         wmla.ConductorDriverLog.as_view(), name="conductor-driver-log"),
+]  # fmt: skip

@@ -5,7 +5,7 @@ from typing import Any
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
-from edtweb.dashboard.live import CLUSTER_GROUP, current_slots
+from edtweb.dashboard.live import CLUSTER_GROUP, current_slots, visible_slots
 
 
 class ClusterConsumer(AsyncJsonWebsocketConsumer):
@@ -29,12 +29,16 @@ class ClusterConsumer(AsyncJsonWebsocketConsumer):
 
     @database_sync_to_async
     def load_slots(self) -> list[dict[str, Any]]:
-        return current_slots()
+        return visible_slots(current_slots(), self.scope["user"])
+
+    @database_sync_to_async
+    def visible(self, slots: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        return visible_slots(slots, self.scope["user"])
 
     # Group message handlers -------------------------------------------------------------
 
     async def cluster_slots(self, event: dict[str, Any]) -> None:
-        await self.send_json({"type": "slots", "slots": event["slots"]})
+        await self.send_json({"type": "slots", "slots": await self.visible(event["slots"])})
 
     async def cluster_allocation(self, event: dict[str, Any]) -> None:
         if await self.may_see(event["job"]):

@@ -34,6 +34,7 @@ def cluster(request: HttpRequest) -> HttpResponse:
         "redis_error": error,
         "slot_count": len(slots),
         "queue": queue.order_by("-priority", "created_at"),
+        "has_jobs": owned(request, Job).exists(),
         "nav": "cluster",
     }
     return render(request, "dashboard/cluster.html", context)

@@ -86,22 +86,31 @@ class ExtractResult:
     bytes_written: int
 
 
-def detect_kind(path: Path) -> str:
-    """Return "zip", "tar" or "tar.gz" from the file's first bytes; its name is not trusted."""
+def detect_kind(path: Path, name: str | None = None) -> str:
+    """Return "zip", "tar" or "tar.gz" from the file's first bytes; its name is not trusted.
+    ``name`` is what errors call the file (the uploader's name for it; else the path's)."""
+    name = name or path.name
     with path.open("rb") as f:
         head = f.read(512)
+    check_start(head, name)
     if head.startswith((b"PK\x03\x04", b"PK\x05\x06")):
         return "zip"
     if head.startswith(b"\x1f\x8b"):
         if _is_tar_header(_gunzip_head(path)):
             return "tar.gz"
         raise ArchiveError(
-            f"{path.name} is gzip-compressed but does not contain a tar archive. {_UPLOAD_HINT}"
+            f"{name} is gzip-compressed but does not contain a tar archive. {_UPLOAD_HINT}"
         )
-    if _is_tar_header(head):
-        return "tar"
+    return "tar"
+
+
+def check_start(head: bytes, name: str) -> None:
+    """Refuse at once a file whose first 512 bytes are no zip, gzip or tar start (an upload
+    is checked on its first chunk, not after its last)."""
+    if head.startswith((b"PK\x03\x04", b"PK\x05\x06", b"\x1f\x8b")) or _is_tar_header(head):
+        return
     raise ArchiveError(
-        f"{path.name} is not a zip, tar or tar.gz archive ({_describe_start(head)}). {_UPLOAD_HINT}"
+        f"{name} is not a zip, tar or tar.gz archive ({_describe_start(head)}). {_UPLOAD_HINT}"
     )
 
 
@@ -110,6 +119,7 @@ def extract(
     dest: Path,
     limits: Limits = DEFAULT_LIMITS,
     progress: Callable[[int, int], None] | None = None,
+    name: str | None = None,
 ) -> ExtractResult:
     """Unpack the archive at `path` into the new folder `dest`, whose parent must exist.
 
@@ -117,7 +127,7 @@ def extract(
     the archive's size; the last call has done == total. It may raise to cancel.
     Raises ArchiveError for anything refused; on any error nothing is left behind.
     """
-    kind = detect_kind(path)
+    kind = detect_kind(path, name)
     if dest.exists() or dest.is_symlink():
         raise FileExistsError(f"{dest} already exists; extract into a new folder")
     size = path.stat().st_size
@@ -135,6 +145,7 @@ def extract(
                     _extract_tar(raw, kind == "tar.gz", tree, budget)
             except _DAMAGE as e:
                 raise _damaged(str(e) or type(e).__name__) from e
+        tmp.chmod(0o755)  # mkdtemp's 0700: learners run as another user and read it
         tmp.rename(dest)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)

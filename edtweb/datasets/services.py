@@ -57,6 +57,13 @@ def append_chunk(dataset: Dataset, start: int, chunk: bytes) -> int:
         raise UploadError(f"expected bytes from {dataset.received}", 409, dataset.received)
     if start + len(chunk) > dataset.size:
         raise UploadError(f"more bytes than the {dataset.size:,} announced", 413, dataset.received)
+    if start == 0:
+        from edtweb.datasets.archive import ArchiveError, check_start
+
+        try:
+            check_start(chunk[:512], dataset.filename)
+        except ArchiveError as exc:
+            raise UploadError(str(exc), 415, 0) from None
     with dataset.archive_path.open("r+b") as f:
         f.seek(start)
         f.write(chunk)
@@ -98,7 +105,7 @@ def prepare(dataset: Dataset) -> None:
             Dataset.objects.filter(pk=dataset.pk).update(progress=fraction)
 
     try:
-        extract(dataset.archive_path, dataset.data_dir, progress=progress)
+        extract(dataset.archive_path, dataset.data_dir, progress=progress, name=dataset.filename)
         dataset.archive_path.unlink(missing_ok=True)
         describe_and_draw(dataset)
     except (ArchiveError, DatasetError) as exc:

@@ -6,6 +6,7 @@ from django import forms
 
 from edtweb.datasets.models import Dataset
 from edtweb.registry.models import ModelDefinition
+from edtweb.training.models import PRECISION_CHOICES
 
 
 class TrainForm(forms.Form):
@@ -45,6 +46,11 @@ class TrainForm(forms.Form):
         initial=0,
         label="Micro-batch cap",
         help_text="0: none; else gradients accumulate over micro-batches of at most this size",
+    )
+    precision = forms.ChoiceField(
+        choices=PRECISION_CHOICES,
+        initial="fp32",
+        help_text="bf16: autocast on CPU or GPU; fp16: GPU only, with a gradient scaler",
     )
 
     def __init__(self, *args: Any, owner_models: Any, owner_datasets: Any, **kw: Any) -> None:

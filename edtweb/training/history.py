@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from django.db.models import F
 
 from edtweb.training.models import Job, Metric
-from scheduler.policies import JobView, Snapshot, decide
-from scheduler.store import Store, connect
+from scheduler.policies import decide
+from scheduler.store import Store
 
 
 def metrics(job: Job, points: int = 2000) -> dict[str, Any]:
@@ -59,11 +60,9 @@ def members(job: Job) -> list[str]:
     """The slots of the job's current generation (none unless it is running)."""
     if job.state != Job.State.RUNNING:
         return []
-    from edtweb.training.services import job_store
+    from edtweb.training.services import allocations
 
-    jobs = job_store(job.pk)
-    gen = jobs.generation()
-    return jobs.members(gen) if gen else []
+    return list(allocations().of(job.pk).members)
 
 
 def eta_seconds(job: Job) -> float | None:
@@ -82,7 +81,9 @@ def telemetry(job: Job) -> list[dict[str, Any]]:
     held = set(members(job))
     if not held:
         return []
-    slots = Store(connect(_redis_url())).list_slots()
+    from edtweb.training.services import redis_client
+
+    slots = Store(redis_client()).list_slots()
     return [{"slot": s.slot_id, "state": s.state, **s.telemetry} for s in slots
             if s.slot_id in held]  # fmt: skip
 
@@ -101,12 +102,6 @@ def state(job: Job) -> dict[str, Any]:
     }
 
 
-def _redis_url() -> str:
-    from django.conf import settings
-
-    return str(settings.REDIS_URL)
-
-
 def log_names(job: Job) -> list[str]:
     logs = job.workdir / "logs"
     return sorted(p.stem for p in logs.glob("*.log")) if logs.is_dir() else []
@@ -116,10 +111,9 @@ def log_tail(job: Job, slot: str, offset: int, limit: int = 65536) -> dict[str, 
     """The learner's log from byte ``offset`` (a negative offset: the last bytes)."""
     if slot not in log_names(job):
         return {"slot": slot, "offset": 0, "text": "", "error": "no such learner log"}
-    path = job.workdir / "logs" / f"{slot}.log"
-    size = path.stat().st_size
-    start = max(0, size + offset) if offset < 0 else min(offset, size)
-    with path.open("rb") as f:
+    with open_job_file(job, f"logs/{slot}.log") as f:
+        size = os.fstat(f.fileno()).st_size
+        start = max(0, size + offset) if offset < 0 else min(offset, size)
         f.seek(start)
         data = f.read(limit)
     return {"slot": slot, "offset": start + len(data), "text": data.decode(errors="replace")}
@@ -128,6 +122,25 @@ def log_tail(job: Job, slot: str, offset: int, limit: int = 65536) -> dict[str, 
 def checkpoints(job: Job) -> list[str]:
     directory = job.workdir / "checkpoints"
     return sorted(p.name for p in directory.glob("step-*.pt")) if directory.is_dir() else []
+
+
+def open_job_file(job: Job, relative: str) -> BinaryIO:
+    """A file of the job's directory, which its (untrusted) learners own: no symbolic link
+    is followed and only a regular file opens (workers/sandbox.py, ``open_beneath``)."""
+    from workers.sandbox import open_beneath
+
+    return os.fdopen(open_beneath(job.workdir, relative), "rb")
+
+
+def open_download(job: Job, name: str) -> BinaryIO | None:
+    """The final model or a checkpoint, opened; None when the job has no such file."""
+    path = downloadable(job, name)
+    if path is None:
+        return None
+    try:
+        return open_job_file(job, str(path.relative_to(job.workdir)))
+    except OSError:
+        return None
 
 
 def downloadable(job: Job, name: str) -> Path | None:
@@ -141,14 +154,18 @@ def downloadable(job: Job, name: str) -> Path | None:
 
 
 def preview(job: Job, priority: int, user: Any) -> dict[str, Any]:
-    """What the scheduler would decide if ``job`` had ``priority``: "B 5, A 3"."""
-    store = Store(connect(_redis_url()))
-    capacity = len(store.alive_slots())
-    active = list(Job.objects.filter(state__in=Job.ACTIVE).order_by("created_at"))
-    views = [_view(j, priority if j.pk == job.pk else j.priority) for j in active]
-    if not views:
+    """What the scheduler would decide if ``job`` had ``priority``: "B 5, A 3". The same
+    snapshot as the scheduler's: its policy, its usable slots, joiners counted."""
+    from edtweb.training.scheduling import schedulable_jobs, snapshot
+    from edtweb.training.services import allocations, redis_client
+
+    record = allocations()
+    capacity = record.capacity or len(Store(redis_client()).alive_slots())
+    active = list(schedulable_jobs().order_by("created_at"))
+    if not active:
         return {"targets": {}, "text": "the job is not running"}
-    decision = decide(Snapshot(capacity, views))
+    held = {pk: len(a.slots) for pk, a in record.jobs.items()}
+    decision = decide(snapshot(active, capacity, held, {job.pk: priority}), record.policy)
     names = {
         str(j.pk): (j.name if user.is_staff or j.owner_id == user.pk else "others") for j in active
     }
@@ -157,21 +174,3 @@ def preview(job: Job, priority: int, user: Any) -> dict[str, Any]:
         f"{names[k]} {v}" for k, v in sorted(decision.targets.items(), key=lambda kv: -kv[1])
     )
     return {"targets": targets, "text": text, "capacity": capacity}
-
-
-def _view(job: Job, priority: int) -> JobView:
-    from edtweb.training.services import job_store
-
-    jobs = job_store(job.pk)
-    gen = jobs.generation()
-    current = len(jobs.members(gen)) if gen and job.state == Job.State.RUNNING else 0
-    return JobView(
-        id=str(job.pk),
-        max_workers=job.max_workers,
-        priority=priority,
-        submitted=job.created_at.timestamp(),
-        current=current,
-        min_workers=min(job.min_workers, job.max_workers),
-        state=job.state,
-        name=job.name,
-    )

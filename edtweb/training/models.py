@@ -7,7 +7,9 @@ from django.conf import settings
 from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 
-from workers.learner.spec import JobSpec
+from workers.learner.spec import PRECISIONS, JobSpec
+
+PRECISION_CHOICES = [(p, p) for p in PRECISIONS]
 
 
 class Job(models.Model):
@@ -47,6 +49,10 @@ class Job(models.Model):
     seed = models.IntegerField(default=0)
     checkpoint_every = models.PositiveIntegerField(default=1)
     collective_timeout = models.FloatField(default=30.0)
+    precision = models.CharField(
+        max_length=4, choices=PRECISION_CHOICES, default="fp32",
+        help_text="bf16: autocast on CPU or GPU; fp16: GPU only, with a gradient scaler",
+    )  # fmt: skip
     created_at = models.DateTimeField(auto_now_add=True)
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
@@ -85,7 +91,7 @@ class Job(models.Model):
             workdir=str(self.workdir), batch_size=self.batch_size,
             max_micro_batch=self.max_micro_batch, epochs=self.epochs, lr=self.lr,
             seed=self.seed, checkpoint_every=self.checkpoint_every,
-            collective_timeout=self.collective_timeout,
+            collective_timeout=self.collective_timeout, precision=self.precision,
         )  # fmt: skip
 
 

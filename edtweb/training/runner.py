@@ -7,6 +7,7 @@ records every change and metric. A new active scheduler rebuilds runners from Re
 
 from __future__ import annotations
 
+import logging
 import time
 from typing import Any
 
@@ -15,6 +16,9 @@ from edtweb.training import live, services
 from edtweb.training.models import Job
 from scheduler.dispatch import CeleryLauncher
 from scheduler.elastic import Coordinator
+from scheduler.phases import FINAL, Facts, JobPhase, Transition, advance
+
+log = logging.getLogger("edt.scheduler")
 
 LIVE_INTERVAL = 0.1  # seconds between a job's live metric updates
 
@@ -33,7 +37,7 @@ class JobRunner:
         self.launcher = CeleryLauncher(self.jobs, celery_app, job.pk)
         self.coord = Coordinator(self.jobs, self.launcher, self._event)
         self.want = 0
-        self.suspending = False
+        self.phase = JobPhase.WAITING
         self.unsent: list[dict[str, Any]] = []
         self.sent_seq: int | None = None
         self.sent_at = 0.0
@@ -49,6 +53,7 @@ class JobRunner:
         c.members = [s for s in self.jobs.members(gen) if s in live] if gen else []
         c.joining = [s for s in live if s not in c.members]
         self.want = len(c.members)
+        self.phase = JobPhase.TRAINING if c.members else JobPhase.WAITING
 
     def _event(self, kind: str, data: dict[str, Any]) -> None:
         message = MESSAGES.get(kind, kind).format(**data)
@@ -59,9 +64,15 @@ class JobRunner:
     def holding(self) -> list[str]:
         """The job's slots, oldest learner first: members, then joiners. A job being
         suspended holds none: its slots go to others as soon as its learners are out."""
-        if self.suspending:
+        if self.phase in (JobPhase.SUSPENDING, *FINAL):
             return []
         return [*self.coord.members, *self.coord.joining]
+
+    def members(self) -> list[str]:
+        return [] if not self.holding() else list(self.coord.members)
+
+    def joiners(self) -> list[str]:
+        return [] if not self.holding() else list(self.coord.joining)
 
     def occupied(self) -> set[str]:
         """Slots where a learner of this job still runs (leavers included)."""
@@ -76,41 +87,73 @@ class JobRunner:
         if joined:
             c.start_joiners(list(joined))
         self.want = want
-        if want == 0 and c.members and not self.suspending:
-            self.suspending = True
-            self.jobs.request_stop()  # learners checkpoint, then exit
-            services.record_event(self.job_id, "suspending", "checkpointing before suspension")
 
     # The protocol ------------------------------------------------------------------------------
 
-    def tick(self) -> str | None:
-        """Advance the protocol; returns the job's new resting state when it has one."""
+    def tick(self, alive: set[str] | None = None) -> str | None:
+        """Observe the job, move its membership toward its allocation, and take the phase
+        transition the facts call for; returns the job's new resting state when it has one."""
         c = self.coord
+        if alive is not None:
+            for slot in self.launcher.observe(alive):
+                log.info("job %s: the learner on %s is gone (its lease lapsed)", self.job_id, slot)
         self._persist(c.read_metrics())
-        error = c.first_error()
-        if error:
-            services.fail_job(self.job_id, error)
-            c.kill_all()
-            return Job.State.FAILED
-        if self.suspending:
-            return self._suspended() if c.all_exited() else None
-        if c.done:
-            return self._completed()
-        c.watch_failures()
+        c.drop_dead_joiners()
+        lost = c.watch_failures() if self.phase is not JobPhase.SUSPENDING else False
+        if self.phase in (JobPhase.WAITING, JobPhase.TRAINING) and not lost:
+            self._resize()
+        transition = advance(self.phase, self._facts(lost))
+        if transition is None:
+            return None
+        log.info("job %s: %s", self.job_id, transition)
+        self.phase = transition.next
+        return self._enter(transition)
+
+    def _facts(self, lost: bool) -> Facts:
+        c = self.coord
+        return Facts(
+            want=self.want, members=len(c.members), learners=len(self.occupied()), lost=lost,
+            done=c.done, error=c.first_error() is not None,
+            started=c.step > 0 or self.jobs.generation() > 0,
+        )  # fmt: skip
+
+    def _resize(self) -> None:
+        c = self.coord
         if self.want > len(c.members):
-            if c.grow_to(self.want) and len(c.members) == self.want:
-                services.start_job(self.job_id)
-        elif self.want < len(c.members):
+            c.grow_to(self.want)
+        elif 0 < self.want < len(c.members):
             c.shrink_to(self.want)
+
+    def _enter(self, transition: Transition) -> str | None:
+        """Carry out a transition's effects; the job's resting state when it ends here."""
+        to = transition.next
+        if to is JobPhase.FAILED:
+            services.fail_job(self.job_id, self.coord.first_error() or "failed")
+            self.coord.kill_all()
+            return Job.State.FAILED
+        if to is JobPhase.TRAINING and transition.previous is JobPhase.WAITING:
+            services.start_job(self.job_id)
+        elif to is JobPhase.COMPLETING:
+            services.complete_job(self.job_id)
+        elif to is JobPhase.COMPLETED:
+            services.complete_job(self.job_id)
+            return Job.State.COMPLETED
+        elif to is JobPhase.SUSPENDING:
+            self.jobs.request_stop()  # learners checkpoint, then exit
+            services.record_event(self.job_id, "suspending", "checkpointing before suspension")
+        elif to is JobPhase.SUSPENDED:
+            self.coord.kill_all()  # joiners that never joined
+            services.suspend_job(self.job_id, self.jobs.checkpoint_step())
+            return Job.State.SUSPENDED
         return None
 
     def _persist(self, records: list[dict[str, Any]]) -> None:
         """Store new records at once; push them to the pages at most a few times a second
         (pages redraw no faster, and 50 open pages must not slow the job down)."""
-        kept = [r for r in records if r.get("type") in ("train", "test")]
-        if kept:
-            seq = services.persist_metrics(self.job_id, kept, publish=False)
+        seq, kept = services.store_metrics(self.job_id, records) if records else (0, [])
+        if records:
             self.jobs.set_cursor(self.coord.cursor)
+        if kept:
             self.unsent += kept
             self.sent_seq = self.sent_seq if self.sent_seq is not None else seq - len(kept)
         due = time.monotonic() - self.sent_at >= LIVE_INTERVAL
@@ -119,11 +162,3 @@ class JobRunner:
             last = self.sent_seq + len(self.unsent)
             live.publish_metrics(self.job_id, self.sent_seq, last, self.unsent)
             self.unsent, self.sent_seq, self.sent_at = [], last, time.monotonic()
-
-    def _completed(self) -> str | None:
-        services.complete_job(self.job_id)
-        return Job.State.COMPLETED if self.coord.all_exited() else None
-
-    def _suspended(self) -> str:
-        services.suspend_job(self.job_id, self.jobs.checkpoint_step())
-        return Job.State.SUSPENDED

@@ -6,6 +6,8 @@ both move a job (healthchecks' habit).
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import logging
 import shutil
 from collections.abc import Iterable
@@ -20,21 +22,50 @@ from django.utils import timezone
 
 from edtweb.training import live
 from edtweb.training.models import Job, JobEvent, Metric
-from scheduler.store import JobStore, Store, connect
+from scheduler.store import AllocationRecord, JobStore, Store, connect
 
 log = logging.getLogger("edt.jobs")
 
 
+@functools.lru_cache(maxsize=4)
+def _client(url: str) -> redis.Redis:
+    return connect(url)
+
+
+def redis_client() -> redis.Redis:
+    """This process's Redis client (one per URL, so tests that switch Redis get theirs)."""
+    return _client(settings.REDIS_URL)
+
+
 def job_store(job_id: int) -> JobStore:
-    return JobStore(connect(settings.REDIS_URL), str(job_id))
+    return JobStore(redis_client(), str(job_id))
+
+
+def allocations() -> AllocationRecord:
+    """Which slots each job holds, as the active scheduler last recorded them: the one
+    answer for pages, API, WebSockets, chart, CLI and the priority preview. Empty while
+    Redis is away."""
+    try:
+        return Store(redis_client()).allocations()
+    except redis.RedisError as exc:
+        log.warning("could not read the allocation record: %s", exc)
+        return AllocationRecord()
+
+
+def workers_now(job: Job) -> int:
+    """The members of the job's generation while it runs (joiners do not train yet)."""
+    if job.state != Job.State.RUNNING:
+        return 0
+    return len(allocations().of(job.pk).members)
 
 
 def spec_path(job_id: int) -> Path:
     return Path(settings.EDT_DATA_DIR) / "jobs" / str(job_id) / "spec.json"
 
 
-def submit_job(owner: Any, **fields: Any) -> Job:
-    """Validate and queue a job; its spec is written for its learners."""
+def submit_job(owner: Any, spec_extra: dict[str, Any] | None = None, **fields: Any) -> Job:
+    """Validate and queue a job; its spec is written for its learners (with ``spec_extra``:
+    a WMLA script's argv and the values it decides)."""
     job = Job(owner=owner, **fields)
     job.full_clean()
     if job.min_workers > job.max_workers:
@@ -47,7 +78,7 @@ def submit_job(owner: Any, **fields: Any) -> Job:
         record_event(job.pk, "submitted", f"submitted with max {job.max_workers} worker(s)")
     shutil.rmtree(job.workdir, ignore_errors=True)  # a reused id starts with no old files
     job.workdir.mkdir(parents=True)
-    job.spec().save(job.spec_path)
+    dataclasses.replace(job.spec(), **(spec_extra or {})).save(job.spec_path)
     wake_scheduler(f"submit {job.pk}")
     return job
 
@@ -69,6 +100,7 @@ def submit_from_form(owner: Any, data: dict[str, Any]) -> Job:
             "max_micro_batch",
         )
     }
+    fields["precision"] = data.get("precision", "fp32")
     name = data.get("name") or f"{model.name} on {dataset.name}"
     return submit_job(
         owner,
@@ -134,7 +166,7 @@ def suspend_job(job_id: int, checkpoint_step: int) -> bool:
 
 
 def wake_scheduler(reason: str) -> None:
-    _quietly(lambda: Store(connect(settings.REDIS_URL)).wake(reason), "wake the scheduler")
+    _quietly(lambda: Store(redis_client()).wake(reason), "wake the scheduler")
 
 
 def _quietly(action: Any, what: str) -> None:
@@ -146,14 +178,17 @@ def _quietly(action: Any, what: str) -> None:
         log.warning("could not %s: %s", what, exc)
 
 
-def set_priority(job: Job, priority: int) -> None:
-    """Change a job's priority; the scheduler applies it at once, nothing restarts."""
+def set_priority(job: Job, priority: int) -> bool:
+    """Change an active job's priority; the scheduler applies it at once, nothing restarts.
+    False (and nothing changed) when the job has ended."""
     old = job.priority
     job.priority = priority
     job.full_clean()
-    Job.objects.filter(pk=job.pk).update(priority=priority)
+    if not Job.objects.filter(pk=job.pk, state__in=Job.ACTIVE).update(priority=priority):
+        return False
     record_event(job.pk, "priority", f"priority {old} -> {priority}", old=old, new=priority)
     wake_scheduler(f"priority {job.pk}")
+    return True
 
 
 def stop_job(job_id: int) -> bool:
@@ -163,6 +198,17 @@ def stop_job(job_id: int) -> bool:
     record_event(job_id, "stopped", "stopped by its owner")
     job_store(job_id).request_stop()
     wake_scheduler(f"stop {job_id}")
+    return True
+
+
+def resume_job(job_id: int) -> bool:
+    """A stopped or failed job continues from its latest checkpoint: it waits as a
+    suspended job does, and the scheduler starts its learners when slots are free."""
+    ended = [Job.State.STOPPED, Job.State.FAILED]
+    if not transition(job_id, Job.State.SUSPENDED, ended, finished_at=None, error=""):
+        return False
+    record_event(job_id, "resumed", "resumed by its owner: continues from its latest checkpoint")
+    wake_scheduler(f"resume {job_id}")
     return True
 
 
@@ -185,29 +231,44 @@ def delete_job(job_id: int) -> bool:
 def persist_metrics(job_id: int, records: list[dict[str, Any]], publish: bool = True) -> int:
     """Store a batch of the job's metric records and (unless told not to) push them to its
     live pages; returns the job's sequence number after them (the count stored so far)."""
-    kept = [r for r in records if r.get("type") in ("train", "test")]
-    if not kept:
-        return int(Job.objects.values_list("metrics_count", flat=True).get(pk=job_id))
-    Metric.objects.bulk_create([Metric.from_record(job_id, r) for r in kept])
-    steps = [r["step"] for r in kept if r["type"] == "train"]
-    changes: dict[str, Any] = {"metrics_count": F("metrics_count") + len(kept)}
-    if steps:
-        changes["steps_done"] = max(steps)
-    Job.objects.filter(pk=job_id).update(**changes)
-    seq = int(Job.objects.values_list("metrics_count", flat=True).get(pk=job_id))
-    if publish:
+    seq, kept = store_metrics(job_id, records)
+    if publish and kept:
         live.publish_metrics(job_id, seq - len(kept), seq, kept)
     return seq
 
 
-def learner_exited(job_id: int, slot: str, code: int) -> None:
-    """A slot's learner ended: exit status 2 means the user's code failed."""
-    if code != 2:
-        return
-    errors = job_store(job_id).errors()
-    if errors:
-        first = errors[0]
-        message = f"{first['message']} ({first['trace']})" if first["trace"] else first["message"]
-    else:
-        message = f"the learner on {slot} failed; see its log"
-    fail_job(job_id, message)
+def store_metrics(job_id: int, records: list[dict[str, Any]]) -> tuple[int, list[dict[str, Any]]]:
+    """Store the train and test records among ``records``; returns the job's sequence number
+    after them and the records stored.
+
+    Idempotent by (type, step): a record already stored is dropped, so a record written
+    twice (a learner's retry after Redis came back, a new scheduler re-reading the stream,
+    an iteration redone after a failure) is kept once, the first time."""
+    kept = _new_records(job_id, [r for r in records if r.get("type") in ("train", "test")])
+    if kept:
+        Metric.objects.bulk_create([Metric.from_record(job_id, r) for r in kept])
+        changes: dict[str, Any] = {"metrics_count": F("metrics_count") + len(kept)}
+        steps = [r["step"] for r in kept if r["type"] == "train"]
+        if steps:
+            changes["steps_done"] = max(steps)
+        totals = [r["total_steps"] for r in kept if r.get("total_steps")]
+        if totals:  # counted by the learner on the datasets the model's code returned
+            changes["total_steps"] = totals[-1]
+        Job.objects.filter(pk=job_id).update(**changes)
+    seq = int(Job.objects.values_list("metrics_count", flat=True).get(pk=job_id))
+    return seq, kept
+
+
+def _new_records(job_id: int, records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``records`` less those whose (type, step) is stored already or came earlier."""
+    if not records:
+        return []
+    steps = {r["step"] for r in records}
+    seen = set(Metric.objects.filter(job_id=job_id, step__in=steps).values_list("kind", "step"))
+    fresh = []
+    for record in records:
+        key = (record["type"], record["step"])
+        if key not in seen:
+            seen.add(key)
+            fresh.append(record)
+    return fresh

@@ -1,18 +1,36 @@
 from __future__ import annotations
 
+import csv
+from collections.abc import Iterator
+from urllib.parse import urlencode
+
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import ValidationError
-from django.http import FileResponse, Http404, HttpRequest, HttpResponse, JsonResponse
+from django.db.models import FloatField, Max
+from django.db.models.fields.json import KT
+from django.db.models.functions import Cast
+from django.http import (
+    FileResponse,
+    Http404,
+    HttpRequest,
+    HttpResponse,
+    JsonResponse,
+    StreamingHttpResponse,
+)
 from django.shortcuts import redirect, render
+from django.urls import reverse
+from django.utils import timezone
 from django.views.decorators.http import require_GET, require_POST
 
 from edtweb.datasets.models import Dataset
 from edtweb.ownership import get_owned, owned
 from edtweb.registry.models import ModelDefinition
-from edtweb.training import history, services
+from edtweb.training import history, services, waiting
 from edtweb.training.forms import TrainForm
-from edtweb.training.models import Job
+from edtweb.training.models import Job, Metric
+
+CLONED = ("epochs", "batch_size", "max_workers", "min_workers", "priority", "checkpoint_every")
 
 
 @login_required
@@ -28,24 +46,92 @@ def train(request: HttpRequest) -> HttpResponse:
     return render(request, "training/train.html", {"form": form, "nav": "train"})
 
 
+JOB_COLUMNS = [
+    ("name", "Job"),
+    ("", "Model"),
+    ("", "Dataset"),
+    ("", "Owner"),
+    ("", "State"),
+    ("", "Workers"),
+    ("", "Progress"),
+    ("best", "Best accuracy"),
+    ("duration", "Duration"),
+    ("priority", "Priority"),
+    ("submitted", "Submitted"),
+]
+
+
 @login_required
 def job_list(request: HttpRequest) -> HttpResponse:
-    jobs = list(owned(request, Job).select_related("dataset", "model_definition")[:200])
+    jobs = list(owned(request, Job).select_related("dataset", "model_definition", "owner")[:200])
+    best = best_accuracy([job.pk for job in jobs])
+    now = timezone.now()
     for job in jobs:
         job.live = history.state(job) if job.state == Job.State.RUNNING else {}
-    return render(request, "training/jobs.html", {"jobs": jobs, "nav": "jobs"})
+        job.best = best.get(job.pk)
+        ran = ((job.finished_at or now) - job.started_at) if job.started_at else None
+        job.seconds = int(ran.total_seconds()) if ran else 0
+        job.duration = human_duration(job.seconds) if ran else ""
+    context = {"jobs": jobs, "nav": "jobs", "columns": JOB_COLUMNS}
+    return render(request, "training/jobs.html", context)
+
+
+def best_accuracy(job_ids: list[int]) -> dict[int, float]:
+    """Each job's best test accuracy so far (jobs without a test record are left out)."""
+    accuracy = Cast(KT("values__test_accuracy"), FloatField())
+    rows = (
+        Metric.objects.filter(job_id__in=job_ids, kind="test")
+        .values("job_id")
+        .annotate(best=Max(accuracy))
+        .values_list("job_id", "best")
+    )
+    return {job_id: value for job_id, value in rows if value is not None}
 
 
 @login_required
 def job_detail(request: HttpRequest, pk: int) -> HttpResponse:
     job = get_owned(request, Job, pk)
+    reason = waiting.reason(job, request.user)
     context = {
         "job": job,
         "nav": "jobs",
         "logs": history.log_names(job),
         "checkpoints": history.checkpoints(job),
+        "waiting": reason,
+        "waiting_short": reason.split(".")[0],
+        "duration": duration(job),
+        "clone_url": clone_url(job),
     }
     return render(request, "training/job.html", context)
+
+
+def duration(job: Job) -> str:
+    """How long the job has run (until it ended, or until now): "1 h 4 min", "12 s"."""
+    if job.started_at is None:
+        return ""
+    seconds = int(((job.finished_at or timezone.now()) - job.started_at).total_seconds())
+    return human_duration(seconds)
+
+
+def human_duration(seconds: int) -> str:
+    seconds = max(0, seconds)
+    if seconds < 60:
+        return f"{seconds} s"
+    hours, minutes = divmod(seconds // 60, 60)
+    if hours:
+        return f"{hours} h {minutes} min" if hours < 48 else f"{seconds // 86400} days"
+    return f"{minutes} min {seconds % 60} s"
+
+
+def clone_url(job: Job) -> str:
+    """The Train page filled in with this job's settings."""
+    fields: dict[str, object] = {k: getattr(job, k) for k in CLONED}
+    fields.update(name=f"{job.name} (copy)", lr=job.lr, max_micro_batch=job.max_micro_batch)
+    if job.model_definition_id:
+        fields["model"] = job.model_definition_id
+    if job.dataset_id:
+        fields["dataset"] = job.dataset_id
+    return reverse("train") + "?" + urlencode(fields)
 
 
 @login_required
@@ -61,7 +147,42 @@ def job_state(request: HttpRequest, pk: int) -> JsonResponse:
     job = get_owned(request, Job, pk)
     # The job page's poll also follows its files; the jobs list (history.state) need not.
     files = {"logs": history.log_names(job), "checkpoints": history.checkpoints(job)}
-    return JsonResponse({**history.state(job), **files})
+    explained = {"waiting": waiting.reason(job, request.user)}
+    return JsonResponse({**history.state(job), **files, **explained})
+
+
+@login_required
+@require_GET
+def job_metrics_csv(request: HttpRequest, pk: int) -> StreamingHttpResponse:
+    """Every metric record of the job (the charts show a thinned history), as CSV."""
+    job = get_owned(request, Job, pk)
+    rows = Metric.objects.filter(job=job).order_by("kind", "step", "pk")
+    keys = sorted({k for values in rows.values_list("values", flat=True)[:1000] for k in values})
+    response = StreamingHttpResponse(_csv_lines(rows, keys), content_type="text/csv")
+    response["Content-Disposition"] = f'attachment; filename="job{job.pk}-metrics.csv"'
+    return response
+
+
+class _Line:
+    def write(self, value: str) -> str:
+        return value
+
+
+def _csv_lines(rows: object, keys: list[str]) -> Iterator[str]:
+    writer = csv.writer(_Line())
+    yield writer.writerow(["kind", "step", "epoch", "time", *keys])
+    for m in rows.iterator(chunk_size=2000):  # type: ignore[attr-defined]
+        yield writer.writerow([m.kind, m.step, m.epoch, m.time, *(m.values.get(k) for k in keys)])
+
+
+@login_required
+@require_POST
+def job_resume(request: HttpRequest, pk: int) -> HttpResponse:
+    job = get_owned(request, Job, pk)
+    if not services.resume_job(job.pk):
+        messages.error(request, f"Job {job.pk} is {job.get_state_display().lower()}: only a "
+                       "stopped or failed job resumes.")  # fmt: skip
+    return redirect("job", pk)
 
 
 @login_required
@@ -120,7 +241,7 @@ def job_delete(request: HttpRequest, pk: int) -> HttpResponse:
 @require_GET
 def job_download(request: HttpRequest, pk: int, name: str) -> FileResponse:
     job = get_owned(request, Job, pk)
-    path = history.downloadable(job, name)
-    if path is None:
+    opened = history.open_download(job, name)
+    if opened is None:
         raise Http404("no such file")
-    return FileResponse(path.open("rb"), as_attachment=True, filename=f"job{job.pk}-{path.name}")
+    return FileResponse(opened, as_attachment=True, filename=f"job{job.pk}-{name}")

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from scheduler.policies import fairshare, fifo_gang, priority, tiresias
+from scheduler.policies import fairshare, fifo_gang, las, priority, tiresias
 from scheduler.policies.model import (
     ACTIVE_STATES,
     DEFAULT_PRIORITY,
@@ -28,7 +28,10 @@ POLICIES: dict[str, Policy] = {
     fairshare.POLICY: fairshare.decide,
     priority.POLICY: priority.decide,
     fifo_gang.POLICY: fifo_gang.decide,
+    fifo_gang.BACKFILL_POLICY: fifo_gang.decide_backfill,
     tiresias.POLICY: tiresias.decide,
+    las.POLICY: las.decide,
+    las.SPEEDUP_POLICY: las.decide_speedup,
 }
 DEFAULT_POLICY = fairshare.POLICY
 

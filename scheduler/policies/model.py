@@ -27,8 +27,10 @@ class JobView:
     """One job as a policy sees it.
 
     ``submitted`` is a time in seconds on any clock (only the order matters), ``current`` the
-    slots the job holds now, ``attained`` the slot-seconds of service it has had so far (only
-    the Tiresias-style baseline reads it).
+    slots the job holds now, ``attained`` the slot-seconds of service it has had so far (read
+    by the least-attained-service orders). ``speedup`` is the job's speedup curve where one
+    is known: ``speedup[n - 1]`` is how many times faster than on one slot it runs on n slots
+    (see :mod:`scheduler.policies.speedup`); empty means unknown, taken as linear.
     """
 
     id: str
@@ -40,6 +42,7 @@ class JobView:
     state: str = QUEUED
     attained: float = 0.0
     name: str = ""  # what reasons call the job (its id when empty)
+    speedup: tuple[float, ...] = ()
 
     @property
     def label(self) -> str:
@@ -85,6 +88,32 @@ class Decision:
         """Job id -> (slots now, slots decided), for the jobs whose count changes."""
         current = {job.id: job.current for job in self.snapshot.jobs}
         return {job_id: (current[job_id], self.targets[job_id]) for job_id in self.reasons}
+
+    def summary(self) -> dict[str, object]:
+        """What every job of this decision shares: the policy, the capacity, and the totals
+        its shares came from (computed once per decision)."""
+        jobs = active(self.snapshot.jobs)
+        return {
+            "policy": self.policy,
+            "capacity": self.snapshot.capacity,
+            "jobs": len(jobs),
+            "total_weight": sum(job.priority for job in jobs),
+            "total_min": sum(job.min_workers for job in jobs),
+        }
+
+    def job_inputs(self, job: JobView, summary: dict[str, object]) -> dict[str, object]:
+        """One job's inputs to this decision, with the decision's ``summary``: what its
+        "scaled" event records (its own weight and demand, never other owners' jobs)."""
+        data = {
+            **summary,
+            "weight": job.priority,
+            "demand": [job.min_workers, job.max_workers],
+            "current": job.current,
+            "target": self.targets.get(job.id, 0),
+        }
+        if job.id in self.shares:
+            data["share"] = round(self.shares[job.id], 3)
+        return data
 
     def inputs(self) -> dict[str, object]:
         """The decision's inputs as plain JSON-able data, for the job events that record it."""

@@ -10,6 +10,10 @@ from collections.abc import Sequence
 
 from scheduler.policies.model import JobView
 
+# Who goes first when the minimums do not all fit, as the wait reasons say it.
+PRIORITY_AHEAD = "jobs of higher priority or earlier submission go first"
+LAS_AHEAD = "jobs of higher priority, then less attained service, go first"
+
 
 def _waits(job: JobView) -> str:
     return "suspended" if job.current else "waits"
@@ -22,8 +26,10 @@ class FairshareExplainer:
         jobs: Sequence[JobView],
         admitted: Sequence[JobView],
         shares: dict[str, float],
+        ahead: str = PRIORITY_AHEAD,
     ) -> None:
         self.capacity = capacity
+        self.ahead = ahead
         self.jobs = jobs
         self.admitted = admitted
         self.shares = shares
@@ -67,10 +73,26 @@ class FairshareExplainer:
         if self.minimums < 0:
             self.minimums = sum(j.min_workers for j in self.jobs)
         return (
-            f"{_waits(job)}: minimums total {self.minimums} > {self.capacity} slots; jobs of "
-            f"higher priority or earlier submission go first (priority {job.priority}, "
-            f"min {job.min_workers})"
+            f"{_waits(job)}: minimums total {self.minimums} > {self.capacity} slots; "
+            f"{self.ahead} (priority {job.priority}, min {job.min_workers})"
         )
+
+
+class SpeedupExplainer:
+    """fairshare's reason, plus the spare slots a job got for its speedup."""
+
+    def __init__(self, fair: FairshareExplainer, extra: dict[str, int]) -> None:
+        self.fair = fair
+        self.extra = extra
+
+    def __call__(self, job: JobView, target: int) -> str:
+        line = self.fair(job, target)
+        more = self.extra.get(job.id, 0)
+        if more and target:
+            line += f"; +{more} spare slot(s), where they add the most throughput"
+        elif target and job.speedup and target < job.max_workers and not more:
+            line += "; more slots add little to its measured speedup"
+        return line
 
 
 class OrderExplainer:

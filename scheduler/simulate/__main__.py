@@ -1,5 +1,8 @@
 """``python -m scheduler.simulate --trace philly.csv --gpus 64 --policy fairshare``.
 
+``python -m scheduler.simulate pollux --workloads DIR --policy NAME`` simulates the Pollux
+artifact's workloads instead (:mod:`scheduler.simulate.pollux_cli`).
+
 With ``--load RHO`` (and ``--days``), the window is replaced by a workload sampled from it
 whose offered load on ``--gpus`` slots is RHO (:func:`scheduler.simulate.trace.sample_load`).
 """
@@ -17,6 +20,7 @@ from scheduler.simulate import (
     Run,
     jobs_from_trace,
     offered_load,
+    pollux_cli,
     read_trace,
     run,
     sample_load,
@@ -91,6 +95,9 @@ def report(result: Run, header: Sequence[str]) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["pollux"]:
+        return pollux_cli.main(argv[1:])
     args = parser().parse_args(argv)
     if args.gpus < 1:
         parser().error("--gpus must be at least 1")

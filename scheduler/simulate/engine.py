@@ -15,12 +15,13 @@ from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from scheduler.policies import POLICIES, Policy
+from scheduler.policies import POLICIES, Policy, las
 from scheduler.policies import tiresias as tiresias_policy
 from scheduler.policies.model import QUEUED, RUNNING, SUSPENDED, JobView, Snapshot
 from scheduler.simulate.speedup import speedup
 
 COMPLETION, WAKE = 0, 1
+AWAKE = frozenset({tiresias_policy.POLICY, las.POLICY, las.SPEEDUP_POLICY})
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,7 +91,9 @@ class Simulator:
     def __init__(self, jobs: Iterable[SimJob], config: Config) -> None:
         self.config = config
         self.policy = _policy(config)
-        self.wakes = config.policy == tiresias_policy.POLICY  # demotions wake the policy
+        # Policies that read attained service: a job's change of queue or class wakes them.
+        self.wakes = config.policy in AWAKE
+        self.curves = config.policy == las.SPEEDUP_POLICY  # Amdahl curves for the policy
         self.pending = deque(sorted(jobs, key=lambda job: (job.submitted, job.id)))
         self.active: dict[str, _State] = {}
         self.views: dict[str, JobView] = {}  # what the policy sees, kept up to date
@@ -128,7 +131,7 @@ class Simulator:
         while self.pending and self.pending[0].submitted <= now:
             job = self.pending.popleft()
             self.active[job.id] = _State(job, job.work, now)
-            self.views[job.id] = self._view(self.active[job.id], now)
+            self.views[job.id] = self._view(self.active[job.id], now, self.curves)
 
     def _pop_events(self, now: float) -> None:
         """Complete the jobs due now (a due WAKE needs nothing: the decision follows)."""
@@ -144,17 +147,17 @@ class Simulator:
         self.results.append(JobResult(state.job, now, state.reallocations, state.attained))
 
     def _reschedule(self, now: float) -> None:
-        if self.wakes:  # attained service, which only Tiresias reads, grows while jobs run
+        if self.wakes:  # attained service grows while jobs run
             for job_id in self.running:
-                self.views[job_id] = self._view(self.active[job_id], now)
+                self.views[job_id] = self._view(self.active[job_id], now, self.curves)
         decision = self.policy(Snapshot(self.config.gpus, list(self.views.values())))
         self.decisions += 1
         for job_id in decision.reasons:
             self._resize(self.active[job_id], decision.targets[job_id], now)
 
     @staticmethod
-    def _view(state: _State, now: float) -> JobView:
-        """The job as the policy sees it at ``now``."""
+    def _view(state: _State, now: float, curves: bool = False) -> JobView:
+        """The job as the policy sees it at ``now`` (with its speedup curve if ``curves``)."""
         job = state.job
         phase = RUNNING if state.slots else SUSPENDED if state.started else QUEUED
         attained = state.attained + state.slots * (now - state.since)
@@ -165,6 +168,7 @@ class Simulator:
             current=state.slots,
             state=phase,
             attained=attained,
+            speedup=amdahl_curve(job.serial, job.max_workers) if curves else (),
         )
 
     def _advance(self, state: _State, now: float) -> None:
@@ -186,7 +190,7 @@ class Simulator:
         state.started = state.started or slots > 0
         state.slots = slots
         state.version += 1
-        self.views[state.job.id] = self._view(state, now)
+        self.views[state.job.id] = self._view(state, now, self.curves)
         if slots:
             self.running.add(state.job.id)
             self._schedule_events(state, now)
@@ -197,9 +201,20 @@ class Simulator:
         rate = speedup(state.job.serial, state.slots)
         done = max(now, state.resume_at) + max(state.remaining, 0.0) / rate
         heapq.heappush(self.events, (done, state.version, state.job.id, COMPLETION))
-        if self.wakes and state.attained < self.config.threshold:
-            demoted = now + (self.config.threshold - state.attained) / state.slots
+        if not self.wakes:
+            return
+        if self.config.policy == tiresias_policy.POLICY:
+            boundary = self.config.threshold if state.attained < self.config.threshold else None
+        else:
+            boundary = las.next_boundary(state.attained)
+        if boundary is not None:
+            demoted = now + (boundary - state.attained) / state.slots
             heapq.heappush(self.events, (demoted, state.version, state.job.id, WAKE))
+
+
+@functools.lru_cache(maxsize=1024)
+def amdahl_curve(serial: float, top: int) -> tuple[float, ...]:
+    return tuple(speedup(serial, n) for n in range(1, top + 1))
 
 
 def simulate(jobs: Iterable[SimJob], config: Config) -> list[JobResult]:

@@ -20,6 +20,10 @@ def getEpoch() -> int:
     return int(os.environ.get("EDT_JOB_EPOCHS", "1"))
 
 
+def getTrainBatchSize() -> int:
+    return int(os.environ.get("EDT_JOB_BATCH", "64"))
+
+
 def getLearningRate() -> float:
     return float(os.environ.get("EDT_JOB_LR", "0.01"))
 

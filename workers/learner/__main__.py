@@ -15,10 +15,11 @@ from pathlib import Path
 
 import torch
 
-from scheduler.store import JobStore, connect
+from scheduler.store import LEARNER_PATIENCE, JobStore, LeaseKeeper, connect
 from workers.learner.contract import UserCodeError
 from workers.learner.engine import Learner
 from workers.learner.spec import JobSpec
+from workers.sandbox import out_of_memory
 
 
 def user_frame(exc: BaseException, model_path: str) -> str:
@@ -47,16 +48,23 @@ def main(argv: list[str] | None = None) -> int:
     logging.getLogger("edt.learner").info("%s: started (%.2f s)", args.slot,
                                           time.perf_counter() - started)  # fmt: skip
     spec = JobSpec.load(args.spec)
-    jobs = JobStore(connect(os.environ["REDIS_URL"]), spec.job_id)
+    jobs = JobStore(connect(os.environ["REDIS_URL"]), spec.job_id, patience=LEARNER_PATIENCE)
+    lease = LeaseKeeper(jobs, args.slot, jobs.dispatch_token(args.slot) or "local")
+    lease.start()
     learner = Learner(spec, args.slot, jobs, os.environ["REDIS_URL"])
     try:
-        learner.prepare()
-        return learner.run()
+        return learner.start()
     except (UserCodeError, Exception) as exc:
         traceback.print_exc()
         message = str(exc) if isinstance(exc, UserCodeError) else f"{type(exc).__name__}: {exc}"
+        message = out_of_memory(exc) or message
         jobs.report_error(args.slot, message, user_frame(exc, str(Path(spec.model).resolve())))
         return 2
+    finally:
+        if not jobs.flush(patience=LEARNER_PATIENCE):  # metrics kept while Redis was away
+            logging.getLogger("edt.learner").error("%d metric record(s) could not be written",
+                                                   len(jobs.outbox))  # fmt: skip
+        lease.stop()
 
 
 if __name__ == "__main__":

@@ -1,14 +1,23 @@
 """Loading a user's model definition (DESIGN.md, "Model definition contract").
 
 Native modules define ``build_model()`` and optionally ``get_datasets(data_dir)``,
-``loss_fn(output, target)``, ``build_optimizer(params, lr)`` and ``lr_at(step, base_lr)``.
-WMLA-style scripts call ``FabricModel(...).train(...)``; here that call hands its pieces to
-the learner instead of training (``workers/compat``). Only learner processes import user code.
+``loss_fn(output, target)``, ``build_optimizer(params, lr)`` and ``lr_at(step, base_lr)``;
+they are imported as a module.
+
+WMLA-style scripts (those that import ``fabric_model``) run as their author wrote them: as
+``__main__``, with ``sys.argv`` as WMLA passes it; their ``FabricModel(...).train(...)`` call
+hands the model, data, loss and optimizer to a *driver* (``workers/compat/fabric_model.py``):
+the learner's elastic loop, or the model check. Only learner processes (and the check's
+child) run user code.
 """
 
 from __future__ import annotations
 
+import ast
+import contextlib
 import importlib.util
+import os
+import runpy
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -34,11 +43,18 @@ class ModelDefinition:
     get_datasets: Callable[[str], Datasets] | None
     loss_fn: Callable[[Any, Any], torch.Tensor]
     build_optimizer: Callable[[Any, float], torch.optim.Optimizer]
-    lr_at: Callable[[int, float], float]
+    # None: the learner leaves the optimizer's learning rate alone (a WMLA script's own, or
+    # one its callbacks schedule)
+    lr_at: Callable[[int, float], float] | None
     style: str = "native"
     script_values: dict[str, Any] | None = None
     callbacks: list[Any] = field(default_factory=list)
     logger: Any = None
+    # A WMLA script's ``fn_step_train(model, data, eva, loader, fn_args) -> (acc, loss)``
+    train_step: Callable[..., Any] | None = None
+    # and its ``fn_test(model, test_iter, fn_args) -> mean loss``
+    test_step: Callable[..., Any] | None = None
+    fabric: Any = None  # the script's FabricModel (what fn_step_train gets as ``model``)
 
 
 def default_optimizer(params: Any, lr: float) -> torch.optim.Optimizer:
@@ -62,21 +78,90 @@ def import_module(path: Path) -> Any:
     return module
 
 
-def load_definition(path: Path) -> ModelDefinition:
-    """The model definition in ``path``, native or WMLA style."""
+def is_wmla_script(path: Path) -> bool:
+    """Whether ``path`` is a WMLA-style script: it imports ``fabric_model``."""
+    try:
+        tree = ast.parse(path.read_bytes(), filename=str(path))
+    except (OSError, SyntaxError, ValueError):
+        return False
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import) and any(a.name == "fabric_model" for a in node.names):
+            return True
+        if isinstance(node, ast.ImportFrom) and node.module == "fabric_model":
+            return True
+    return False
+
+
+def compat_on_path() -> Any:
+    """Put ``workers/compat`` on the import path; returns its ``fabric_model`` module."""
     if str(COMPAT_DIR) not in sys.path:
         sys.path.insert(0, str(COMPAT_DIR))
     import fabric_model  # workers/compat: what WMLA-style scripts import
 
-    fabric_model.reset_capture()
+    return fabric_model
+
+
+class _Captured(BaseException):
+    """Unwinds a script out of its ``train()`` call once its definition is known."""
+
+
+def run_script(path: Path, argv: list[str], driver: Callable[[ModelDefinition], Any]) -> None:
+    """Run the WMLA script at ``path`` as ``__main__`` with ``argv``; its
+    ``FabricModel(...).train(...)`` calls ``driver`` with the definition. Raises
+    UserCodeError when the script ends without calling ``train()``."""
+    if not path.is_file():
+        raise UserCodeError(f"model file {path} does not exist")
+    fabric_model = compat_on_path()
+    os.environ.setdefault("DATA_DIR", os.environ.get("EDT_JOB_DATA", ""))
+    os.environ.setdefault("FABRIC_HOME", str(COMPAT_DIR))  # scripts print $FABRIC_HOME/libs
+    fabric_model.set_driver(driver)
+    saved_argv, saved_path = sys.argv, list(sys.path)
+    sys.argv = [str(path), *argv]
+    sys.path.insert(0, str(path.parent))
+    exit_code: Any = None
+    try:
+        runpy.run_path(str(path.resolve()), run_name="__main__")
+    except SystemExit as exc:  # a script may end with sys.exit(); argparse exits on bad argv
+        exit_code = exc.code
+    finally:
+        called = fabric_model.train_called()
+        sys.argv = saved_argv
+        sys.path[:] = saved_path + [p for p in sys.path if p not in saved_path]
+        fabric_model.set_driver(None)
+    if not called:
+        before = (
+            f"exited (status {exit_code}) before calling"
+            if exit_code
+            else "ran to its end without calling"
+        )
+        raise UserCodeError(
+            f"{path.name} {before} FabricModel(...).train(): call it from the script (under "
+            '`if __name__ == "__main__":` or at the top level); EDT runs the script as __main__'
+        )
+    if exit_code not in (None, 0):
+        raise UserCodeError(f"{path.name} exited with status {exit_code} after training")
+
+
+def load_definition(path: Path, argv: list[str] | None = None) -> ModelDefinition:
+    """The model definition in ``path``, native or WMLA style. A WMLA script runs until its
+    ``train()`` call, which hands over its definition and ends the script there."""
+    compat_on_path()
+    if is_wmla_script(path):
+        found: list[ModelDefinition] = []
+
+        def capture(defn: ModelDefinition) -> None:
+            found.append(defn)
+            raise _Captured
+
+        with contextlib.suppress(_Captured):
+            run_script(path, argv or [], capture)
+        return found[0]
     module = import_module(path)
-    captured: ModelDefinition | None = fabric_model.captured()
-    if captured is not None:
-        return captured
     if not callable(getattr(module, "build_model", None)):
         raise UserCodeError(
             f"{path.name} defines no build_model() and calls no FabricModel(...).train(): "
-            "define `def build_model() -> torch.nn.Module` (see examples/cnn.py)"
+            "define `def build_model() -> torch.nn.Module` (see examples/cnn.py), or import "
+            "fabric_model and call FabricModel(...).train() (see examples/cnn_wmla.py)"
         )
     return ModelDefinition(
         build_model=module.build_model,

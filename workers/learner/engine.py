@@ -1,21 +1,25 @@
 """The elastic training loop of one learner (DESIGN.md, "Elastic training protocol").
 
-Rank 0 reads the job's generation and stop flag once per iteration and adds them to the
-gradient all-reduce, so every member learns the same decision at the same boundary without
-an extra collective. On a change the members form the new generation's process group and
-rank 0 broadcasts the whole training state. A collective that raises or times out is
-reported; the learner waits for the next generation and redoes the iteration (no optimizer
-step was taken).
+Rank 0 adds the job's generation and stop flag, as its watch thread last read them from
+Redis, to the gradient all-reduce, so every member learns the same decision at the same
+boundary without an extra collective and without a Redis round trip in the step. The
+gradients are all-reduced in buckets launched during backward (overlap.py); the next
+iteration's batches are built by a background thread while this one trains. On a change
+the members form the new generation's process group and rank 0 broadcasts the whole
+training state. A collective that raises or times out is reported; the learner waits for
+the next generation and redoes the iteration (no optimizer step was taken).
 """
 
 from __future__ import annotations
 
 import datetime
-import io
 import logging
 import math
 import os
+import threading
 import time
+from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -25,8 +29,15 @@ import torch.distributed as dist
 from torch.utils.data import Dataset, TensorDataset
 
 from scheduler.store import JobStore
-from workers.learner import checkpoint
-from workers.learner.contract import ModelDefinition, UserCodeError, load_definition
+from workers.learner import checkpoint, statecast
+from workers.learner.contract import (
+    ModelDefinition,
+    UserCodeError,
+    is_wmla_script,
+    load_definition,
+    run_script,
+)
+from workers.learner.overlap import BucketFailure, GradBuckets, gloo_or_nccl_allreduce
 from workers.learner.partition import (
     iterations_per_epoch,
     micro_batches,
@@ -41,6 +52,8 @@ log = logging.getLogger("edt.learner")
 JOIN_POLL_SECONDS = 0.01
 JOIN_PATIENCE_SECONDS = 600.0
 EVAL_CHUNK = 512
+WATCH_SECONDS = 0.02  # how often rank 0's watch thread reads the generation and stop flag
+WATCH_RETRY_SECONDS = 0.5  # while Redis does not answer
 
 
 class CollectiveFailure(Exception):
@@ -51,6 +64,70 @@ class CollectiveFailure(Exception):
 class Agreement:
     gen: int
     stop: bool
+
+
+class ControlWatch(threading.Thread):
+    """The job's generation and stop flag as last read from Redis, refreshed off the step.
+
+    Active only while this learner is rank 0. A Redis outage leaves the last values in
+    place: training goes on in the current generation, and a change published meanwhile
+    is picked up once Redis answers again.
+    """
+
+    def __init__(self, jobs: JobStore, slot: str, interval: float = WATCH_SECONDS) -> None:
+        super().__init__(name="edt-control-watch", daemon=True)
+        self.jobs, self.slot, self.interval = jobs, slot, interval
+        self.active = threading.Event()
+        self.latest: tuple[int, bool] = (0, False)  # replaced whole: one atomic read
+        self.reads = 0
+        self.outage_since: float | None = None
+
+    def run(self) -> None:
+        while True:
+            self.active.wait()
+            try:
+                gen, stop = self.jobs.poll()  # fails soft: the last answer while Redis is away
+                if self.jobs.redis_away:
+                    raise ConnectionError("Redis does not answer")
+            except Exception as exc:  # Redis down or slow: keep the last values, retry
+                if self.outage_since is None:
+                    self.outage_since = time.monotonic()
+                    log.warning("%s: cannot read the generation (%s); training on in "
+                                "generation %d", self.slot, exc, self.latest[0])  # fmt: skip
+                time.sleep(WATCH_RETRY_SECONDS)
+                continue
+            if self.outage_since is not None:
+                log.info("%s: Redis answers again after %.1f s", self.slot,
+                         time.monotonic() - self.outage_since)  # fmt: skip
+                self.outage_since = None
+            self.latest = (gen, stop)
+            self.reads += 1
+            time.sleep(self.interval)
+
+
+class Prefetcher:
+    """Builds the next iteration's batches in a background thread while this one trains.
+
+    Keyed by what decides a batch (epoch, iteration, group size, rank): a key that does not
+    match, after a resize say, is built again in the step, so the order never changes.
+    """
+
+    def __init__(self) -> None:
+        self.pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="edt-prefetch")
+        self.key: tuple[int, ...] | None = None
+        self.future: Future[list[tuple[Any, Any]]] | None = None
+        self.hits = 0
+
+    def take(self, key: tuple[int, ...]) -> list[tuple[Any, Any]] | None:
+        future, self.future = self.future, None
+        if future is None or self.key != key:
+            return None
+        self.hits += 1
+        return future.result()
+
+    def ahead(self, key: tuple[int, ...], build: Any, *args: Any) -> None:
+        self.key = key
+        self.future = self.pool.submit(build, *args)
 
 
 class Learner:
@@ -65,31 +142,117 @@ class Learner:
         self.size = 1
         self.pg: Any = None
         self.counters = {"epoch": 0, "iteration": 0, "step": 0}
-        self._order: tuple[int, list[int]] | None = None
+        self._orders: dict[int, list[int]] = {}
         self._saved_step = -1
+        self._unrecorded_checkpoint: int | None = None
+        self.watch = ControlWatch(jobs, slot)
+        self.prefetch = Prefetcher()
+        self.precision = spec.precision
         # The process whose death ends this learner: the slot's worker (EDT_WATCH_PID), or
         # whoever started it.
         self.parent_pid = int(os.environ.get("EDT_WATCH_PID") or os.getppid())
 
     # Start-up ----------------------------------------------------------------------------
 
+    def start(self) -> int:
+        """Load the user's code and train; returns the exit code. A native module is
+        imported; a WMLA script runs as ``__main__`` and its ``train()`` call runs
+        :meth:`run` (README, "Models")."""
+        self._environment()
+        path = Path(self.spec.model)
+        if not is_wmla_script(path):
+            self.prepare()
+            return self.run()
+        codes: list[int] = []
+        failure: list[BaseException] = []
+
+        def drive(defn: ModelDefinition) -> None:
+            try:
+                self.adopt(defn)
+                codes.append(self.run())
+            except BaseException as exc:
+                failure.append(exc)
+                raise
+
+        workdir = Path(self.spec.workdir)
+        os.chdir(workdir)
+        torch.manual_seed(self.spec.seed)  # WMLA scripts build their model as they run
+        try:
+            run_script(path, self.spec.argv, drive)
+        except BaseException:
+            if not failure:
+                raise
+        if failure:  # raised in training, whatever the script did with it
+            raise failure[0]
+        return codes[0]
+
+    def _environment(self) -> None:
+        """What WMLA scripts read from the environment (README, "Models")."""
+        spec, workdir = self.spec, Path(self.spec.workdir)
+        os.environ["EDT_JOB_DATA"] = spec.data  # for WMLA's pth_parameter_mgr
+        os.environ["EDT_JOB_EPOCHS"] = str(spec.epochs)
+        os.environ["EDT_JOB_LR"] = str(spec.lr)
+        os.environ["EDT_JOB_BATCH"] = str(spec.batch_size)
+        os.environ["DATA_DIR"] = spec.data
+        os.environ["LOG_DIR"] = str(workdir / "driver")
+        os.environ["RESULT_DIR"] = str(workdir / "result")
+        os.environ["JOB_STATE_DIR"] = str(workdir)
+        os.environ["DLI_EXECID"] = spec.exec_id or spec.job_id
+        os.environ["EDT_SLOT"] = self.slot
+        for name in ("driver", "result"):
+            (workdir / name).mkdir(parents=True, exist_ok=True)
+
     def prepare(self) -> None:
         """Import the user's code, load the data, build the model: all before READY."""
-        started = time.perf_counter()
-        os.environ["EDT_JOB_DATA"] = self.spec.data  # for WMLA's pth_parameter_mgr
-        os.environ["EDT_JOB_EPOCHS"] = str(self.spec.epochs)
-        os.environ["EDT_JOB_LR"] = str(self.spec.lr)
-        torch.manual_seed(self.spec.seed)  # WMLA-style scripts build their model on import
-        self.defn: ModelDefinition = load_definition(Path(self.spec.model))
-        self.train_set, self.test_set = self._datasets()
+        self._environment()
         torch.manual_seed(self.spec.seed)
+        self.adopt(load_definition(Path(self.spec.model)))
+
+    def adopt(self, defn: ModelDefinition) -> None:
+        """Take the definition: the job's values (or the script's, where it decides), the
+        data, the model and its optimizer, the latest checkpoint."""
+        started = time.perf_counter()
+        self.defn = defn
+        spec, script = self.spec, defn.script_values or {}
+        for name in ("epochs", "batch_size"):
+            if name in spec.script_decides and script.get(name):
+                setattr(spec, name, int(script[name]))
+        self.train_set, self.test_set = self._datasets()
+        torch.manual_seed(spec.seed)
         self.model = self.defn.build_model().to(self.device)
         self.params = [p for p in self.model.parameters() if p.requires_grad]
-        self.optimizer = self.defn.build_optimizer(self.params, self.spec.lr)
-        self.per_epoch = iterations_per_epoch(len(self.train_set), self.spec.batch_size)  # type: ignore[arg-type]
+        lr = None if defn.style == "wmla" and "lr" in spec.script_decides else spec.lr
+        self.optimizer = self.defn.build_optimizer(self.params, lr)  # type: ignore[arg-type]
+        self.scaler = self._scaler()
+        caps = (spec.bucket_bytes,) * 2 if spec.bucket_bytes > 0 else ()
+        self.buckets = GradBuckets(self.params, 4, *caps)  # + correct, loss, generation, stop
+        self.per_epoch = iterations_per_epoch(len(self.train_set), spec.batch_size)  # type: ignore[arg-type]
+        self.total_steps = self.per_epoch * spec.epochs
+        if spec.max_steps > 0:
+            self.total_steps = min(self.total_steps, spec.max_steps)
+        if defn.callbacks:
+            from callbacks import give_params  # workers/compat
+
+            give_params(defn.callbacks, {
+                "model": self.model, "optimizer": self.optimizer, "loss_function": defn.loss_fn,
+                "epochs": spec.epochs, "batch_size": spec.batch_size,
+            })  # fmt: skip
         self._resume_from_checkpoint()
         log.info("%s: ready in %.2f s (code, %d training samples, model)",
                  self.slot, time.perf_counter() - started, len(self.train_set))  # type: ignore[arg-type]  # fmt: skip
+
+    def _scaler(self) -> torch.amp.GradScaler | None:
+        if self.precision != "fp16":
+            return None
+        if self.device.type != "cuda":
+            raise ValueError("fp16 training needs a CUDA device; on CPU choose bf16")
+        return torch.amp.GradScaler("cuda")
+
+    def _autocast(self) -> AbstractContextManager[Any]:
+        if self.precision == "fp32":
+            return nullcontext()
+        dtype = torch.bfloat16 if self.precision == "bf16" else torch.float16
+        return torch.autocast(self.device.type, dtype=dtype)
 
     def _datasets(self) -> tuple[Dataset[Any], Dataset[Any]]:
         if self.defn.get_datasets is not None:
@@ -107,6 +270,8 @@ class Learner:
         self.model.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
         self.counters = {k: int(v) for k, v in state["counters"].items()}
+        if self.scaler is not None and "scaler" in state:
+            self.scaler.load_state_dict(state["scaler"])
         log.info("%s: loaded checkpoint %s (step %d)", self.slot, path.name, self.counters["step"])
 
     # The loop ----------------------------------------------------------------------------
@@ -114,6 +279,7 @@ class Learner:
     def run(self) -> int:
         """Train until the job ends or this learner leaves it. Returns the exit code."""
         self.ready_at = time.perf_counter()
+        self.watch.start()
         # Only a generation published after this READY can include this learner.
         seen = self.jobs.generation()
         self.jobs.announce_ready(self.slot)
@@ -155,6 +321,8 @@ class Learner:
         try:
             os.kill(self.parent_pid, 0)
             return False
+        except PermissionError:  # sandboxed: it runs as another user, and it is there
+            return False
         except ProcessLookupError:
             pass
         log.warning("%s: the process that started this learner is gone; leaving", self.slot)
@@ -175,7 +343,11 @@ class Learner:
         except Exception as exc:
             raise CollectiveFailure(f"could not form generation {gen}: {exc}") from exc
         if self.rank == 0:
+            self.watch.latest = (gen, False)
+            self.watch.active.set()
             self.jobs.adopt(gen)
+        else:
+            self.watch.active.clear()
         log.info("%s: generation %d, rank %d of %d (%.2f s after READY)", self.slot, gen,
                  self.rank, self.size, time.perf_counter() - self.ready_at)  # fmt: skip
 
@@ -193,23 +365,34 @@ class Learner:
             raise CollectiveFailure(str(exc)) from exc
 
     def sync_state(self) -> None:
-        """Rank 0 (the longest-standing member) gives everyone its full training state."""
+        """Rank 0 (the longest-standing member) gives everyone its full training state:
+        a small pickled header, then one flat byte buffer per part (statecast.py)."""
         if self.size == 1:
             return
-        blob = self._state_bytes() if self.rank == 0 else b""
+        started = time.perf_counter()
+        flats: dict[str, torch.Tensor] = {}
+        blob = b""
+        if self.rank == 0:
+            state = self._state(rng=True)
+            blob, flats = statecast.pack({"model": state.pop("model"), "rest": state}, self.device)
         length = torch.tensor([len(blob)], dtype=torch.int64, device=self.device)
         self.collective("broadcast", length)
         data = torch.empty(int(length.item()), dtype=torch.uint8, device=self.device)
         if self.rank == 0:
             data.copy_(torch.frombuffer(bytearray(blob), dtype=torch.uint8))
         self.collective("broadcast", data)
+        header = statecast.read_header(data.cpu().numpy().tobytes())
+        for part, size in header["sizes"].items():
+            if self.rank != 0:
+                flats[part] = torch.empty(size, dtype=torch.uint8, device=self.device)
+            self.collective("broadcast", flats[part])
         if self.rank != 0:
-            self._load_state_bytes(data.cpu().numpy().tobytes())
-
-    def _state_bytes(self) -> bytes:
-        buf = io.BytesIO()
-        torch.save(self._state(rng=True), buf)
-        return buf.getvalue()
+            model = statecast.rebuild(header["skeleton"]["model"], flats)
+            self.model.load_state_dict(model)
+            del model, flats["model"]
+            self._load_state(statecast.rebuild(header["skeleton"]["rest"], flats))
+        log.info("%s: state of %.1f MB in %.3f s", self.slot, sum(header["sizes"].values()) / 1e6,
+                 time.perf_counter() - started)  # fmt: skip
 
     def _state(self, rng: bool = False) -> dict[str, Any]:
         state: dict[str, Any] = {
@@ -217,16 +400,19 @@ class Learner:
             "optimizer": self.optimizer.state_dict(),
             "counters": dict(self.counters),
         }
+        if self.scaler is not None:
+            state["scaler"] = self.scaler.state_dict()
         if rng:
             state["rng"] = torch.get_rng_state()
         return state
 
-    def _load_state_bytes(self, blob: bytes) -> None:
-        state = torch.load(io.BytesIO(blob), weights_only=True, map_location=self.device)
-        self.model.load_state_dict(state["model"])
+    def _load_state(self, state: dict[str, Any]) -> None:
+        """What sync_state received besides the model: optimizer, counters, scaler, RNG."""
         self.optimizer.load_state_dict(state["optimizer"])
         self.counters = {k: int(v) for k, v in state["counters"].items()}
-        torch.set_rng_state(state["rng"].cpu())
+        if self.scaler is not None:
+            self.scaler.load_state_dict(state["scaler"])
+        torch.set_rng_state(state["rng"].cpu().clone())  # its own storage: a view would crash
 
     def train_until_change(self) -> int | None:
         """Iterate until the generation changes (its number) or the job ends (None)."""
@@ -255,84 +441,170 @@ class Learner:
     def train_step(self) -> Agreement:
         started = time.perf_counter()
         epoch, iteration = self.counters["epoch"], self.counters["iteration"]
-        if iteration == 0 and self.rank == 0:
-            self._callbacks("on_epoch_begin", epoch)
-        loss_part = self._accumulate(self._my_indices(epoch, iteration))
-        gen, stop = self.jobs.poll() if self.rank == 0 else (0, False)
-        tail = torch.tensor([loss_part, float(gen), float(stop)], device=self.device)
-        flat = torch.cat([g.reshape(-1) for g in self._grads()] + [tail])
-        self.collective("allreduce", flat)
-        loss = float(flat[-3])
+        if self.counters.get("begun", 0) <= epoch:  # once per epoch, joiners included
+            self.counters["begun"] = epoch + 1
+            self._every_rank("on_epoch_begin", epoch)
+        batches = self._batches_for(epoch, iteration)
+        try:
+            correct, loss = self._accumulate(batches)
+        except BucketFailure as exc:
+            raise CollectiveFailure(str(exc)) from exc
+        tail = self.buckets.tail
         if not math.isfinite(loss):
             raise UserCodeError(f"the loss is {loss} at epoch {epoch}, iteration {iteration}")
-        self._apply(flat[:-3])
+        self._apply()
         self._advance()
         if self.rank == 0:
-            self._emit_train(loss, time.perf_counter() - started)
-        return Agreement(gen=int(flat[-2]), stop=bool(flat[-1] > 0))
+            accuracy = 100.0 * correct / self.spec.batch_size
+            self._emit_train(loss, accuracy, time.perf_counter() - started)
+        return Agreement(gen=int(tail[2]), stop=bool(tail[3] > 0))
+
+    def _agreement_tail(self, correct: float, loss_part: float) -> list[float]:
+        """What rides on the gradient all-reduce: this rank's right answers and loss share,
+        and rank 0's generation and stop flag, from the watch thread (no Redis in the step),
+        never behind the generation this learner already formed."""
+        if self.rank != 0:
+            return [correct, loss_part, 0.0, 0.0]
+        gen, stop = self.watch.latest
+        return [correct, loss_part, float(max(gen, self.gen)), float(stop)]
+
+    def _order(self, epoch: int) -> list[int]:
+        if epoch not in self._orders:
+            self._orders = {e: o for e, o in self._orders.items() if e >= epoch - 1}
+            self._orders[epoch] = permutation(len(self.train_set), self.spec.seed, epoch)  # type: ignore[arg-type]
+        return self._orders[epoch]
 
     def _my_indices(self, epoch: int, iteration: int) -> list[int]:
-        if self._order is None or self._order[0] != epoch:
-            self._order = (epoch, permutation(len(self.train_set), self.spec.seed, epoch))  # type: ignore[arg-type]
         B = self.spec.batch_size
-        return rank_indices(self._order[1], iteration, B, self.size, self.rank)
+        return rank_indices(self._order(epoch), iteration, B, self.size, self.rank)
 
-    def _accumulate(self, indices: list[int]) -> float:
-        """Forward and backward over micro-batches; returns this rank's share of the loss."""
+    def _batches_for(self, epoch: int, iteration: int) -> list[tuple[Any, Any]]:
+        """This iteration's micro-batches (prefetched when the key matches), and the next
+        iteration's started in the background."""
+        key = (epoch, iteration, self.size, self.rank)
+        batches = self.prefetch.take(key)
+        if batches is None:
+            batches = self._build(self._my_indices(epoch, iteration))
+        nxt = (epoch, iteration + 1) if iteration + 1 < self.per_epoch else (epoch + 1, 0)
+        if nxt[0] < self.spec.epochs:
+            indices = self._my_indices(*nxt)
+            self.prefetch.ahead((*nxt, self.size, self.rank), self._build, indices)
+        return [(self._to_device(x), self._to_device(y)) for x, y in batches]
+
+    def _build(self, indices: list[int]) -> list[tuple[Any, Any]]:
+        """The micro-batches of one iteration, on the host (pinned for a CUDA device)."""
+        out = []
+        for lo, hi in micro_batches(0, len(indices), self.spec.max_micro_batch):
+            x, y = self._gather(self.train_set, indices[lo:hi])
+            if self.device.type == "cuda":
+                x, y = _pin(x), _pin(y)
+            out.append((x, y))
+        return out
+
+    def _to_device(self, value: Any) -> Any:
+        if isinstance(value, torch.Tensor):
+            return value.to(self.device, non_blocking=True)
+        return value
+
+    def _accumulate(self, batches: list[tuple[Any, Any]]) -> tuple[float, float]:
+        """Forward and backward over micro-batches, the gradient all-reduce launched in
+        buckets during the last backward (after it, for a WMLA script's own step); returns
+        the global batch's right answers (nan: not a classifier) and loss."""
         self.model.train()
+        self.buckets.zero_grads()
+        B, loss_part, correct = self.spec.batch_size, 0.0, 0.0
+        launch = gloo_or_nccl_allreduce(self.pg)
+        for k, (x, y) in enumerate(batches):
+            n = len(y)
+            if self.defn.train_step is not None:
+                loss_value, right = self._script_step(x, y, n / B)
+                loss_part += loss_value * n / B
+                correct += right
+                continue
+            with self._autocast():
+                out = self.model(x)
+                loss = self.defn.loss_fn(out, y)
+            loss_part += float(loss.detach()) * n / B
+            correct += _correct(out.detach(), y)
+            if k == len(batches) - 1:
+                self.buckets.arm(launch, self._agreement_tail(correct, loss_part))
+            scaled = loss * (n / B)
+            if self.scaler is not None:
+                scaled = self.scaler.scale(scaled)
+            scaled.backward()  # type: ignore[no-untyped-call]
+        if self.defn.train_step is not None or not batches:
+            self.buckets.arm(launch, self._agreement_tail(correct, loss_part))
+        self.buckets.finish()
+        return float(self.buckets.tail[0]), float(self.buckets.tail[1])
+
+    def _script_step(self, x: Any, y: Any, share: float) -> tuple[float, float]:
+        """A WMLA script's ``fn_step_train`` on one micro-batch: it clears the gradients,
+        runs forward and backward and returns (accuracy %, loss); its gradients are scaled
+        to this micro-batch's share of the global batch and added to those so far."""
+        kept = [p.grad for p in self.params]
         for p in self.params:
             p.grad = None
-        B, loss_part = self.spec.batch_size, 0.0
-        for lo, hi in micro_batches(0, len(indices), self.spec.max_micro_batch):
-            x, y = self._batch(self.train_set, indices[lo:hi])
-            loss = self.defn.loss_fn(self.model(x), y)
-            (loss * ((hi - lo) / B)).backward()  # type: ignore[no-untyped-call]
-            loss_part += float(loss.detach()) * (hi - lo) / B
-        return loss_part
+        acc, loss = self.defn.train_step(self.defn.fabric, (x, y), _accuracy, None, {})  # type: ignore[misc]
+        for p, before in zip(self.params, kept, strict=True):
+            if p.grad is not None:
+                p.grad.mul_(share)
+            if before is not None:
+                p.grad = before if p.grad is None else p.grad.add_(before)
+        return float(loss), float(acc) / 100.0 * len(y)
 
     def _batch(self, dataset: Dataset[Any], indices: list[int]) -> tuple[Any, Any]:
+        x, y = self._gather(dataset, indices)
+        return self._to_device(x), self._to_device(y)
+
+    def _gather(self, dataset: Dataset[Any], indices: list[int]) -> tuple[Any, Any]:
         if isinstance(dataset, TensorDataset):
             idx = torch.as_tensor(indices, dtype=torch.long)
-            x, y = dataset.tensors[0][idx], dataset.tensors[1][idx]
+            return dataset.tensors[0][idx], dataset.tensors[1][idx]
+        return torch.utils.data.default_collate([dataset[i] for i in indices])  # type: ignore[no-any-return]
+
+    def _apply(self) -> None:
+        if self.defn.lr_at is not None:
+            lr = self.defn.lr_at(self.counters["step"], self.spec.lr)
+            for group in self.optimizer.param_groups:
+                group["lr"] = lr
+        if self.scaler is not None:
+            self.scaler.step(self.optimizer)
+            self.scaler.update()
         else:
-            x, y = torch.utils.data.default_collate([dataset[i] for i in indices])
-        return x.to(self.device), y.to(self.device)
-
-    def _grads(self) -> list[torch.Tensor]:
-        return [p.grad if p.grad is not None else torch.zeros_like(p) for p in self.params]
-
-    def _apply(self, flat: torch.Tensor) -> None:
-        offset = 0
-        for p in self.params:
-            n = p.numel()
-            p.grad = flat[offset : offset + n].view_as(p).clone()
-            offset += n
-        lr = self.defn.lr_at(self.counters["step"], self.spec.lr)
-        for group in self.optimizer.param_groups:
-            group["lr"] = lr
-        self.optimizer.step()
+            self.optimizer.step()
 
     def _advance(self) -> None:
         self.counters["iteration"] += 1
         self.counters["step"] += 1
 
-    def _emit_train(self, loss: float, seconds: float) -> None:
+    def _emit_train(self, loss: float, accuracy: float, seconds: float) -> None:
         c = self.counters
         record = {
             "type": "train", "step": c["step"], "epoch": c["epoch"],
             "iteration": c["iteration"], "loss": loss, "workers": self.size, "gen": self.gen,
             "lr": self.optimizer.param_groups[0]["lr"], "time": time.time(),
             "samples_per_s": self.spec.batch_size / max(seconds, 1e-9),
+            "total_steps": self.total_steps,
         }  # fmt: skip
+        if math.isfinite(accuracy):  # a classifier's (JSON has no NaN for the pages)
+            record["accuracy"] = accuracy / 100.0
         self.jobs.emit(record)
-        self._callbacks("log_train_metrics", loss, float("nan"), c["epoch"], c["step"])
+        self._driver_log("log_train_metrics", loss, accuracy, c["step"], self.rank)
 
-    def _callbacks(self, name: str, *args: Any) -> None:
+    def _every_rank(self, name: str, *args: Any) -> None:
+        """A WMLA ``Callback`` hook, in every learner (it may change the optimizer)."""
         from callbacks import call_all  # workers/compat, on sys.path once code is loaded
 
         call_all(self.defn.callbacks, name, *args)
+
+    def _driver_log(self, name: str, *args: Any) -> None:
+        """A WMLA ``LoggerCallback`` hook, once per job (rank 0, as WMLA's driver)."""
+        from callbacks import call_all
+
+        loggers = [c for c in self.defn.callbacks if hasattr(c, name)]
         if self.defn.logger is not None:
-            call_all([self.defn.logger], name, *args)
+            loggers.append(self.defn.logger)
+        call_all(loggers, name, *args)
 
     # Epoch end ---------------------------------------------------------------------------
 
@@ -343,29 +615,37 @@ class Learner:
         epoch = self.counters["epoch"]
         self.counters["epoch"] += 1
         self.counters["iteration"] = 0
-        if self.rank != 0:
-            return
-        loss, correct, count = (float(v) for v in totals)
-        acc = correct / max(count, 1.0)
-        self.jobs.emit({"type": "test", "epoch": epoch, "step": self.counters["step"],
-                        "test_loss": loss / max(count, 1.0), "test_accuracy": acc,
-                        "time": time.time()})  # fmt: skip
-        self._callbacks("log_test_metrics", loss / max(count, 1.0), acc, epoch)
-        self._callbacks("on_epoch_end", epoch)
-        if self.counters["epoch"] % max(self.spec.checkpoint_every, 1) == 0:
+        if self.rank == 0:
+            loss, correct, count = (float(v) for v in totals)
+            acc = correct / max(count, 1.0)
+            self.jobs.emit({"type": "test", "epoch": epoch, "step": self.counters["step"],
+                            "test_loss": loss / max(count, 1.0), "test_accuracy": acc,
+                            "time": time.time()})  # fmt: skip
+            self._driver_log("log_test_metrics", loss / max(count, 1.0), 100.0 * acc,
+                             self.counters["step"], self.rank)  # fmt: skip
+        self._every_rank("on_epoch_end", epoch)
+        if self.rank == 0 and self.counters["epoch"] % max(self.spec.checkpoint_every, 1) == 0:
             self.save_checkpoint()
 
     @torch.no_grad()
     def _evaluate(self) -> torch.Tensor:
         self.model.eval()
         lo, hi = slice_bounds(len(self.test_set), self.size, self.rank)  # type: ignore[arg-type]
+
+        def chunks() -> Any:
+            for start in range(lo, hi, EVAL_CHUNK):
+                yield self._batch(self.test_set, list(range(start, min(start + EVAL_CHUNK, hi))))
+
         loss_sum, correct = 0.0, 0.0
-        for start in range(lo, hi, EVAL_CHUNK):
-            x, y = self._batch(self.test_set, list(range(start, min(start + EVAL_CHUNK, hi))))
+        for x, y in chunks():
             out = self.model(x)
             loss_sum += float(self.defn.loss_fn(out, y)) * len(y)
             if out.dim() == 2 and out.shape[1] > 1:
                 correct += float((out.argmax(dim=1) == y).sum())
+        if self.defn.test_step is not None and hi > lo:
+            # A WMLA script's fn_test(model, test_iter, fn_args): its mean loss over this
+            # learner's share of the test set (the accuracy is counted above)
+            loss_sum = float(self.defn.test_step(self.defn.fabric, chunks(), {})) * (hi - lo)
         return torch.tensor([loss_sum, correct, float(hi - lo)], device=self.device)
 
     def save_checkpoint(self) -> None:
@@ -374,8 +654,21 @@ class Learner:
             path = checkpoint.save(
                 Path(self.spec.workdir) / "checkpoints", self.counters["step"], self._state()
             )
-            self.jobs.record_checkpoint(self.counters["step"])
+            self._unrecorded_checkpoint = self.counters["step"]
             log.info("%s: checkpoint %s", self.slot, path.name)
+        self._record_checkpoint()
+
+    def _record_checkpoint(self) -> None:
+        """Tell the job which step its latest checkpoint holds; while Redis does not answer,
+        training goes on and the next checkpoint tries again."""
+        if self._unrecorded_checkpoint is None:
+            return
+        try:
+            self.jobs.record_checkpoint(self._unrecorded_checkpoint)
+            self._unrecorded_checkpoint = None
+        except Exception as exc:
+            log.warning("%s: could not record checkpoint step %d: %s", self.slot,
+                        self._unrecorded_checkpoint, exc)  # fmt: skip
 
     def finish(self) -> None:
         if self.rank != 0:
@@ -383,3 +676,19 @@ class Learner:
         self.save_checkpoint()
         torch.save(self.model.state_dict(), Path(self.spec.workdir) / "model.pt")
         self.jobs.emit({"type": "done", "step": self.counters["step"], "time": time.time()})
+
+
+def _correct(out: torch.Tensor, y: Any) -> float:
+    """How many samples a classifier's output gets right (nan for other outputs)."""
+    if out.dim() == 2 and out.shape[1] > 1 and isinstance(y, torch.Tensor) and y.dim() == 1:
+        return float((out.argmax(dim=1) == y).sum())
+    return float("nan")
+
+
+def _accuracy(out: torch.Tensor, y: Any) -> float:
+    """WMLA's ``eva`` for fn_step_train: a batch's accuracy in percent."""
+    return 100.0 * _correct(out.detach(), y) / max(len(y), 1)
+
+
+def _pin(value: Any) -> Any:
+    return value.pin_memory() if isinstance(value, torch.Tensor) else value

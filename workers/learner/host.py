@@ -2,8 +2,11 @@
 
 Runs inside the slot's Celery worker (the ``run_learner`` task). The learner gets its own
 session (so it can be killed as a group), a scrubbed environment with no secrets of the
-platform, resource limits, and optionally another user (``EDT_LEARNER_USER``). Its stdout and
-stderr go to the job's log for this slot.
+platform, and enters the sandbox (``workers/sandbox.py``: its dataset and model read-only,
+its job directory read-write, nothing else of the data directory, limits, an unprivileged
+user) before the user's code is imported. Its stdout and stderr go to the job's log for this
+slot. The fork server it comes from is a subreaper: whatever the learner started, ``setsid``
+or not, is killed when it ends.
 """
 
 from __future__ import annotations
@@ -12,13 +15,16 @@ import contextlib
 import logging
 import multiprocessing
 import os
-import resource
 import signal
 import sys
+from dataclasses import dataclass
+from multiprocessing import forkserver
 from pathlib import Path
 from typing import Any
 
+from scheduler import redis_acl
 from scheduler.store import JobStore
+from workers import sandbox
 
 log = logging.getLogger("edt.learner.host")
 
@@ -28,6 +34,7 @@ PASSED_THROUGH = (
     "OMP_NUM_THREADS", "EDT_TORCH_THREADS",
 )  # fmt: skip
 STALE = 75  # exit status reported for a task whose token is no longer current
+NO_SANDBOX = 3  # exit status of a learner whose sandbox could not be set up
 
 
 def learner_env(redis_url: str, base: dict[str, str]) -> dict[str, str]:
@@ -38,16 +45,10 @@ def learner_env(redis_url: str, base: dict[str, str]) -> dict[str, str]:
     return env
 
 
-def _limits() -> None:
-    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-    _soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    resource.setrlimit(resource.RLIMIT_NOFILE, (min(4096, hard), hard))
-
-
 # Learners fork from a server that imported torch and the learner already: a joiner is
 # READY in well under a second instead of paying torch's import (seconds on a busy host).
 _forkserver = multiprocessing.get_context("forkserver")
-PRELOAD = ["torch", "workers.learner.__main__", "workers.learner.warmup"]
+PRELOAD = ["torch", "workers.learner.__main__", "workers.learner.warmup"]  # warmup: subreaper
 
 
 def prewarm() -> None:
@@ -62,51 +63,89 @@ def _noop() -> None:
     return None
 
 
-def _learner_child(argv: list[str], env: dict[str, str], log_path: str) -> None:
-    """In the forked learner: own session, scrubbed environment, log file, limits, user."""
+def _learner_child(argv: list[str], env: dict[str, str], log_path: str, policy: str) -> None:
+    """In the forked learner: own session, scrubbed environment, log file, then the sandbox."""
     os.setsid()
     os.environ.clear()
     os.environ.update(env)
-    fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    path = Path(log_path)  # in the job directory, which the learner owns: follow no link
+    fd = sandbox.open_beneath(path.parent.parent, f"{path.parent.name}/{path.name}", append=True)
     for target in (1, 2):
         os.dup2(fd, target)
+    os.close(fd)
     sys.stdout.reconfigure(line_buffering=True)  # type: ignore[union-attr]
-    _limits()
-    _become(os.environ.get("EDT_LEARNER_USER", ""))
+    try:
+        sandbox.enter(sandbox.Policy.loads(policy))
+    except (sandbox.SandboxError, OSError) as exc:
+        print(f"the learner's sandbox could not be set up: {exc}", flush=True)
+        os._exit(NO_SANDBOX)
     from workers.learner.__main__ import main
 
     sys.exit(main(argv))
 
 
-def _become(user: str) -> None:
-    if not user:
-        return
-    import pwd
+@dataclass(frozen=True)
+class JobPaths:
+    """A job's paths as the platform recorded them (the database), never as read from its
+    job directory: its learners own that directory and could rewrite ``spec.json`` to name
+    any path (another job's, the data directory itself) for the next learner's sandbox."""
 
-    entry = pwd.getpwnam(user)
-    os.setgid(entry.pw_gid)
-    os.setuid(entry.pw_uid)
+    data: Path
+    model: Path
+    workdir: Path
 
 
-def fork_learner(spec: Path, slot: str, redis_url: str, log_path: Path) -> Any:
+def learner_policy(paths: JobPaths) -> sandbox.Policy:
+    """Its dataset and model code read-only, its job directory read-write; the slot's
+    memory limit (``EDT_SLOT_INDEX`` and ``EDT_SLOT_DEVICE`` are set by the launcher)."""
+    index = os.environ.get("EDT_SLOT_INDEX", "")
+    memory = sandbox.memory_limit(
+        int(index) if index.isdigit() else None, os.environ.get("EDT_SLOT_DEVICE", "cpu")
+    )
+    read = [paths.data, paths.model.parent]
+    return sandbox.policy(read=read, write=[paths.workdir], memory=memory)
+
+
+def fork_learner(spec: Path, paths: JobPaths, slot: str, redis_url: str, log_path: Path) -> Any:
     log_path.parent.mkdir(parents=True, exist_ok=True)
+    policy = learner_policy(paths)
     env = learner_env(redis_url, dict(os.environ))
+    env.update(HOME=str(paths.workdir), TMPDIR="/tmp")
     env["EDT_WATCH_PID"] = str(os.getpid())  # the learner leaves if this slot worker dies
-    if os.environ.get("EDT_LEARNER_USER"):
-        env["EDT_LEARNER_USER"] = os.environ["EDT_LEARNER_USER"]
     argv = ["--spec", str(spec), "--slot", slot]
     _forkserver.set_forkserver_preload(PRELOAD)
-    proc = _forkserver.Process(target=_learner_child, args=(argv, env, str(log_path)))
+    proc = _forkserver.Process(
+        target=_learner_child, args=(argv, env, str(log_path), policy.dumps())
+    )
     proc.start()
     return proc
 
 
-def run_learner(jobs: JobStore, slot: str, token: str, spec: Path, redis_url: str) -> int:
-    """Run one learner of the job on this slot until it exits; returns its exit status."""
+def _fork_server_pid() -> int | None:
+    return forkserver._forkserver._forkserver_pid  # type: ignore[attr-defined,no-any-return]
+
+
+def run_learner(
+    jobs: JobStore,
+    slot: str,
+    token: str,
+    spec: Path,
+    redis_url: str,
+    secret: str = "",
+    paths: JobPaths | None = None,
+) -> int:
+    """Run one learner of the job on this slot until it exits; returns its exit status.
+    With the platform's ``secret``, the learner reaches Redis as its job's ACL user only.
+    ``paths`` (from the database) bound what it can reach: required to start one."""
     if jobs.dispatch_token(slot) != token:
         log.info("job %s on %s: stale dispatch token; not starting", jobs.job_id, slot)
         return STALE
-    proc = fork_learner(spec, slot, redis_url, spec.parent / "logs" / f"{slot}.log")
+    if paths is None:
+        raise ValueError("a learner needs its job's paths from the database")
+    if secret:
+        redis_url = redis_acl.grant(jobs.r, redis_url, jobs.job_id, secret)
+    log_path = paths.workdir / "logs" / f"{slot}.log"
+    proc = fork_learner(spec, paths, slot, redis_url, log_path)
     while proc.exitcode is None:
         sig = jobs.kill_requested(slot)
         if sig is not None:
@@ -115,7 +154,12 @@ def run_learner(jobs: JobStore, slot: str, token: str, spec: Path, redis_url: st
                 os.killpg(proc.pid, sig)
         proc.join(0.1)
     with contextlib.suppress(ProcessLookupError):
-        os.killpg(proc.pid, signal.SIGKILL)  # anything the learner started goes with it
+        os.killpg(proc.pid, signal.SIGKILL)
+    server = _fork_server_pid()
+    if server is not None:  # anything the learner started, setsid or not, goes with it
+        killed = sandbox.kill_children(server)
+        if killed:
+            log.info("job %s on %s: killed %d leftover process(es)", jobs.job_id, slot, killed)
     code = int(proc.exitcode)
     jobs.report_exit(slot, code, token)
     return code

@@ -2,9 +2,12 @@
 definition contract").
 
 The web process calls :func:`validate`, which runs ``python -m workers.learner.validate`` as a
-child: its own session, a scrubbed environment (``learner_env``: no secrets), resource limits
-and a time limit, after which the whole process group is killed. User code never runs in the
-web process, so this module imports neither torch nor the user's file at import time.
+child in the same sandbox as learners (``workers/sandbox.py``: an unprivileged user, only the
+model's code and the dataset readable, only a private temporary directory writable, limits
+on memory, processes, file size and CPU time), with a scrubbed environment (``learner_env``:
+no secrets) and a time limit, after which the whole process tree is killed. User code never
+runs in the web process, so this module imports neither torch nor the user's file at import
+time.
 
 The child loads the definition (native or WMLA style), checks its entry points, builds the
 model, runs one forward pass on a batch of two (zeros of ``--shape``, or two samples of
@@ -33,6 +36,7 @@ PROJECT_DIR = Path(__file__).resolve().parents[2]
 LOG_TAIL = 8000  # bytes of the child's stderr kept in ValidationResult.log
 BATCH = 2
 LR = 0.01
+CPU_MARGIN = 10  # CPU seconds allowed beyond the time limit (torch's import included)
 
 
 @dataclass
@@ -78,6 +82,7 @@ def validate(
 
     ``timeout`` is in seconds, for loading, building and one batch together.
     """
+    from workers import sandbox
     from workers.learner.host import learner_env  # no torch: safe in the web process
 
     env = learner_env("", dict(os.environ))  # REDIS_URL is not needed: an empty one
@@ -86,9 +91,14 @@ def validate(
         tempfile.TemporaryFile() as out,
         tempfile.TemporaryFile() as err,
     ):
-        env["TMPDIR"] = tmp  # what the child leaves there goes, even when it is killed
+        env.update(TMPDIR=tmp, HOME=tmp)  # what the child leaves there goes, even if killed
+        read = [Path(path).resolve().parent, *([data] if data is not None else [])]
+        policy = sandbox.policy(
+            read=read, write=[Path(tmp)], memory=sandbox.memory_limit(),
+            cpu_seconds=int(timeout) + CPU_MARGIN,
+        )  # fmt: skip
         proc = subprocess.Popen(
-            _command(path, shape, classes, data, timeout),
+            sandbox.command(policy, _command(path, shape, classes, data, timeout), env),
             cwd=PROJECT_DIR,
             env=env,
             stdin=subprocess.DEVNULL,
@@ -113,13 +123,16 @@ def _command(
 
 
 def _wait(proc: subprocess.Popen[bytes], timeout: float) -> bool:
-    """Wait for the child; kill its whole process group in any case (anything the user's
-    code started goes with it). True when the time ran out."""
+    """Wait for the child; end its whole process tree in any case (the sandbox kills all the
+    user's code started, ``setsid`` or not). True when the time ran out."""
+    from workers import sandbox
+
     try:
         proc.wait(timeout)
         timed_out = False
     except subprocess.TimeoutExpired:
         timed_out = True
+        sandbox.stop(proc)
     with contextlib.suppress(ProcessLookupError):
         os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
@@ -146,8 +159,9 @@ def _result(code: int, out: str, log: str, timed_out: bool, timeout: float) -> V
 
 
 def _exit_reason(code: int) -> str:
-    if code < 0:
-        return f"the check was killed by {signal.Signals(-code).name}"
+    if code < 0 or code > 128:  # the sandbox reports a signal N as 128 + N
+        with contextlib.suppress(ValueError):
+            return f"the check was killed by {signal.Signals(abs(code) % 128).name}"
     return f"the check exited with status {code} and said nothing"
 
 
@@ -182,9 +196,12 @@ class Checker:
     def _fail(self, exc: BaseException) -> None:
         from workers.learner.__main__ import user_frame
         from workers.learner.contract import UserCodeError
+        from workers.sandbox import out_of_memory
 
         if isinstance(exc, CheckFailed | UserCodeError):
             self.result.error = str(exc)
+        elif out_of_memory(exc):
+            self.result.error = f"{self.stage} failed: {out_of_memory(exc)}"
         else:
             self.result.error = f"{self.stage} failed: {type(exc).__name__}: {exc}"
         self.result.line = user_frame(exc, str(self.path)) if self._in_file(exc) else self.hint
@@ -319,15 +336,8 @@ def _guess_style(path: Path) -> str:
 
 
 def _prepare(args: argparse.Namespace, empty: Path) -> None:
-    """Limits, a backstop alarm, threads and the job's values for WMLA's pth_parameter_mgr."""
-    try:
-        from workers.learner.host import _limits
-
-        _limits()
-    except ImportError:
-        import resource
-
-        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    """A backstop alarm, threads and the job's values for WMLA's pth_parameter_mgr (the
+    sandbox has set the limits)."""
     signal.alarm(int(args.timeout) + 10)  # if the parent died and cannot kill us
     os.environ.update(EDT_JOB_DATA=str(args.data or empty), EDT_JOB_EPOCHS="1", EDT_JOB_LR=str(LR))
     import torch

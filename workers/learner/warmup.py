@@ -1,12 +1,16 @@
 """Imported by the learner fork server: pays torch's lazy first-use costs once per slot.
 
 The first optimizer step imports much of torch lazily (over a second on a busy host); done
-here, every learner forked afterwards starts with it done.
+here, every learner forked afterwards starts with it done. The fork server also becomes a
+subreaper: whatever a learner leaves behind (``setsid`` children included) comes back to it,
+and the slot's worker kills it all when the learner ends (``workers/sandbox.py``).
 """
 
 from __future__ import annotations
 
 import torch
+
+from workers import sandbox
 
 
 def _warm() -> None:
@@ -23,3 +27,4 @@ def _warm() -> None:
 
 
 _warm()
+sandbox.become_subreaper()

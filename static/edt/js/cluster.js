@@ -66,7 +66,7 @@
       const card = el("section", { class: "card host", "data-host": host });
       const alive = list.filter((s) => s.state === "alive").length;
       card.append(el("h2", {}, host + "  ·  " + alive + " of " + list.length + " slots alive"));
-      const table = el("table", { class: "slots" });
+      const table = el("table", { class: "slots", tabindex: "0", "aria-label": "slots of " + host });
       const head = el("tr");
       for (const h of ["Slot", "Device", "State", "Utilisation", "Job", "Heartbeat"]) head.append(el("th", {}, h));
       const thead = el("thead");
@@ -79,7 +79,7 @@
         tr.append(el("td", { class: "device" }, s.device === "cpu" ? "CPU" : s.device));
         const state = el("td");
         state.append(el("span", { class: "badge " + s.state }, s.state));
-        const job = s.job ? (names.get(String(s.job)) || "another user's job") : "idle";
+        const job = s.job ? (names.get(String(s.job)) || "job " + s.job) : s.busy ? "another user's job" : "idle";
         tr.append(state, telemetryCell(s), el("td", { class: s.job ? "" : "muted" }, job));
         tr.append(el("td", { class: "muted" }, ago((s.telemetry || {}).at)));
         body.append(tr);
@@ -107,19 +107,39 @@
     if (!series.has(job)) series.set(job, []);
     series.get(job).push([at, workers]);
   }
+  // Each job keeps one colour, far from its neighbours' (golden-angle hues by job id).
+  const colour = (job) => "hsl(" + Math.round((Number(job) * 137.508) % 360) + ", 65%, 42%)";
+  const rangeEl = document.getElementById("allocation-range");
   function drawAllocation() {
     redraw = null;
     const now = Date.now() / 1000;
-    const times = [...new Set([...series.values()].flat().map((p) => p[0]).concat([now]))].sort((a, b) => a - b);
+    const span = Number(rangeEl ? rangeEl.value : 0);
+    const from = span ? now - span : -Infinity;
+    const times = [...new Set([...series.values()].flat().map((p) => p[0]).concat([now]))]
+      .sort((a, b) => a - b).filter((t) => t >= from);
+    if (span) times.unshift(now - span);
+    // Only jobs that held slots in the range shown: the legend does not keep every job ever run.
     const traces = [...series.entries()].map(([job, points]) => {
       let i = 0, value = 0;
       const y = times.map((t) => { while (i < points.length && points[i][0] <= t) value = points[i++][1]; return value; });
       return { x: times.map((t) => new Date(t * 1000)), y, name: names.get(job) || "job " + job,
-        stackgroup: "slots", mode: "lines", line: { shape: "hv", width: 0.5 } };
-    });
-    Plotly.react("chart-allocation", traces, { margin: { l: 40, r: 10, t: 10, b: 30 }, height: 260,
-      yaxis: { title: { text: "slots" }, rangemode: "tozero", dtick: 1 }, xaxis: { type: "date" },
-      showlegend: true, legend: { orientation: "h", y: 1.2 } }, { displayModeBar: false, responsive: true });
+        stackgroup: "slots", mode: "lines", line: { shape: "hv", width: 0.5, color: colour(job) }, fillcolor: colour(job) };
+    }).filter((t) => t.y.some((v) => v > 0));
+    const chart = document.getElementById("chart-allocation");
+    if (!traces.length) {
+      if (chart.data) Plotly.purge(chart);
+      chart.dataset.empty = "1";
+      chart.replaceChildren(el("p", { class: "chart-empty" }, series.size
+        ? "No job held a slot in this time range." : "No job has run yet: the chart fills as jobs get slots."));
+    } else {
+      if (chart.dataset.empty) { delete chart.dataset.empty; chart.replaceChildren(); }
+      const narrow = chart.clientWidth < 640;
+      const legend = narrow ? { orientation: "h", x: 0, y: -0.25, yanchor: "top" } : { x: 1.02, xanchor: "left", y: 1 };
+      Plotly.react(chart, traces, { margin: { l: 50, r: 10, t: 10, b: narrow ? 40 : 40 }, height: narrow ? 320 : 260,
+        yaxis: { title: { text: "slots" }, rangemode: "tozero", dtick: 1 },
+        xaxis: { type: "date", range: span ? [new Date((now - span) * 1000), new Date(now * 1000)] : undefined },
+        showlegend: true, legend }, { displayModeBar: false, responsive: true });
+    }
     const ol = document.getElementById("decisions");
     ol.replaceChildren(...decisions.slice(0, 12).map((d) => {
       const li = el("li", {});
@@ -128,21 +148,37 @@
     }));
   }
   function later() { if (!redraw) redraw = setTimeout(drawAllocation, 300); }
+  // One history load at a time: allocations that arrive meanwhile are kept and applied
+  // after it (a job the history did not know yet asks for one more load, not one each).
+  let loading = false, again = false, heldAllocations = [];
   async function loadAllocation() {
-    const r = await fetch("/api/cluster/allocations", { credentials: "same-origin" });
-    const data = await r.json();
-    series.clear();
-    for (const [job, points] of Object.entries(data.series)) for (const p of points) point(job, p[0], p[1]);
-    for (const [job, name] of Object.entries(data.names)) names.set(job, name);
-    decisions = data.decisions;
-    drawAllocation();
-    if (lastSlots) render(lastSlots); // now with the names of the jobs on the slots
+    if (loading) { again = true; return; }
+    loading = true; again = false;
+    try {
+      const r = await fetch("/api/cluster/allocations", { credentials: "same-origin" });
+      if (r.ok) {
+        const data = await r.json();
+        series.clear();
+        for (const [job, points] of Object.entries(data.series)) for (const p of points) point(job, p[0], p[1]);
+        for (const [job, name] of Object.entries(data.names)) names.set(job, name);
+        decisions = data.decisions;
+        drawAllocation();
+        if (lastSlots) render(lastSlots); // now with the names of the jobs on the slots
+      }
+    } finally {
+      loading = false;
+    }
+    const replay = heldAllocations;
+    heldAllocations = [];
+    for (const data of replay) onAllocation(data, true);
+    if (again) loadAllocation();
   }
-  function onAllocation(data) {
+  function onAllocation(data, replayed) {
+    if (loading) { heldAllocations.push(data); return; }
     const job = String(data.job);
     if (data.workers !== undefined) point(job, data.at, data.workers);
     if (data.state && ["COMPLETED", "FAILED", "STOPPED", "SUSPENDED"].includes(data.state)) point(job, data.at, 0);
-    if (!names.has(job)) { loadAllocation(); return; }
+    if (!names.has(job) && !replayed) { loadAllocation(); return; }
     if (data.decision) decisions.unshift({ at: data.at, job: names.get(job), message: data.decision });
     later();
     if (data.state || data.decision) refreshQueue();
@@ -169,7 +205,8 @@
 
   function connect() {
     const scheme = location.protocol === "https:" ? "wss://" : "ws://";
-    const ws = new WebSocket(scheme + location.host + "/ws/cluster/");
+    const port = document.body.dataset.livePort; // live updates may come from a process of their own
+    const ws = new WebSocket(scheme + (port ? location.hostname + ":" + port : location.host) + "/ws/cluster/");
     ws.onopen = () => { retryMs = 500; setLive("up", "live"); loadAllocation(); refreshQueue(); };
     ws.onmessage = (msg) => {
       const data = JSON.parse(msg.data);
@@ -182,6 +219,7 @@
       retryMs = Math.min(retryMs * 2, 10000);
     };
   }
+  if (rangeEl) rangeEl.addEventListener("change", drawAllocation);
   connect();
   setInterval(later, 5000); // keep the time axis moving
 })();

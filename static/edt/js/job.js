@@ -1,5 +1,6 @@
 // A job's page: history over HTTP, then live deltas over /ws/jobs/<id>/ with sequence
-// numbers (a gap reloads the history); redraws are coalesced to a few per second.
+// numbers (a gap or a reconnect reloads the history, one reload at a time); redraws are
+// coalesced to a few per second.
 (function () {
   "use strict";
   const root = document.getElementById("job");
@@ -9,66 +10,20 @@
   const ACTIVE = ["QUEUED", "RUNNING", "SUSPENDED"];
   let jobState = root.dataset.state;
   const ended = () => !ACTIVE.includes(jobState);
-  const layout = (y) => ({ margin: { l: 60, r: 15, t: 10, b: 50 }, height: 250, xaxis: { title: { text: "iteration" } },
-    yaxis: { title: { text: y } }, showlegend: true, legend: { orientation: "h", y: 1.15 } });
-  const config = { displayModeBar: false, responsive: true };
-  let seq = 0, pending = [], events = [], scheduled = false;
-
-  const charts = {
-    loss: { el: "chart-loss", traces: [{ name: "train loss", mode: "lines" }, { name: "test loss", mode: "lines+markers" },
-      { name: "test accuracy", mode: "lines+markers", yaxis: "y2" }], y: "loss" },
-    workers: { el: "chart-workers", traces: [{ name: "workers", mode: "lines", line: { shape: "hv" }, fill: "tozeroy" }], y: "workers" },
-    steps: { el: "chart-steps", traces: [{ name: "iterations", mode: "lines" }], y: "iterations" },
-    throughput: { el: "chart-throughput", traces: [{ name: "samples/s", mode: "lines" }], y: "samples/s" },
-  };
-
-  function columns(records) {
-    const c = { trainStep: [], loss: [], testStep: [], testLoss: [], testAcc: [], time: [], workers: [], steps: [], rate: [] };
-    for (const r of records) {
-      if (r.type === "train") {
-        c.trainStep.push(r.step); c.loss.push(r.loss); c.workers.push(r.workers);
-        c.time.push(new Date(r.time * 1000)); c.steps.push(r.step); c.rate.push(r.samples_per_s);
-      } else if (r.type === "test") {
-        c.testStep.push(r.step); c.testLoss.push(r.test_loss); c.testAcc.push(r.test_accuracy);
-      }
-    }
-    return c;
-  }
-
-  function scaleMarks() {
-    return events.filter((e) => e.kind === "generation").map((e) => ({ type: "line", xref: "x", yref: "paper",
-      x0: e.step || 0, x1: e.step || 0, y0: 0, y1: 1, line: { dash: "dot", color: "#98a2b3", width: 1 } }));
-  }
+  const endedAt = Number(root.dataset.finished) || null;
+  let seq = null, pending = [], events = [], scheduled = false;
+  const waitingText = () => (ended() ? "This job ended before its first iteration." :
+    "No iterations yet: " + (document.getElementById("waiting")?.dataset.short || "the job starts when slots are free") + ".");
+  if (endedAt) JobCharts.ended(endedAt);
 
   function draw(history) {
-    const c = columns(history.train.concat(history.test));
-    const loss = layout("loss");
-    loss.yaxis2 = { overlaying: "y", side: "right", range: [0, 1], title: { text: "accuracy" },
-      tickvals: [0, 0.25, 0.5, 0.75, 1], tickformat: ".0%", showgrid: false };
-    loss.margin = Object.assign({}, loss.margin, { r: 55 });
-    loss.shapes = scaleMarks();
-    Plotly.react(charts.loss.el, [
-      Object.assign({ x: c.trainStep, y: c.loss }, charts.loss.traces[0]),
-      Object.assign({ x: c.testStep, y: c.testLoss }, charts.loss.traces[1]),
-      Object.assign({ x: c.testStep, y: c.testAcc }, charts.loss.traces[2]),
-    ], loss, config);
-    const timeLayout = (y) => Object.assign(layout(y), { xaxis: { type: "date", title: { text: "time" } } });
-    Plotly.react(charts.workers.el, [Object.assign({ x: c.time, y: c.workers }, charts.workers.traces[0])],
-      Object.assign(timeLayout("workers"), { yaxis: { title: { text: "workers" }, rangemode: "tozero", dtick: 1 } }), config);
-    Plotly.react(charts.steps.el, [Object.assign({ x: c.time, y: c.steps }, charts.steps.traces[0])], timeLayout("iterations"), config);
-    Plotly.react(charts.throughput.el, [Object.assign({ x: c.time, y: c.rate }, charts.throughput.traces[0])], timeLayout("samples/s"), config);
+    recent = [];
+    JobCharts.reset(history, waitingText());
     summarize(history.train);
   }
 
   function extend(records) {
-    const c = columns(records);
-    if (c.trainStep.length) {
-      Plotly.extendTraces(charts.loss.el, { x: [c.trainStep], y: [c.loss] }, [0]);
-      Plotly.extendTraces(charts.workers.el, { x: [c.time], y: [c.workers] }, [0]);
-      Plotly.extendTraces(charts.steps.el, { x: [c.time], y: [c.steps] }, [0]);
-      Plotly.extendTraces(charts.throughput.el, { x: [c.time], y: [c.rate] }, [0]);
-    }
-    if (c.testStep.length) Plotly.extendTraces(charts.loss.el, { x: [c.testStep, c.testStep], y: [c.testLoss, c.testAcc] }, [1, 2]);
+    JobCharts.add(records);
     summarize(records.filter((r) => r.type === "train"));
   }
 
@@ -80,7 +35,7 @@
     document.getElementById("step").textContent = last.step;
     recent = recent.concat(train).slice(-50);
     const rate = recent.reduce((s, r) => s + r.samples_per_s, 0) / recent.length;
-    document.getElementById("throughput").textContent = rate.toFixed(0);
+    document.getElementById("throughput").textContent = ended() ? 0 : rate.toFixed(0);
     if (ended()) {
       document.getElementById("eta").textContent = "–";
     } else if (total && recent.length > 1) {
@@ -105,13 +60,38 @@
     }
   }
 
-  async function load() {
-    const r = await fetch("/jobs/" + jobId + "/metrics?points=2000", { credentials: "same-origin" });
-    const history = await r.json();
+  // History reloads: one at a time. Deltas that arrive while one runs wait in `held` and
+  // are applied after it (those the history already holds are dropped); a gap seen then
+  // is accepted rather than chased, so a busy server never sees a chain of reloads.
+  let reloading = false, held = [], retryLoad = null;
+  async function reload() {
+    if (reloading) return;
+    reloading = true;
+    clearTimeout(retryLoad);
+    let history = null;
+    try {
+      const r = await fetch("/jobs/" + jobId + "/metrics?points=2000", { credentials: "same-origin" });
+      if (r.ok) history = await r.json();
+    } catch (err) { /* the server is away: try again shortly */ }
+    reloading = false;
+    if (!history) { retryLoad = setTimeout(reload, 3000); return; }
     seq = history.seq;
+    pending = []; // everything queued is part of the history now
     events = history.events;
     draw(history);
     timeline();
+    const replay = held;
+    held = [];
+    for (const m of replay) onMetrics(m, true);
+  }
+
+  function onMetrics(m, afterReload) {
+    if (reloading || seq === null) { held.push(m); return; }
+    if (m.to <= seq) return; // already shown
+    if (m.from > seq && !afterReload) { held.push(m); reload(); return; } // a gap
+    pending = pending.concat(m.from < seq ? m.records.slice(seq - m.from) : m.records);
+    seq = m.to;
+    if (!scheduled) { scheduled = true; setTimeout(flush, 250); }
   }
 
   function flush() {
@@ -124,12 +104,10 @@
   function onMessage(msg) {
     const data = JSON.parse(msg.data);
     if (data.type === "metrics") {
-      if (data.from !== seq) { load(); return; } // a gap: reload the history
-      seq = data.to;
-      pending = pending.concat(data.records);
-      if (!scheduled) { scheduled = true; setTimeout(flush, 250); }
+      onMetrics(data, false);
     } else if (data.type === "event") {
       events.push(data.event);
+      JobCharts.events(events);
       timeline();
     } else if (data.type === "state") {
       showState(data.state);
@@ -138,8 +116,10 @@
 
   let retry = 500;
   function connect() {
-    const ws = new WebSocket((location.protocol === "https:" ? "wss://" : "ws://") + location.host + "/ws/jobs/" + jobId + "/");
-    ws.onopen = () => { retry = 500; liveEl.className = "live up"; liveEl.textContent = "live"; load(); };
+    const port = document.body.dataset.livePort; // live updates may come from a process of their own
+    const host = port ? location.hostname + ":" + port : location.host;
+    const ws = new WebSocket((location.protocol === "https:" ? "wss://" : "ws://") + host + "/ws/jobs/" + jobId + "/");
+    ws.onopen = () => { retry = 500; liveEl.className = "live up"; liveEl.textContent = "live"; reload(); };
     ws.onmessage = onMessage;
     ws.onclose = () => {
       liveEl.className = "live down"; liveEl.textContent = "reconnecting…";
@@ -205,6 +185,9 @@
       else body.innerHTML = '<tr><td colspan="4" class="muted">No slot held.</td></tr>';
       logTabs(s.logs || []);
       downloads(s);
+      const waiting = document.getElementById("waiting");
+      if (waiting && s.waiting) waiting.querySelector("span").textContent = s.waiting;
+      if (waiting) waiting.hidden = !s.waiting;
       if (s.state !== jobState || (s.error && !document.getElementById("job-error"))) showState(s.state, s.error);
       if (s.eta !== null && s.eta !== undefined) {
         document.getElementById("eta").textContent = s.eta > 90 ? Math.round(s.eta / 60) + " min" : Math.round(s.eta) + " s";
@@ -256,10 +239,15 @@
     badge.className = "badge " + state.toLowerCase();
     if (!ended()) return;
     document.getElementById("workers").textContent = 0;
+    document.getElementById("throughput").textContent = 0;
     document.getElementById("eta").textContent = "–";
+    document.getElementById("waiting")?.remove();
+    JobCharts.ended(Date.now() / 1000);
+    JobCharts.empty(waitingText());
     document.getElementById("stop-form").hidden = true;
     document.getElementById("delete-form").hidden = false;
     document.getElementById("priority").disabled = true;
+    document.getElementById("resume-form").hidden = !["STOPPED", "FAILED"].includes(state);
   }
 
   connect();

@@ -1,5 +1,6 @@
-// Priority sliders: while dragging, preview the scheduler's answer ("B 5, A 3"); on release,
-// apply it. Nothing restarts: the scheduler moves slots between iterations.
+// Priority sliders: while moving (dragged, or with the arrow keys), preview the scheduler's
+// answer ("B 5, A 3"); on release of the pointer, or on Enter, apply it. Nothing restarts:
+// the scheduler moves slots between iterations.
 (function () {
   "use strict";
   function csrf() {
@@ -7,7 +8,9 @@
     return m ? m[1] : "";
   }
   let timer = null;
-  for (const slider of document.querySelectorAll("input.priority")) {
+  function bind(slider) {
+    if (slider.dataset.bound) return;
+    slider.dataset.bound = "1";
     const job = slider.dataset.job;
     const output = slider.parentElement.querySelector("output") || document.getElementById("priority-value");
     const preview = document.getElementById("preview");
@@ -22,12 +25,24 @@
         slider.title = text;
       }, 120);
     });
-    slider.addEventListener("change", async () => {
+    let applied = slider.value, pointer = false;
+    async function apply() {
+      if (slider.value === applied) return;
       const body = new URLSearchParams({ priority: slider.value });
       const r = await fetch("/jobs/" + job + "/priority", { method: "POST", body, credentials: "same-origin",
         headers: { "X-CSRFToken": csrf() } });
       const data = await r.json();
+      if (r.ok) applied = String(data.priority);
       if (preview) preview.textContent = r.ok ? "priority set to " + data.priority : data.error;
+    }
+    slider.addEventListener("pointerdown", () => { pointer = true; });
+    // A pointer's release applies; the keyboard's steps only preview until Enter.
+    slider.addEventListener("change", () => { if (pointer) { pointer = false; apply(); } });
+    slider.addEventListener("keydown", (e) => { if (e.key === "Enter") { e.preventDefault(); apply(); } });
+    slider.addEventListener("blur", () => {
+      if (slider.value !== applied && preview) preview.textContent += " · press Enter to apply";
     });
   }
+  document.querySelectorAll("input.priority").forEach(bind);
+  window.EDTPriority = { bind }; // for rows that appear later (the jobs list)
 })();

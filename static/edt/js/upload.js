@@ -38,8 +38,8 @@
         const r = await call("PUT", "/datasets/uploads/" + upload.id, file.slice(offset, end),
           { "Content-Range": "bytes " + offset + "-" + (end - 1) + "/" + file.size });
         if (r.ok || r.status === 409) { offset = r.data.offset; failures = 0; }
+        else if (r.status >= 400 && r.status < 500) { say(r.data.error, true); bar.hidden = true; return false; }
         else throw new Error(r.data.error);
-        if (!r.ok && r.status !== 409) return false;
       } catch (err) {
         failures += 1;
         if (failures > 20) { say("The upload stopped: " + err.message, true); return false; }
@@ -54,7 +54,20 @@
     return true;
   }
 
+  // A file that is no zip, gzip or tar is refused before a byte is sent (the server checks
+  // the first chunk again).
+  async function looksLikeArchive(file) {
+    const head = new Uint8Array(await file.slice(0, 512).arrayBuffer());
+    const starts = (...bytes) => bytes.every((b, i) => head[i] === b);
+    const ustar = String.fromCharCode(...head.slice(257, 262)) === "ustar";
+    return starts(0x50, 0x4b, 0x03, 0x04) || starts(0x50, 0x4b, 0x05, 0x06) || starts(0x1f, 0x8b) || ustar;
+  }
+
   async function upload(file) {
+    if (!(await looksLikeArchive(file))) {
+      say(file.name + " is not a zip, tar or tar.gz archive: choose the archive that holds the dataset.", true);
+      return;
+    }
     const name = nameInput.value.trim() || file.name.replace(/\.(zip|tar|tar\.gz|tgz)$/i, "");
     say("Uploading " + file.name + "…");
     show(0, "0%");
@@ -64,17 +77,24 @@
     if (!(await sendChunks(start.data, file))) return;
     const done = await call("POST", "/datasets/uploads/" + start.data.id + "/complete");
     if (!done.ok) { say(done.data.error, true); return; }
-    say("Uploaded. Extracting and checking the dataset…");
+    say("Uploaded. Now preparing it: extracting safely, detecting the format, counting the " +
+      "samples and drawing thumbnails. A large archive takes a minute or so.");
     for (;;) {
       await sleep(500);
       const r = await call("GET", "/datasets/" + start.data.id + "/status");
       if (r.data.status === "READY") { location.href = r.data.url; return; }
       if (r.data.status === "FAILED") { say("This archive was refused: " + r.data.error, true); bar.hidden = true; return; }
-      show(r.data.progress, "preparing " + Math.round(100 * r.data.progress) + "%");
+      show(r.data.progress, "preparing (extracting and checking) " + Math.round(100 * r.data.progress) + "%");
     }
   }
 
   input.addEventListener("change", () => input.files[0] && upload(input.files[0]));
+  // The keyboard starts an upload too: Enter or Space on the drop zone, or its button.
+  document.getElementById("choose-file").addEventListener("click", (e) => { e.stopPropagation(); input.click(); });
+  drop.addEventListener("click", (e) => { if (e.target === drop) input.click(); });
+  drop.addEventListener("keydown", (e) => {
+    if (e.target === drop && (e.key === "Enter" || e.key === " ")) { e.preventDefault(); input.click(); }
+  });
   drop.addEventListener("dragover", (e) => { e.preventDefault(); drop.classList.add("over"); });
   drop.addEventListener("dragleave", () => drop.classList.remove("over"));
   drop.addEventListener("drop", (e) => {

@@ -20,6 +20,9 @@ class Command(BaseCommand):
             "--cpu-slots", type=int, default=None, help="CPU slots for the worker host"
         )
         parser.add_argument(
+            "--live-port", type=int, default=None, help="WebSocket port (default: a free one)"
+        )
+        parser.add_argument(
             "--redis-probe",
             default=DEFAULT_PROBE,
             help="Redis to use when REDIS_URL is unset, if it answers (default %(default)s)",
@@ -27,7 +30,9 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **opts: Any) -> None:
         try:
-            code = run(Options(opts["port"], opts["cpu_slots"], opts["redis_probe"]))
+            options = Options(opts["port"], opts["cpu_slots"], opts["redis_probe"])
+            options.live_port = opts["live_port"]
+            code = run(options)
         except LaunchError as exc:
             sys.stderr.write(f"EDT: {exc}\n")
             raise SystemExit(1) from None

@@ -36,7 +36,7 @@ class Command(BaseCommand):
         planner = LiveScheduler(opts["policy"])
         service = SchedulerService(
             Store(connect(settings.REDIS_URL)), publish_slots, opts["interval"], planner.step,
-            assignments=planner.assignments,
+            allocations=planner.allocations, settle=float(settings.EDT_HEARTBEAT_TTL),
         )  # fmt: skip
 
         def _stop(signum: int, _frame: object) -> None:

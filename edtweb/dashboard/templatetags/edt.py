@@ -1,0 +1,32 @@
+"""Small formatting filters for the pages: {% load edt %}."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from django import template
+from django.utils import timezone
+from django.utils.timesince import timesince
+
+register = template.Library()
+
+
+@register.filter
+def ago(when: datetime | None) -> str:
+    """ "just now" under a minute (never "0 minutes ago"), else "5 minutes ago"."""
+    if when is None:
+        return ""
+    if (timezone.now() - when).total_seconds() < 60:
+        return "just now"
+    return f"{timesince(when, depth=1)} ago"
+
+
+@register.filter
+def count(n: int | None) -> str:
+    """A parameter count people can read: 1234567 -> "1,234,567 (1.2 M)"."""
+    if not n:
+        return "—"
+    for size, unit in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if n >= size:
+            return f"{n:,} ({n / size:.1f} {unit})"
+    return f"{n:,}"

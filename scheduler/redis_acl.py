@@ -1,0 +1,111 @@
+"""Redis for learners through a per-job credential (Redis ACLs, Redis >= 6).
+
+A learner never sees the platform's Redis credential. Its slot grants it, before it starts,
+an ACL user of its own job, ``edt-job-<id>``, that may run only the commands a learner
+runs, on that job's keys and channels alone (``edt:job:<id>:*``: generations, READY,
+failures, errors, stop flag, checkpoint step, metrics stream, rendezvous), plus appending a
+wake-up to the scheduler's list (write-only on Redis 7). No ``KEYS``, ``SCAN``, ``CONFIG``,
+``FLUSHALL``, ``CLIENT LIST``... and no other job's key.
+
+The user's password is an HMAC of the platform's secret and the job id: every platform
+process that holds the secret derives it, none stores it, and the learner cannot derive it
+for another job. The scheduler deletes the user when the job ends (``revoke``).
+
+This only contains learners when the platform's own Redis user (``default``) requires a
+password: a Redis that EDT starts has one (``edtweb/redis_server.py``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import logging
+from typing import Any
+from urllib.parse import quote, urlsplit, urlunsplit
+
+import redis
+
+from scheduler.store import PREFIX, WAKE_KEY
+
+log = logging.getLogger("edt.redis_acl")
+
+USER_PREFIX = "edt-job-"
+# What learners run (scheduler/store.py's JobStore, workers/learner/rendezvous.py).
+COMMANDS = [
+    *("get", "set", "incrby", "exists", "del"),
+    *("sadd", "smembers", "srem", "rpush", "lrange", "hget", "hset", "hdel", "hgetall"),
+    *("xadd", "xrange", "ping", "multi", "exec", "discard"),
+]
+
+
+def job_user(job_id: str) -> str:
+    return f"{USER_PREFIX}{job_id}"
+
+
+def job_password(secret: str, job_id: str) -> str:
+    return hmac.new(
+        secret.encode(), f"redis:{job_user(job_id)}".encode(), hashlib.sha256
+    ).hexdigest()
+
+
+def rules(job_id: str, password: str, redis_major: int) -> list[str]:
+    """``ACL SETUSER`` rules: only the learner's commands, only the job's keys and channels."""
+    own = f"{PREFIX}job:{job_id}:*"
+    wake = f"%W~{WAKE_KEY}" if redis_major >= 7 else f"~{WAKE_KEY}"
+    allowed = [f"+{command}" for command in COMMANDS]
+    return ["reset", "on", f">{password}", f"~{own}", wake, "resetchannels", f"&{own}",
+            "-@all", *allowed]  # fmt: skip
+
+
+def with_credential(url: str, user: str, password: str) -> str:
+    """``url`` with its user and password replaced."""
+    parts = urlsplit(url)
+    host = parts.netloc.rpartition("@")[2]
+    netloc = f"{quote(user, safe='')}:{quote(password, safe='')}@{host}"
+    return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
+
+
+def _major(client: redis.Redis) -> int:
+    info: Any = client.info("server")
+    return int(str(info.get("redis_version", "0")).split(".")[0])
+
+
+def grant(client: redis.Redis, url: str, job_id: str, secret: str) -> str:
+    """Create (or refresh) the job's ACL user; returns the URL its learners use. Idempotent:
+    a slot calls it before each learner it starts (a restarted Redis forgot its users).
+
+    A Redis without ACLs (< 6) gets the platform's URL back, with an error in the log; any
+    other refusal raises (a learner never gets the platform's credential by mistake)."""
+    password = job_password(secret, job_id)
+    try:
+        setuser = ["ACL", "SETUSER", job_user(job_id), *rules(job_id, password, _major(client))]
+        client.execute_command(*setuser)  # type: ignore[no-untyped-call]
+    except redis.ResponseError as exc:
+        if "unknown command" not in str(exc).lower():
+            raise
+        log.error(
+            "Redis refused ACL SETUSER (%s): learners of job %s use the platform's "
+            "credential; Redis >= 6 with ACLs is needed to contain them",
+            exc,
+            job_id,
+        )
+        return url
+    return with_credential(url, job_user(job_id), password)
+
+
+def revoke(client: redis.Redis, job_id: str) -> None:
+    """Delete the job's ACL user (its learners' connections are closed by Redis)."""
+    try:
+        client.execute_command("ACL", "DELUSER", job_user(job_id))  # type: ignore[no-untyped-call]
+    except redis.RedisError as exc:  # Redis away: it has forgotten its users if restarted
+        log.warning("could not delete the Redis user of job %s: %s", job_id, exc)
+
+
+def job_users(client: redis.Redis) -> list[str]:
+    """Job ids that have an ACL user now."""
+    try:
+        users: Any = client.execute_command("ACL", "USERS")  # type: ignore[no-untyped-call]
+    except redis.ResponseError:
+        return []
+    names = [u.decode() if isinstance(u, bytes) else str(u) for u in users]
+    return [n[len(USER_PREFIX) :] for n in names if n.startswith(USER_PREFIX)]

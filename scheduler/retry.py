@@ -1,0 +1,68 @@
+"""Riding out a Redis outage: backoff between attempts, and calls that keep trying.
+
+Every long-running process keeps going while Redis is away (DESIGN.md, "Sources of
+truth"): the scheduler and the slot workers retry their loops, learners keep training and
+buffer what they would have written. This module holds the timing rules they share; it
+imports no Redis itself, the callers say which errors mean "away".
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from typing import TypeVar
+
+T = TypeVar("T")
+log = logging.getLogger("edt.retry")
+
+FIRST_DELAY = 0.2  # seconds before the first retry
+MAX_DELAY = 5.0  # never wait longer than this between attempts
+
+
+class Backoff:
+    """Delays that double from ``first`` up to ``cap``, back to ``first`` after a success."""
+
+    def __init__(self, first: float = FIRST_DELAY, cap: float = MAX_DELAY) -> None:
+        self.first, self.cap = first, cap
+        self.failures = 0
+        self.quiet_until = 0.0  # monotonic time before which no new attempt is worth it
+
+    def failed(self) -> float:
+        """Count a failure; returns how long to wait before the next attempt."""
+        delay = min(self.cap, self.first * 2.0**self.failures)
+        self.failures += 1
+        self.quiet_until = time.monotonic() + delay
+        return delay
+
+    def succeeded(self) -> bool:
+        """Reset; True when this success ends a run of failures (an outage is over)."""
+        recovered = self.failures > 0
+        self.failures, self.quiet_until = 0, 0.0
+        return recovered
+
+    def quiet(self) -> bool:
+        """Still inside the wait after a failure: callers that must not block skip Redis."""
+        return time.monotonic() < self.quiet_until
+
+
+def patiently(call: Callable[[], T], errors: tuple[type[BaseException], ...],
+              patience: float, what: str = "redis") -> T:  # fmt: skip
+    """``call()``, retried with backoff on ``errors`` for up to ``patience`` seconds; the
+    last error is raised once patience runs out (at once when ``patience`` is 0)."""
+    backoff = Backoff()
+    deadline = time.monotonic() + patience
+    while True:
+        try:
+            value = call()
+        except errors as exc:
+            if time.monotonic() >= deadline:
+                raise
+            delay = backoff.failed()
+            if backoff.failures == 1:
+                log.warning("%s unavailable (%s); retrying for up to %.0f s", what, exc, patience)
+            time.sleep(min(delay, max(0.0, deadline - time.monotonic())))
+            continue
+        if backoff.failures:
+            log.info("%s reachable again after %d retries", what, backoff.failures)
+        return value

@@ -1,0 +1,148 @@
+"""The job page explains itself: why a waiting job waits, its configuration, Clone and
+Resume, and its metrics as CSV."""
+
+from __future__ import annotations
+
+import csv
+import io
+from typing import Any
+
+import pytest
+from django.test import Client
+
+from edtweb.redis_server import RedisServer
+from edtweb.training import waiting
+from edtweb.training.models import Job, Metric
+from edtweb.training.views import human_duration
+from scheduler.store import Allocation, AllocationRecord, Store
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def job(owner: Any, name: str, state: str = Job.State.QUEUED, **fields: Any) -> Job:
+    return Job.objects.create(owner=owner, name=name, state=state, **fields)
+
+
+@pytest.mark.parametrize(
+    ("n", "text"), [(1, "1st"), (2, "2nd"), (3, "3rd"), (4, "4th"), (11, "11th"), (22, "22nd")]
+)
+def test_ordinals(n: int, text: str) -> None:
+    assert waiting.ordinal(n) == text
+
+
+@pytest.mark.parametrize(
+    ("seconds", "text"), [(0, "0 s"), (59, "59 s"), (61, "1 min 1 s"), (3720, "1 h 2 min")]
+)
+def test_durations(seconds: int, text: str) -> None:
+    assert human_duration(seconds) == text
+
+
+def test_a_waiting_job_names_slots_free_place_and_the_job_ahead(
+    redis_server: RedisServer, store: Store, alice: Any, bob: Any
+) -> None:
+    for index in range(4):
+        slot = store.register_slot("host", index, "cpu", pid=1)
+        store.heartbeat(slot, {"kind": "cpu"}, ttl=30)
+    running = job(alice, "big", Job.State.RUNNING, priority=8000)
+    held = Allocation(("host.0", "host.1"), ())
+    store.save_allocations(AllocationRecord({running.pk: held}, 4, "fairshare"), ttl=30)
+    alive = len(store.alive_slots())  # other tests' slots may be alive too
+    ahead = job(bob, "theirs", priority=6000)
+    mine = job(alice, "mine", priority=5000, min_workers=6, max_workers=8)
+    first = waiting.reason(ahead, bob)
+    assert first.startswith(f"needs 1 slot; {alive - 2} free; ")
+    assert "1st in the queue, behind another user's job at priority 8000" in first
+    second = waiting.reason(mine, alice)
+    assert second.startswith("needs 6 slots; ")
+    assert (f"only {alive} slots alive" in second) == (alive < 6)
+    assert "2nd in the queue, behind another user's job at priority 6000" in second
+    assert waiting.reason(running, alice) == ""
+
+
+def test_the_page_shows_the_reason_the_configuration_and_a_clone_link(
+    client: Client, redis_server: RedisServer, alice: Any
+) -> None:
+    queued = job(alice, "q", epochs=7, batch_size=32, lr=0.5, min_workers=2, max_workers=3)
+    client.force_login(alice)
+    page = client.get(f"/jobs/{queued.pk}/").content.decode()
+    assert 'id="waiting"' in page and "needs 2 slots" in page
+    for fact in ("<dd>7</dd>", "<dd>32</dd>", "<dd>0.5</dd>", "min 2, max 3"):
+        assert fact in page
+    assert "epochs=7" in page and "min_workers=2" in page and "name=q+%28copy%29" in page
+    assert "needs 2 slots" in client.get(f"/jobs/{queued.pk}/state").json()["waiting"]
+
+
+def test_resume_moves_a_stopped_job_back_to_waiting_and_refuses_a_running_one(
+    client: Client, redis_server: RedisServer, alice: Any, bob: Any
+) -> None:
+    stopped = job(alice, "s", Job.State.STOPPED, error="x")
+    running = job(alice, "r", Job.State.RUNNING)
+    client.force_login(alice)
+    client.post(f"/jobs/{stopped.pk}/resume")
+    stopped.refresh_from_db()
+    assert (stopped.state, stopped.error, stopped.finished_at) == (Job.State.SUSPENDED, "", None)
+    assert stopped.events.filter(kind="resumed").exists()
+    client.post(f"/jobs/{running.pk}/resume")
+    running.refresh_from_db()
+    assert running.state == Job.State.RUNNING
+    client.force_login(bob)
+    assert client.post(f"/jobs/{stopped.pk}/resume").status_code == 404
+
+
+def test_the_metrics_download_holds_every_record(client: Client, alice: Any) -> None:
+    done = job(alice, "d", Job.State.COMPLETED)
+    Metric.objects.bulk_create(
+        [Metric(job=done, kind="train", step=s, epoch=0, time=s, values={"loss": 1 / (s + 1)})
+         for s in range(5000)]
+        + [Metric(job=done, kind="test", step=4999, epoch=0, time=9, values={"test_accuracy": 1})]
+    )  # fmt: skip
+    client.force_login(alice)
+    response = client.get(f"/jobs/{done.pk}/metrics.csv")
+    rows = list(csv.reader(io.StringIO(b"".join(response.streaming_content).decode())))
+    assert rows[0] == ["kind", "step", "epoch", "time", "loss", "test_accuracy"]
+    assert len(rows) == 1 + 5001
+    assert rows[1][:2] == ["test", "4999"] and rows[-1][:2] == ["train", "4999"]
+
+
+def test_the_jobs_list_has_model_dataset_owner_best_duration_and_no_zero_minutes(
+    client: Client, alice: Any
+) -> None:
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    started = timezone.now() - timedelta(minutes=3, seconds=5)
+    done = job(alice, "done", Job.State.COMPLETED, started_at=started, finished_at=timezone.now())
+    Metric.objects.bulk_create(
+        [Metric(job=done, kind="test", step=s, epoch=s, time=s, values={"test_accuracy": a})
+         for s, a in ((1, 0.5), (2, 0.875), (3, 0.75))]
+    )  # fmt: skip
+    client.force_login(alice)
+    page = client.get("/jobs/").content.decode()
+    assert "<th" in page and ">Best accuracy<" in page and ">Owner<" in page
+    assert 'data-best="0.875"' in page and "88 %" in page
+    assert "3 min 5 s" in page and "just now" in page and "0 minutes" not in page
+    assert "<td>alice</td>" in page
+
+
+@pytest.mark.parametrize(
+    ("n", "text"),
+    [(0, "—"), (999, "999"), (12_345, "12,345 (12.3 k)"), (1_234_567, "1,234,567 (1.2 M)")],
+)
+def test_parameter_counts_read_well(n: int, text: str) -> None:
+    from edtweb.dashboard.templatetags.edt import count
+
+    assert count(n) == text
+
+
+def test_admin_pages_list_jobs_datasets_and_models(client: Client, django_user_model: Any) -> None:
+    root = django_user_model.objects.create_superuser("root", "", "root-pass-1")
+    job(root, "admin-visible")
+    client.force_login(root)
+    for path in (
+        "/admin/training/job/",
+        "/admin/datasets/dataset/",
+        "/admin/registry/modeldefinition/",
+    ):
+        assert client.get(path).status_code == 200, path
+    assert "admin-visible" in client.get("/admin/training/job/").content.decode()

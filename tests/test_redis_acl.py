@@ -1,0 +1,105 @@
+"""A learner's Redis credential reaches its own job's keys and nothing else."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+import redis
+
+from edtweb.redis_server import RedisServer
+from scheduler import redis_acl
+from scheduler.store import WAKE_KEY, JobStore, Store, connect
+from workers.learner.rendezvous import RedisStore
+
+SECRET = "platform-secret"
+
+
+@pytest.fixture
+def learner(redis_server: RedisServer, store: Store) -> Iterator[tuple[str, redis.Redis]]:
+    """Job 41's learner credential, with job 42 alive next to it."""
+    JobStore(store.r, "42").report_error("h.0", "job 42's own error", "")
+    url = redis_acl.grant(store.r, redis_server.url, "41", SECRET)
+    client = connect(url)
+    yield url, client
+    client.close()
+    redis_acl.revoke(store.r, "41")
+    JobStore(store.r, "42").forget()
+    JobStore(store.r, "41").forget()
+
+
+def test_the_platform_redis_needs_a_password(redis_server: RedisServer) -> None:
+    no_password = redis_server.url.replace(f":{redis_server.password}@", "")
+    with pytest.raises(redis.AuthenticationError):
+        connect(no_password).ping()
+
+
+def test_a_learner_runs_its_job_protocol_with_its_credential(
+    learner: tuple[str, redis.Redis], store: Store
+) -> None:
+    url, client = learner
+    assert redis_server_password(store) not in url
+    jobs = JobStore(client, "41")
+    assert jobs.generation() == 0 and jobs.poll() == (0, False)
+    jobs.announce_ready("h.0")
+    jobs.report_failure("h.0", 1, 3, "peer lost")
+    jobs.report_error("h.0", "boom", "")
+    jobs.emit({"type": "train", "step": 1})
+    jobs.adopt(1)
+    jobs.record_checkpoint(1)
+    assert not jobs.stop_requested() and jobs.members(1) == []
+    rdv = RedisStore(url, jobs.key("rdv"), timeout=1)
+    rdv.set("a", b"1")
+    assert rdv.get("a") == b"1" and rdv.add("n", 2) == 2 and rdv.check(["a"])
+    assert rdv.compare_set("a", b"1", b"2") == b"2" and rdv.delete_key("a")
+    platform = JobStore(store.r, "41")
+    assert platform.ready_slots() == {"h.0"} and platform.errors()[0]["message"] == "boom"
+    assert "ready 41 h.0" in store.r.lrange(WAKE_KEY, 0, -1)
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ("GET", "edt:job:42:errors"),
+        ("LRANGE", "edt:job:42:errors", "0", "-1"),
+        ("RPUSH", "edt:job:42:errors", "forged"),
+        ("DEL", "edt:job:42:errors"),
+        ("SET", "edt:scheduler:lease", "me"),
+        ("LRANGE", WAKE_KEY, "0", "-1"),
+        ("KEYS", "*"),
+        ("SCAN", "0"),
+        ("CONFIG", "GET", "dir"),
+        ("CONFIG", "SET", "requirepass", "x"),
+        ("FLUSHALL",),
+        ("ACL", "LIST"),
+        ("CLIENT", "LIST"),
+        ("EVAL", "return redis.call('get', 'edt:job:42:errors')", "0"),
+        ("PUBLISH", "asgi__group__job.42", "x"),
+        ("SUBSCRIBE", "edt:job:42:x"),
+    ],
+)
+def test_a_learner_credential_reaches_nothing_else(
+    learner: tuple[str, redis.Redis], store: Store, command: tuple[str, ...]
+) -> None:
+    _url, client = learner
+    with pytest.raises(redis.exceptions.NoPermissionError):
+        client.execute_command(*command)  # type: ignore[no-untyped-call]
+    assert JobStore(store.r, "42").errors()[0]["message"] == "job 42's own error"
+
+
+def test_a_revoked_credential_is_refused(learner: tuple[str, redis.Redis], store: Store) -> None:
+    url, _client = learner
+    redis_acl.revoke(store.r, "41")
+    assert "41" not in redis_acl.job_users(store.r)
+    with pytest.raises(redis.AuthenticationError):
+        connect(url).ping()
+
+
+def test_each_job_has_its_own_password() -> None:
+    assert redis_acl.job_password(SECRET, "1") != redis_acl.job_password(SECRET, "2")
+    assert redis_acl.job_password(SECRET, "1") != redis_acl.job_password("other", "1")
+
+
+def redis_server_password(store: Store) -> str:
+    kwargs = store.r.connection_pool.connection_kwargs
+    return str(kwargs["password"])

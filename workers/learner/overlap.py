@@ -1,0 +1,177 @@
+"""Gradient all-reduce in buckets, launched while backward is still running (as DDP does).
+
+Parameters are grouped into buckets in reverse registration order, roughly the order in
+which backward produces their gradients; the first bucket is small (1 MiB) so that
+communication starts early, the others are capped at 25 MiB (DDP's defaults). Each
+parameter's ``.grad`` is a view into its bucket (DDP's ``gradient_as_bucket_view``), so
+backward accumulates micro-batches in place and no gradient is copied. During the last
+micro-batch's backward a hook marks each finished gradient; a bucket whose gradients are
+all in is launched as an asynchronous all-reduce once every bucket
+before it is launched, so every rank issues the same collectives in the same order.
+
+The last bucket carries a few extra values after the gradients (the engine's loss share,
+generation and stop flag), so the per-step agreement rides on the gradient collective
+itself and costs no collective of its own. Gradients are summed, never averaged: each rank
+back-propagated ``loss * (its samples / B)``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+FIRST_BUCKET_BYTES = 1 << 20
+BUCKET_BYTES = 25 << 20
+EXTRA_DTYPES = (torch.float32, torch.float64)
+
+
+class BucketFailure(Exception):
+    """A bucket's all-reduce could not be launched or did not complete."""
+
+
+class GradBuckets:
+    def __init__(
+        self,
+        params: Sequence[torch.Tensor],
+        extras: int,
+        first_bytes: int = FIRST_BUCKET_BYTES,
+        bucket_bytes: int = BUCKET_BYTES,
+    ) -> None:
+        self.params = params
+        self.extras = extras
+        groups: list[list[int]] = []
+        size, cap = 0, first_bytes
+        for i in reversed(range(len(params))):
+            p = params[i]
+            nbytes = p.numel() * p.element_size()
+            same = bool(groups) and params[groups[-1][0]].dtype == p.dtype
+            if groups and same and size + nbytes <= cap:
+                groups[-1].append(i)
+                size += nbytes
+            else:
+                if groups:
+                    cap = bucket_bytes
+                groups.append([i])
+                size = nbytes
+        last = params[groups[-1][0]] if groups else None
+        if last is None or last.dtype not in EXTRA_DTYPES:
+            groups.append([])  # the extras travel in a bucket of their own
+        self.members = groups
+        self.bucket_of: dict[int, int] = {}
+        self.buffers: list[torch.Tensor] = []
+        self.views: dict[int, torch.Tensor] = {}
+        for b, idx in enumerate(groups):
+            numel = sum(params[i].numel() for i in idx)
+            if b == len(groups) - 1:
+                numel += extras
+            ref = params[idx[0]] if idx else None
+            dtype = ref.dtype if ref is not None else torch.float64
+            device = ref.device if ref is not None else (params[0].device if params else "cpu")
+            buf = torch.zeros(numel, dtype=dtype, device=device)
+            self.buffers.append(buf)
+            offset = 0
+            for i in idx:
+                n = params[i].numel()
+                self.views[i] = buf[offset : offset + n].view_as(params[i])
+                self.bucket_of[i] = b
+                offset += n
+        self.tail = self.buffers[-1][-extras:] if extras else self.buffers[-1][:0]
+        self._pending: list[int] = []
+        self._done: set[int] = set()
+        self._next = 0
+        self._works: list[Any] = []
+        self._launch: Callable[[torch.Tensor], Any] | None = None
+        self._error: BaseException | None = None
+        self._hooks = [
+            p.register_post_accumulate_grad_hook(self._hook(i))  # type: ignore[no-untyped-call]
+            for i, p in enumerate(params)
+        ]
+
+    @property
+    def count(self) -> int:
+        return len(self.buffers)
+
+    def remove(self) -> None:
+        for handle in self._hooks:
+            handle.remove()
+
+    def zero_grads(self) -> None:
+        """Start a step: every ``.grad`` a zeroed view into its bucket."""
+        for buf in self.buffers:
+            buf.zero_()
+        for i, p in enumerate(self.params):
+            p.grad = self.views[i]
+
+    def arm(self, launch: Callable[[torch.Tensor], Any], extras: list[float]) -> None:
+        """The next backward is the step's last: launch its buckets with ``launch``."""
+        self._pending = [len(idx) for idx in self.members]
+        self._done = set()
+        self._next = 0
+        self._works = []
+        self._error = None
+        self._launch = launch
+        if self.extras:
+            self.tail.copy_(torch.tensor(extras, dtype=self.tail.dtype))
+        self._launch_ready()  # a bucket with nothing but extras is ready at once
+
+    def _hook(self, index: int) -> Callable[[torch.Tensor], None]:
+        def ready(param: torch.Tensor) -> None:
+            if self._launch is None or index in self._done:
+                return
+            grad = param.grad
+            if grad is not None and grad.data_ptr() != self.views[index].data_ptr():
+                self.views[index].copy_(grad)  # autograd replaced the view (user code did)
+            self._mark(index)
+
+        return ready
+
+    def _mark(self, index: int) -> None:
+        self._done.add(index)
+        self._pending[self.bucket_of[index]] -= 1
+        self._launch_ready()
+
+    def _launch_ready(self) -> None:
+        while self._next < len(self.buffers) and self._pending[self._next] == 0:
+            if self._error is None and self._launch is not None:
+                try:
+                    self._works.append(self._launch(self.buffers[self._next]))
+                except Exception as exc:  # raised from finish(), not from inside backward
+                    self._error = exc
+            self._next += 1
+
+    def finish(self) -> None:
+        """After the last backward: launch what is left (a parameter without a gradient
+        counts as zero), wait for every bucket and point each ``.grad`` at its sum."""
+        if self._launch is None:
+            raise RuntimeError("finish() without arm()")
+        for i, p in enumerate(self.params):
+            if i not in self._done:
+                if p.grad is None:
+                    self.views[i].zero_()
+                elif p.grad.data_ptr() != self.views[i].data_ptr():
+                    self.views[i].copy_(p.grad)
+                self._mark(i)
+        self._launch = None
+        try:
+            if self._error is not None:
+                raise self._error
+            for work in self._works:
+                work.wait()
+        except Exception as exc:
+            raise BucketFailure(str(exc)) from exc
+        for i, p in enumerate(self.params):
+            p.grad = self.views[i]
+
+
+def gloo_or_nccl_allreduce(pg: Any) -> Callable[[torch.Tensor], Any]:
+    """An asynchronous SUM all-reduce of one tensor on ``pg``; returns its work handle."""
+
+    def launch(tensor: torch.Tensor) -> Any:
+        opts = dist.AllreduceOptions()
+        opts.reduceOp = dist.ReduceOp.SUM  # type: ignore[assignment]
+        return pg.allreduce([tensor], opts)
+
+    return launch
