@@ -115,7 +115,7 @@ def test_a_waiting_job_says_why_in_words(live: LiveEdt) -> None:
         said = r"needs 3 slots; \d+ free; (.*; )?\d+(st|nd|rd|th) in the queue"
         assert re.search(said, text), text
         assert "Jan 2000" not in page.inner_text("main")
-        assert page.locator("#chart-loss[data-empty]").count() == 1
+        page.wait_for_selector("#chart-loss[data-empty]", state="attached")  # drawn by JS
         assert "min 3, max 4" in page.inner_text("#job-config")
         # The slider's arrow keys preview; only Enter applies.
         page.focus("#priority")

@@ -378,19 +378,37 @@ def become_subreaper() -> None:
     _call("prctl", PR_SET_CHILD_SUBREAPER, ctypes.c_ulong(1), 0, 0, 0)
 
 
-def children(pid: int) -> list[int]:
-    """Live (not zombie) children of ``pid``."""
-    found = []
+def _table() -> dict[int, list[int]]:
+    """Parent pid → its children still alive, or still exiting: a zombie whose other threads
+    have not exited yet (a killed process with threads, as one that imported torch) keeps its
+    own children until its last thread goes, and only then hands them on."""
+    below: dict[int, list[int]] = {}
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
         try:
             stat = Path(f"/proc/{entry}/stat").read_text()
+            fields = stat[stat.rindex(")") + 2 :].split()
+            if fields[0] != "Z" or len(os.listdir(f"/proc/{entry}/task")) > 1:
+                below.setdefault(int(fields[1]), []).append(int(entry))
         except OSError:
             continue
-        fields = stat[stat.rindex(")") + 2 :].split()
-        if fields[0] != "Z" and int(fields[1]) == pid:
-            found.append(int(entry))
+    return below
+
+
+def children(pid: int) -> list[int]:
+    """Children of ``pid`` alive or still exiting (see :func:`_table`)."""
+    return _table().get(pid, [])
+
+
+def descendants(pid: int) -> list[int]:
+    """Every process under ``pid`` alive or still exiting, whatever session it moved to."""
+    below = _table()
+    found, todo = [], [pid]
+    while todo:
+        for child in below.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
     return found
 
 
@@ -402,16 +420,16 @@ def parent_of(pid: int) -> int:
 def kill_children(subreaper: int, keep: Callable[[int], bool] = lambda _pid: False) -> int:
     """SIGKILL every descendant of ``subreaper`` (a subreaper: each one killed hands its own
     children to it) until none is left; returns how many were killed."""
-    killed = 0
+    killed: set[int] = set()
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         pids = [pid for pid in children(subreaper) if not keep(pid)]
         if not pids:
-            return killed
+            return len(killed)
         for pid in pids:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
-                killed += 1
+                killed.add(pid)
         if subreaper == os.getpid():
             _reap()
         time.sleep(0.005)
@@ -475,27 +493,6 @@ def _wait(pid: int) -> int:
 def exit_code(code: int) -> int:
     """A status as a shell reports it: 128 + N for a process killed by signal N."""
     return 128 - code if code < 0 else code
-
-
-def descendants(pid: int) -> list[int]:
-    """Every live process under ``pid``, whatever session or group it moved to."""
-    below: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            stat = Path(f"/proc/{entry}/stat").read_text()
-        except OSError:
-            continue
-        fields = stat[stat.rindex(")") + 2 :].split()
-        if fields[0] != "Z":
-            below.setdefault(int(fields[1]), []).append(int(entry))
-    found, todo = [], [pid]
-    while todo:
-        for child in below.get(todo.pop(), []):
-            found.append(child)
-            todo.append(child)
-    return found
 
 
 def stop(proc: subprocess.Popen[Any], timeout: float = 10.0) -> None:
