@@ -75,15 +75,16 @@ def redacted(url: str) -> str:
     return f"{scheme}://{user}:***@{host}"
 
 
-def free_port() -> int:
+def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
+        s.bind((host, 0))
         return int(s.getsockname()[1])
 
 
 class RedisServer:
-    """A ``redis-server`` child process on 127.0.0.1, optionally append-only under ``dir``,
-    requiring ``password`` when one is given."""
+    """A ``redis-server`` child process listening on ``host`` (127.0.0.1 unless worker hosts
+    elsewhere must reach it), optionally append-only under ``dir``, requiring ``password``
+    when one is given."""
 
     def __init__(
         self,
@@ -91,9 +92,11 @@ class RedisServer:
         port: int | None = None,
         appendonly: bool = True,
         password: str | None = None,
+        host: str = "127.0.0.1",
     ) -> None:
         self.directory = directory
-        self.port = port or free_port()
+        self.host = host
+        self.port = port or free_port(host)
         self.appendonly = appendonly
         self.password = password
         self.proc: subprocess.Popen[bytes] | None = None
@@ -101,12 +104,12 @@ class RedisServer:
     @property
     def url(self) -> str:
         auth = f":{self.password}@" if self.password else ""
-        return f"redis://{auth}127.0.0.1:{self.port}/0"
+        return f"redis://{auth}{self.host}:{self.port}/0"
 
     def config(self) -> str:
         lines = [
             f"port {self.port}",
-            "bind 127.0.0.1",
+            f"bind {self.host}",
             f'dir "{self.directory}"',
             'save ""',
             f"appendonly {'yes' if self.appendonly else 'no'}",

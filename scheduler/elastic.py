@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import signal
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import Any, Protocol
 
 from scheduler.store import JobStore
@@ -76,10 +76,15 @@ class Coordinator:
         self.publish(self.members + joiners, why or f"grow to {want}")
         return True
 
-    def shrink_to(self, want: int, why: str = "") -> None:
-        """Keep the ``want`` longest-standing members; the others leave after this step."""
-        if 0 < want < len(self.members) and self.settled():
-            self.publish(self.members[:want], why or f"shrink to {want}")
+    def shrink_to(self, want: int, why: str = "", alive: Collection[str] | None = None) -> None:
+        """Keep the ``want`` longest-standing members whose slots are ``alive`` (all when
+        not given); the others leave after this step. A member on a lost slot (its host
+        dead or cut off) is never kept in place of one that still trains."""
+        if not 0 < want < len(self.members) or not self.settled():
+            return
+        staying = [s for s in self.members if alive is None or s in alive][:want]
+        if staying:
+            self.publish(staying, why or f"shrink to {want}")
 
     def dead_joiners(self) -> list[str]:
         return [s for s in self.joining if self.launcher.exited(s)]

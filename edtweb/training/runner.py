@@ -80,6 +80,10 @@ class JobRunner:
 
     def apply(self, want: int, joined: tuple[str, ...], left: tuple[str, ...]) -> None:
         c = self.coord
+        if self.phase is JobPhase.SUSPENDING:
+            # Its learners are checkpointing to leave: a joiner would see the stop flag and
+            # exit at once, again and again. It resumes, with a runner of its own, once out.
+            return
         for slot in left:
             if slot in c.joining:  # not admitted yet: call it off
                 c.joining.remove(slot)
@@ -101,7 +105,7 @@ class JobRunner:
         c.drop_dead_joiners()
         lost = c.watch_failures() if self.phase is not JobPhase.SUSPENDING else False
         if self.phase in (JobPhase.WAITING, JobPhase.TRAINING) and not lost:
-            self._resize()
+            self._resize(alive)
         transition = advance(self.phase, self._facts(lost))
         if transition is None:
             return None
@@ -117,12 +121,12 @@ class JobRunner:
             started=c.step > 0 or self.jobs.generation() > 0,
         )  # fmt: skip
 
-    def _resize(self) -> None:
+    def _resize(self, alive: set[str] | None) -> None:
         c = self.coord
         if self.want > len(c.members):
             c.grow_to(self.want)
         elif 0 < self.want < len(c.members):
-            c.shrink_to(self.want)
+            c.shrink_to(self.want, alive=alive)
 
     def _enter(self, transition: Transition) -> str | None:
         """Carry out a transition's effects; the job's resting state when it ends here."""

@@ -45,7 +45,7 @@ from workers.learner.partition import (
     rank_indices,
     slice_bounds,
 )
-from workers.learner.rendezvous import RedisStore
+from workers.learner.rendezvous import RedisStore, gloo_options
 from workers.learner.spec import JobSpec
 
 log = logging.getLogger("edt.learner")
@@ -136,6 +136,8 @@ class Learner:
         self.slot = slot
         self.jobs = jobs
         self.rdv = RedisStore(redis_url, jobs.key("rdv"), spec.collective_timeout)
+        self.redis_url = redis_url
+        self.gloo: Any = None  # the gloo group options, made once (rendezvous.gloo_options)
         self.device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
         self.gen = 0
         self.rank = 0
@@ -339,7 +341,9 @@ class Learner:
                 options._timeout = timeout
                 self.pg = dist.ProcessGroupNCCL(store, self.rank, self.size, options)
             else:
-                self.pg = dist.ProcessGroupGloo(store, self.rank, self.size, timeout)
+                if self.gloo is None:
+                    self.gloo = gloo_options(self.redis_url, timeout)
+                self.pg = dist.ProcessGroupGloo(store, self.rank, self.size, self.gloo)
         except Exception as exc:
             raise CollectiveFailure(f"could not form generation {gen}: {exc}") from exc
         if self.rank == 0:

@@ -31,7 +31,7 @@ log = logging.getLogger("edt.learner.host")
 PROJECT_DIR = Path(__file__).resolve().parents[2]
 PASSED_THROUGH = (
     "PATH", "LANG", "LC_ALL", "TZ", "HOME", "CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER",
-    "OMP_NUM_THREADS", "EDT_TORCH_THREADS",
+    "OMP_NUM_THREADS", "EDT_TORCH_THREADS", "GLOO_SOCKET_IFNAME", "EDT_LEARNER_ADDRESS",
 )  # fmt: skip
 STALE = 75  # exit status reported for a task whose token is no longer current
 NO_SANDBOX = 3  # exit status of a learner whose sandbox could not be set up

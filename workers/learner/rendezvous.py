@@ -1,16 +1,32 @@
-"""A torch.distributed key-value store kept in Redis, for forming process groups.
+"""A torch.distributed key-value store kept in Redis, for forming process groups, and the
+address a learner listens on for its peers.
 
 The job's learners come and go, so no learner can host the rendezvous (a TCPStore dies with
 its host). Redis outlives them all; each generation uses a fresh key prefix.
+
+Each learner publishes, through the rendezvous, an address its peers connect to. Gloo's
+default is whatever the machine's host name resolves to, which is often a loopback address
+(``127.0.1.1`` on Debian, ``127.0.0.1`` in many containers): peers on other hosts then
+connect to themselves and the group never forms. A learner listens instead on the address
+it reaches Redis from, which its peers, reaching the same Redis, can reach too
+(:func:`gloo_options`; ``GLOO_SOCKET_IFNAME`` or ``EDT_LEARNER_ADDRESS`` override it).
 """
 
 from __future__ import annotations
 
 import datetime
+import ipaddress
+import logging
+import os
+import socket
 import time
+from typing import Any
+from urllib.parse import urlsplit
 
 import redis
 import torch.distributed as dist
+
+log = logging.getLogger("edt.learner")
 
 POLL_SECONDS = 0.002
 
@@ -68,3 +84,50 @@ class RedisStore(dist.Store):  # type: ignore[misc,name-defined]
 
 def _bytes(value: bytes | str) -> bytes:
     return value if isinstance(value, bytes) else value.encode()
+
+
+def address_towards(host: str, port: int) -> str | None:
+    """The local address this machine sends from to reach ``host:port`` (the routing
+    table's answer: a UDP socket is connected, no packet is sent); None if unroutable."""
+    try:
+        family, _, _, _, target = socket.getaddrinfo(host, port, type=socket.SOCK_DGRAM)[0]
+        with socket.socket(family, socket.SOCK_DGRAM) as probe:
+            probe.connect(target)
+            return str(probe.getsockname()[0])
+    except OSError:
+        return None
+
+
+def learner_address(redis_url: str) -> str | None:
+    """The address to listen on for peers: ``EDT_LEARNER_ADDRESS`` if set, else the one
+    this host reaches Redis from; None when that is a loopback address (Redis on this
+    machine, named as 127.0.0.1: gloo's own choice stands, right for a single host)."""
+    chosen = os.environ.get("EDT_LEARNER_ADDRESS", "").strip()
+    if chosen:
+        return chosen
+    url = urlsplit(redis_url)
+    if url.scheme not in ("redis", "rediss") or not url.hostname:
+        return None  # a unix socket: Redis, and so every peer, is on this machine
+    found = address_towards(url.hostname, url.port or 6379)
+    if found is None or ipaddress.ip_address(found.split("%")[0]).is_loopback:
+        return None
+    return found
+
+
+def gloo_options(redis_url: str, timeout: datetime.timedelta) -> Any:
+    """Options for a gloo group whose peers may be on other hosts (module docstring)."""
+    create = dist.ProcessGroupGloo.create_device
+    interfaces = [i for i in os.environ.get("GLOO_SOCKET_IFNAME", "").split(",") if i]
+    if interfaces:
+        devices = [create(interface=name) for name in interfaces]
+    else:
+        address = learner_address(redis_url)
+        if address is None:
+            devices = [dist.ProcessGroupGloo.create_default_device()]
+        else:
+            devices = [create(hostname=address)]
+    options = dist.ProcessGroupGloo._Options()  # type: ignore[attr-defined]
+    options._devices = devices
+    options._timeout = timeout
+    options._threads = 2 * len(devices)  # as torch's own constructor
+    return options

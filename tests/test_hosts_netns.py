@@ -1,0 +1,393 @@
+"""Several worker hosts for real: each in a Linux network namespace of its own, joined to
+the test's root namespace by a veth pair on a bridge (a private /24), with Redis listening
+on the bridge's address. A job trains across two hosts over gloo; then one host is killed
+(kill -9 of every process in its namespace) and another partitioned (its link down for
+20 s). The job must shrink once the host's heartbeat and leases lapse, go on, grow back when
+the host returns, and end COMPLETED with every step's metric exactly once through the API.
+
+Needs root and iproute2's ``ip``; skipped, saying so, where namespaces cannot be created.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ipaddress
+import os
+import re
+import secrets
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+from django.conf import settings as django_settings
+
+from edtweb.redis_server import RedisServer
+from edtweb.training import services
+from edtweb.training.models import Job
+from edtweb.training.runner import JobRunner
+from scheduler.elastic import Coordinator
+from scheduler.phases import JobPhase
+from scheduler.store import ALIVE, JobStore, Store, connect
+from tests.conftest import PROJECT_DIR, Processes, wait_for
+from tests.test_faults import api_steps, completed
+from tests.test_scheduler_live import live_env, workers_of
+from workers.learner.datasets import write_cifar10
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+PREFIX = "edtn"  # namespaces and links: edtn<pid><letter>, the bridge edtn<pid>br
+TTL = int(django_settings.EDT_HEARTBEAT_TTL)
+PARTITION_SECONDS = 20.0
+COLLECTIVE_TIMEOUT = 8.0  # how long a survivor waits on a peer that stopped answering
+
+
+def ip(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["ip", *args], capture_output=True, text=True, check=check, timeout=30)
+
+
+@dataclass
+class Host:
+    """A worker host's namespace: its link's root end and its address."""
+
+    name: str  # the namespace's, and the worker host's --host-name
+    link: str  # the veth end in the root namespace (on the bridge)
+    address: str
+
+    def pids(self) -> list[int]:
+        out = ip("netns", "pids", self.name, check=False).stdout
+        return [int(p) for p in out.split()]
+
+
+class Network:
+    """A bridge in the root namespace and one namespace per host, each on a veth pair."""
+
+    def __init__(self, hosts: int) -> None:
+        tag = f"{PREFIX}{os.getpid()}"
+        self.bridge = f"{tag}br"
+        subnet = free_subnet()
+        addresses = list(subnet.hosts())
+        self.gateway = str(addresses[0])
+        self.prefix = subnet.prefixlen
+        self.hosts = [
+            Host(f"{tag}{chr(97 + i)}", f"{tag}{chr(97 + i)}", str(addresses[1 + i]))
+            for i in range(hosts)
+        ]
+
+    def create(self) -> None:
+        ip("link", "add", self.bridge, "type", "bridge")
+        ip("addr", "add", f"{self.gateway}/{self.prefix}", "dev", self.bridge)
+        ip("link", "set", self.bridge, "up")
+        for host in self.hosts:
+            ip("netns", "add", host.name)
+            ip("link", "add", host.link, "type", "veth", "peer", "name", "eth0",
+               "netns", host.name)  # fmt: skip
+            ip("link", "set", host.link, "master", self.bridge)
+            ip("link", "set", host.link, "up")
+            ip("-n", host.name, "addr", "add", f"{host.address}/{self.prefix}", "dev", "eth0")
+            ip("-n", host.name, "link", "set", "eth0", "up")
+            ip("-n", host.name, "link", "set", "lo", "up")
+
+    def destroy(self) -> None:
+        """Kill what runs in the namespaces, then remove them, their links and the bridge;
+        whatever part of them exists."""
+        for host in self.hosts:
+            kill_all(host)
+            ip("link", "del", host.link, check=False)
+            ip("netns", "del", host.name, check=False)
+        ip("link", "del", self.bridge, check=False)
+
+    def leftovers(self) -> list[str]:
+        names = {self.bridge} | {h.name for h in self.hosts} | {h.link for h in self.hosts}
+        listed = ip("-o", "link", "show", check=False).stdout + ip("netns", "list").stdout
+        return sorted(n for n in names if re.search(rf"\b{n}\b", listed))
+
+    def cut(self, host: Host) -> None:
+        ip("link", "set", host.link, "down")
+
+    def restore(self, host: Host) -> None:
+        ip("link", "set", host.link, "up")
+
+
+def free_subnet() -> ipaddress.IPv4Network:
+    """A /24 of 10.213.0.0/16 that no interface here uses."""
+    used = ip("-4", "-o", "addr", "show", check=False).stdout
+    for third in [os.getpid() % 250 + 1, *range(1, 251)]:
+        net = ipaddress.IPv4Network(f"10.213.{third}.0/24")
+        if f"10.213.{third}." not in used:
+            return net
+    raise RuntimeError("no free 10.213.x.0/24 here")
+
+
+def kill_all(host: Host) -> None:
+    """kill -9 of every process in the host's namespace, until none is left."""
+    deadline = time.monotonic() + 30
+    while (pids := host.pids()) and time.monotonic() < deadline:
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        time.sleep(0.1)
+
+
+def remove_stale_networks() -> None:
+    """Namespaces and links an earlier run left behind when it was killed itself."""
+    listed = ip("netns", "list", check=False).stdout + ip("-o", "link", "show", check=False).stdout
+    for name in set(re.findall(rf"\b({PREFIX}(\d+)[a-z]+)\b", listed)):
+        full, pid = name
+        if not psutil.pid_exists(int(pid)):
+            ip("link", "del", full, check=False)
+            ip("netns", "del", full, check=False)
+
+
+@pytest.fixture
+def network() -> Iterator[Network]:
+    """Two hosts' namespaces; always removed, whatever the test did."""
+    why = None
+    if os.geteuid() != 0:
+        why = "network namespaces cannot be created: the tests do not run as root"
+    elif shutil.which("ip") is None:
+        why = "network namespaces cannot be created: no `ip` (iproute2) here"
+    if why:
+        pytest.skip(why)
+    remove_stale_networks()
+    net = Network(hosts=2)
+    try:
+        try:
+            net.create()
+        except subprocess.CalledProcessError as exc:
+            pytest.skip(f"network namespaces cannot be created here: {' '.join(exc.cmd)}: "
+                        f"{exc.stderr.strip()}")  # fmt: skip
+        yield net
+    finally:
+        net.destroy()
+        left = net.leftovers()
+        assert not left, f"namespaces or links left behind: {left}"
+
+
+@pytest.fixture
+def redis_on_bridge(network: Network, tmp_path: Path) -> Iterator[RedisServer]:
+    """Redis on the bridge's address: reachable from the root namespace and every host."""
+    password = "test-" + secrets.token_hex(8)
+    server = RedisServer(tmp_path / "redis", appendonly=False, password=password,
+                         host=network.gateway).start()  # fmt: skip
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def store(redis_on_bridge: RedisServer, settings: Any) -> Iterator[Store]:
+    settings.REDIS_URL = redis_on_bridge.url
+    client = connect(redis_on_bridge.url)
+    yield Store(client)
+    client.close()
+
+
+class Hosts:
+    """Worker hosts, each run inside its own namespace as ``edt_worker`` is on a machine."""
+
+    def __init__(self, redis: RedisServer, store: Store, processes: Processes, tmp: Path) -> None:
+        self.store, self.processes, self.tmp = store, processes, tmp
+        self.env = live_env(redis)
+        self.starts = 0
+
+    def start(self, host: Host) -> subprocess.Popen[str]:
+        self.starts += 1
+        log = (self.tmp / f"{host.name}-{self.starts}.log").open("w")
+        proc = subprocess.Popen(
+            ["ip", "netns", "exec", host.name, sys.executable, "manage.py", "edt_worker",
+             "--cpu-slots", "1", "--host-name", host.name, "--restart-delay", "1"],
+            cwd=PROJECT_DIR, env=self.env, stdout=log, stderr=subprocess.STDOUT, text=True,
+            start_new_session=True,
+        )  # fmt: skip
+        self.processes.started.append(proc)
+        return proc
+
+    def warm(self, host: Host) -> bool:
+        return any(
+            s.host == host.name and s.state == ALIVE and bool(s.telemetry.get("warm"))
+            for s in self.store.list_slots()
+        )
+
+
+def learners_in(host: Host) -> set[int]:
+    """Its learner processes (user code runs as a user of its own, not root)."""
+    found = set()
+    for pid in host.pids():
+        with contextlib.suppress(psutil.Error):
+            if psutil.Process(pid).uids().real != 0:
+                found.add(pid)
+    return found
+
+
+def members(job: Job) -> list[str]:
+    """The slots of the job's latest published generation."""
+    jobs = services.job_store(job.pk)
+    return jobs.members(jobs.generation())
+
+
+def steps_done(job: Job) -> int:
+    return Job.objects.get(pk=job.pk).steps_done
+
+
+def on(host: Host, slots: list[str]) -> bool:
+    return any(s.startswith(f"{host.name}.") for s in slots)
+
+
+def test_a_job_across_two_namespaced_hosts_survives_a_killed_and_a_partitioned_host(
+    network: Network,
+    redis_on_bridge: RedisServer,
+    store: Store,
+    processes: Processes,
+    alice: Any,
+    tmp_path: Path,
+) -> None:
+    a, b = network.hosts
+    hosts = Hosts(redis_on_bridge, store, processes, tmp_path)
+    for host in (a, b):
+        hosts.start(host)
+    wait_for(lambda: hosts.warm(a) and hosts.warm(b), 240, "both hosts' slots warm")
+    processes.manage("edt_scheduler", env=hosts.env, log=tmp_path / "scheduler.log")
+    data = write_cifar10(tmp_path / "data", train=640, test=64)
+    model = tmp_path / "model" / "throttled_mlp.py"
+    model.parent.mkdir()
+    shutil.copy(PROJECT_DIR / "tests" / "models" / "throttled_mlp.py", model)
+    pace = model.with_name("pace")
+    pace.write_text("0.1")  # slow while the faults go on; full speed after
+    pace.chmod(0o644)
+    epochs = 60  # 600 steps: far more than the faults take at this pace
+    job = services.submit_job(alice, name="across hosts", model_path=str(model),
+                              data_path=str(data), epochs=epochs, batch_size=64,
+                              max_workers=2, collective_timeout=COLLECTIVE_TIMEOUT)  # fmt: skip
+    total = epochs * 640 // 64
+    wait_for(lambda: workers_of(job) == 2, 180, "the job on both hosts")
+    assert on(a, members(job)) and on(b, members(job)), members(job)
+    start = steps_done(job)
+    wait_for(lambda: steps_done(job) >= start + 5, 120, "5 steps across the hosts")
+    timings: dict[str, float] = {}
+
+    # (a) Host a dies: every process in its namespace, kill -9.
+    killed_at = time.monotonic()
+    kill_all(a)
+    wait_for(lambda: members(job) and not on(a, members(job)), TTL + 30,
+             "a generation without the killed host")  # fmt: skip
+    timings["killed: survivors' generation published"] = time.monotonic() - killed_at
+    wait_for(lambda: workers_of(job) == 1, 60, "the survivor training alone")
+    timings["killed: survivor trains alone"] = time.monotonic() - killed_at
+    done = steps_done(job)
+    wait_for(lambda: steps_done(job) >= done + 3, 60, "training to go on without host a")
+    back_at = time.monotonic()
+    hosts.start(a)  # the machine is back
+    wait_for(lambda: workers_of(job) == 2 and on(a, members(job)), 240, "the job back on a")
+    timings["killed: grown back after the restart"] = time.monotonic() - back_at
+
+    # (b) Host b's link goes down for 20 s: it and its learner are partitioned away.
+    jobs = services.job_store(job.pk)
+    slot_b = next(s for s in members(job) if on(b, [s]))
+    token = jobs.dispatches()[slot_b]
+    stale = learners_in(b)
+    assert stale, "no learner process found on host b"
+    gen_before = jobs.generation()
+    cut_at = time.monotonic()
+    network.cut(b)
+    try:
+        wait_for(lambda: members(job) and not on(b, members(job)), TTL + 30,
+                 "a generation without the partitioned host")  # fmt: skip
+        timings["partitioned: survivors' generation published"] = time.monotonic() - cut_at
+        wait_for(lambda: workers_of(job) == 1, COLLECTIVE_TIMEOUT + 30, "host a alone")
+        timings["partitioned: survivor trains alone"] = time.monotonic() - cut_at
+        done = steps_done(job)
+        wait_for(lambda: steps_done(job) >= done + 3, 60, "training on during the partition")
+        assert time.monotonic() - cut_at < PARTITION_SECONDS, "too slow to test a partition"
+        time.sleep(max(0.0, PARTITION_SECONDS - (time.monotonic() - cut_at)))  # the fault
+    finally:
+        network.restore(b)
+    restored_at = time.monotonic()
+    gen_alone = jobs.generation()
+    # Its learner comes back with a generation that is no longer the job's: it must leave.
+    wait_for(lambda: not any(psutil.pid_exists(p) for p in stale), 120,
+             "the partitioned learner to leave")  # fmt: skip
+    timings["partitioned: stale learner gone after the link returned"] = (
+        time.monotonic() - restored_at)  # fmt: skip
+    wait_for(lambda: workers_of(job) == 2 and on(b, members(job)), 240, "the job back on b")
+    timings["partitioned: grown back after the link returned"] = time.monotonic() - restored_at
+    assert jobs.dispatches()[slot_b] != token, "the stale learner was taken back"
+
+    pace.write_text("0")
+    wait_for(lambda: completed(job), 300, "the job to complete")
+    print("timings (s):", {k: round(v, 1) for k, v in timings.items()})
+    assert api_steps(job) == list(range(1, total + 1)), "a step lost or repeated"
+    assert gen_alone > gen_before
+    for host in (a, b):
+        assert hosts.warm(host), f"host {host.name} is not serving again"
+
+
+# The scheduler's side of a lost host, without namespaces -----------------------------------
+
+
+class QuietLauncher:
+    """Starts nothing: what these tests look at is what the scheduler publishes."""
+
+    def start(self, slot: str) -> None:
+        return None
+
+    def kill(self, slot: str, sig: int = signal.SIGKILL) -> None:
+        return None
+
+    def exited(self, slot: str) -> bool:
+        return False
+
+
+def test_a_shrink_while_a_host_is_lost_keeps_the_member_that_still_trains(
+    redis_server: RedisServer,
+) -> None:
+    """Host b (rank 0) is cut off; its slot's heartbeat lapses before any collective fails,
+    so the job shrinks 2 -> 1: the member kept must be a's, not the lost one."""
+    jobs = JobStore(connect(redis_server.url), f"shrink-{os.getpid()}")
+    jobs.forget()
+    coord = Coordinator(jobs, QuietLauncher(), lambda kind, data: None)
+    coord.publish(["b.0", "a.0"], "both hosts")
+    jobs.adopt(jobs.generation())
+    coord.shrink_to(1, alive={"a.0"})
+    assert jobs.members(jobs.generation()) == ["a.0"]
+    coord.publish(["a.0", "b.0", "c.0"], "three hosts")
+    jobs.adopt(jobs.generation())
+    coord.shrink_to(2)  # every slot alive: the most recently joined leaves, as before
+    assert jobs.members(jobs.generation()) == ["a.0", "b.0"]
+    jobs.forget()
+
+
+def test_a_suspending_job_starts_no_joiner(redis_server: RedisServer, alice: Any,
+                                           tmp_path: Path) -> None:  # fmt: skip
+    """Its learners are checkpointing to leave: a joiner would see the stop flag, exit at
+    once, and be sent again on the next tick, for as long as the suspension takes."""
+    data = write_cifar10(tmp_path / "data", train=64, test=64)
+    model = PROJECT_DIR / "tests" / "models" / "paced_mlp.py"
+    job = services.submit_job(alice, name="suspending", data_path=str(data),
+                              model_path=str(model))  # fmt: skip
+    runner = JobRunner(job, resume=False)
+    runner.phase = JobPhase.SUSPENDING
+    runner.apply(1, ("a.0",), ())
+    assert runner.jobs.dispatches() == {}
+    assert runner.want == 0
+
+
+def test_a_learner_listens_on_the_address_it_reaches_redis_from(network: Network) -> None:
+    """Not on what the host name resolves to (127.0.0.1 here, in every namespace)."""
+    probe = (
+        "import os\n"
+        "from workers.learner.rendezvous import learner_address as at\n"
+        f"print(at('redis://:pw@{network.gateway}:6379/0'), at('redis://127.0.0.1:6379/0'))\n"
+        "os.environ['EDT_LEARNER_ADDRESS'] = '192.0.2.7'\n"
+        f"print(at('redis://:pw@{network.gateway}:6379/0'))\n"
+    )
+    host = network.hosts[0]
+    out = subprocess.run(["ip", "netns", "exec", host.name, sys.executable, "-c", probe],
+                         cwd=PROJECT_DIR, capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert out.stdout.split() == [host.address, "None", "192.0.2.7"], out.stderr
