@@ -29,10 +29,15 @@ class Launcher(Protocol):
 
 
 class Coordinator:
-    def __init__(self, jobs: JobStore, launcher: Launcher, on_event: EventSink) -> None:
+    def __init__(self, jobs: JobStore, launcher: Launcher, on_event: EventSink,
+                 collective_timeout: float = 0.0) -> None:  # fmt: skip
         self.jobs = jobs
         self.launcher = launcher
         self.on_event = on_event
+        # How long a member may stay silent after a peer died: blocked in a collective on
+        # the dead peer (its host cut off: nothing resets the connection), it reports the
+        # failure only when the collective times out.
+        self.waiting_on_dead = collective_timeout + FAILURE_GRACE_SECONDS
         self.members: list[str] = []
         self.joining: list[str] = []
         self.started: set[str] = set()
@@ -99,9 +104,11 @@ class Coordinator:
     # Failures ------------------------------------------------------------------------------
 
     def watch_failures(self) -> bool:
-        """Replace the generation once every member reported failure, died, or was silent.
-        True while a failure is being handled (members lost, their replacement not yet
-        published)."""
+        """Replace the generation once every member reported failure, died, or was silent:
+        for ``FAILURE_GRACE_SECONDS`` when peers reported a failure (the silent one is the
+        suspect), for the collective timeout when a member died (the silent ones are
+        waiting on it and still alive). True while a failure is being handled (members
+        lost, their replacement not yet published)."""
         reports = self.jobs.failures()
         gen = self.jobs.generation()
         failed = {r["slot"] for r in reports[self.handled_failures :] if r["gen"] == gen}
@@ -111,7 +118,8 @@ class Coordinator:
         now = time.monotonic()
         self.failure_since = self.failure_since or now
         silent = set(self.members) - failed - dead
-        if silent and now - self.failure_since < FAILURE_GRACE_SECONDS:
+        grace = self.waiting_on_dead if dead else FAILURE_GRACE_SECONDS
+        if silent and now - self.failure_since < grace:
             return True
         self.handled_failures = len(reports)
         self.failure_since = None

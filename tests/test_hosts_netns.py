@@ -240,6 +240,7 @@ def on(host: Host, slots: list[str]) -> bool:
     return any(s.startswith(f"{host.name}.") for s in slots)
 
 
+@pytest.mark.timeout(600)  # two hosts start twice and the partition lasts 20 s, on 2 cores
 def test_a_job_across_two_namespaced_hosts_survives_a_killed_and_a_partitioned_host(
     network: Network,
     redis_on_bridge: RedisServer,
@@ -332,7 +333,11 @@ def test_a_job_across_two_namespaced_hosts_survives_a_killed_and_a_partitioned_h
 
 
 class QuietLauncher:
-    """Starts nothing: what these tests look at is what the scheduler publishes."""
+    """Starts and kills nothing: what these tests look at is what the scheduler publishes.
+    The learners on ``dead`` slots are gone (their leases lapsed)."""
+
+    def __init__(self, dead: tuple[str, ...] = ()) -> None:
+        self.dead = dead
 
     def start(self, slot: str) -> None:
         return None
@@ -341,7 +346,7 @@ class QuietLauncher:
         return None
 
     def exited(self, slot: str) -> bool:
-        return False
+        return slot in self.dead
 
 
 def test_a_shrink_while_a_host_is_lost_keeps_the_member_that_still_trains(
@@ -360,6 +365,27 @@ def test_a_shrink_while_a_host_is_lost_keeps_the_member_that_still_trains(
     jobs.adopt(jobs.generation())
     coord.shrink_to(2)  # every slot alive: the most recently joined leaves, as before
     assert jobs.members(jobs.generation()) == ["a.0", "b.0"]
+    jobs.forget()
+
+
+def test_a_member_waiting_on_a_cut_off_peer_is_kept_until_its_collective_times_out(
+    redis_server: RedisServer,
+) -> None:
+    """Host b is cut off: its learner's lease lapses while a's learner, alive, waits on it
+    in a collective until the job's collective timeout. a must survive, not be taken for
+    lost after a second of silence (which restarted the job from its checkpoint)."""
+    jobs = JobStore(connect(redis_server.url), f"silent-{os.getpid()}")
+    jobs.forget()
+    coord = Coordinator(jobs, QuietLauncher(dead=("b.0",)), lambda kind, data: None, 8.0)
+    coord.publish(["b.0", "a.0"], "both hosts")
+    jobs.adopt(jobs.generation())
+    assert coord.watch_failures(), "b's loss not noticed"
+    assert coord.failure_since is not None
+    coord.failure_since -= 5.0  # 5 s on: a still waits on b in its collective
+    assert coord.watch_failures() and coord.members == ["b.0", "a.0"]
+    jobs.report_failure("a.0", jobs.generation(), 10, "timed out waiting 8000ms for recv")
+    assert not coord.watch_failures()
+    assert jobs.members(jobs.generation()) == ["a.0"]
     jobs.forget()
 
 

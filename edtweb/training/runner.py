@@ -35,7 +35,7 @@ class JobRunner:
         self.job_id = job.pk
         self.jobs = services.job_store(job.pk)
         self.launcher = CeleryLauncher(self.jobs, celery_app, job.pk)
-        self.coord = Coordinator(self.jobs, self.launcher, self._event)
+        self.coord = Coordinator(self.jobs, self.launcher, self._event, job.collective_timeout)
         self.want = 0
         self.phase = JobPhase.WAITING
         self.unsent: list[dict[str, Any]] = []
