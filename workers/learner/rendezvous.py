@@ -120,12 +120,15 @@ def gloo_options(redis_url: str, timeout: datetime.timedelta) -> Any:
     interfaces = [i for i in os.environ.get("GLOO_SOCKET_IFNAME", "").split(",") if i]
     if interfaces:
         devices = [create(interface=name) for name in interfaces]
+        log.info("gloo: listening for peers on interface(s) %s", ", ".join(interfaces))
     else:
         address = learner_address(redis_url)
         if address is None:
             devices = [dist.ProcessGroupGloo.create_default_device()]
+            log.info("gloo: listening for peers where this host's name resolves to")
         else:
             devices = [create(hostname=address)]
+            log.info("gloo: listening for peers on %s", address)
     options = dist.ProcessGroupGloo._Options()  # type: ignore[attr-defined]
     options._devices = devices
     options._timeout = timeout
