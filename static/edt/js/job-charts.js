@@ -35,7 +35,7 @@ window.JobCharts = (function () {
   }
 
   // On a phone, fewer time ticks: they stay level instead of tilting over the axis title.
-  const ticks = () => (window.innerWidth < 600 ? 4 : 0);
+  const ticks = () => (window.innerWidth < 600 ? 3 : 0);
   const base = (y, x) => ({ margin: { l: 60, r: 20, t: 10, b: 50 }, height: 250, showlegend: false,
     xaxis: x === "time" ? { type: "date", title: { text: "time" }, nticks: ticks() } : { title: { text: "iteration" } },
     yaxis: { title: { text: y } } });
