@@ -161,7 +161,8 @@ def test_upload_train_watch_reprioritise_and_download(
         page.click("#stop-job")
         watcher.wait_for_function("document.getElementById('job-state').textContent === 'stopped'")
         assert (watcher.inner_text("#workers"), watcher.inner_text("#eta")) == ("0", "\u2013")
-        assert watcher.is_hidden("#stop-job") and watcher.is_disabled("#priority")
+        assert watcher.is_hidden("#stop-job") and watcher.is_hidden("#priority")
+        assert watcher.is_hidden("#preview") and watcher.is_visible("#priority-fixed")
         assert watcher.is_visible("#delete-job")
         watcher.wait_for_selector("#downloads a[href*='step-']")
         assert watcher.locator("#log-tabs button").count() >= 1

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import io
+import re
 from typing import Any
 
 import pytest
@@ -59,6 +60,24 @@ def test_a_waiting_job_names_slots_free_place_and_the_job_ahead(
     assert waiting.reason(running, alice) == ""
 
 
+def test_the_cluster_queue_says_why_each_job_waits_on_the_page_and_in_the_api(
+    client: Client, redis_server: RedisServer, alice: Any, bob: Any
+) -> None:
+    job(bob, "theirs", priority=9000)
+    mine = job(alice, "mine", min_workers=2, max_workers=2)
+    job(alice, "ran", Job.State.COMPLETED)
+    client.force_login(alice)
+    page = client.get("/").content.decode()
+    item = page[page.index(f'<li data-job="{mine.pk}">') :].split("</li>")[0]
+    assert '<small class="reason">Needs 2 slots; ' in item, item
+    assert "2nd in the queue, behind another user&#x27;s job at priority 9000" in item
+    assert "theirs" not in page  # another user's job is named only as that
+    queue = client.get("/api/v1/cluster/queue/").json()
+    assert [(q["id"], q["position"]) for q in queue] == [(mine.pk, 2)]
+    assert queue[0]["reason"] == waiting.reason(mine, alice)
+    assert "2nd in the queue, behind another user's job" in queue[0]["reason"]
+
+
 def test_the_page_shows_the_reason_the_configuration_and_a_clone_link(
     client: Client, redis_server: RedisServer, alice: Any
 ) -> None:
@@ -70,6 +89,20 @@ def test_the_page_shows_the_reason_the_configuration_and_a_clone_link(
         assert fact in page
     assert "epochs=7" in page and "min_workers=2" in page and "name=q+%28copy%29" in page
     assert "needs 2 slots" in client.get(f"/jobs/{queued.pk}/state").json()["waiting"]
+
+
+def test_an_ended_job_shows_its_priority_as_a_plain_value_without_slider_or_hint(
+    client: Client, redis_server: RedisServer, alice: Any
+) -> None:
+    done = job(alice, "d", Job.State.COMPLETED, priority=7000)
+    queued = job(alice, "q", priority=6000)
+    client.force_login(alice)
+    ended = client.get(f"/jobs/{done.pk}/").content.decode()
+    assert re.search(r'id="priority-edit" hidden', ended)
+    assert re.search(r'id="priority-fixed"[^>]*><small>Priority</small><strong>7000<', ended)
+    active = client.get(f"/jobs/{queued.pk}/").content.decode()
+    assert re.search(r'id="priority-fixed"[^>]* hidden>', active)
+    assert not re.search(r'id="priority-edit" hidden', active)
 
 
 def test_resume_moves_a_stopped_job_back_to_waiting_and_refuses_a_running_one(
@@ -133,6 +166,16 @@ def test_parameter_counts_read_well(n: int, text: str) -> None:
     from edtweb.dashboard.templatetags.edt import count
 
     assert count(n) == text
+
+
+@pytest.mark.parametrize(
+    ("seconds", "text"),
+    [(None, ""), ("", ""), (44.4, "ETA 44 s"), (90, "ETA 90 s"), (2664, "ETA 44 min")],
+)
+def test_the_jobs_list_writes_an_eta_as_the_job_page_does(seconds: Any, text: str) -> None:
+    from edtweb.dashboard.templatetags.edt import eta
+
+    assert eta(seconds) == text
 
 
 def test_admin_pages_list_jobs_datasets_and_models(client: Client, django_user_model: Any) -> None:

@@ -1,6 +1,11 @@
 """A job page left open on a busy machine: its history is fetched once per (re)connection
 or gap in the live sequence, never in a chain, and its charts keep moving. Runs on the
-live EDT shared with tests/test_cli.py."""
+live EDT shared with tests/test_cli.py.
+
+Besides two busy loops, Chromium delays each of the page's HTTP requests (a server slow to
+answer, whatever the machine's load is at the time): live updates then keep arriving while
+a history fetch is in flight. A page that answers each of those with a fetch of its own
+(the reload storm) fails here; with the delay left out it could pass on a quiet machine."""
 
 from __future__ import annotations
 
@@ -13,13 +18,30 @@ from itertools import pairwise
 from typing import Any
 
 import pytest
-from playwright.sync_api import Page, WebSocket
+from playwright.sync_api import CDPSession, Page, WebSocket
 
 from tests.browser import browser_page, log_in, start_job, stop_job
 from tests.test_cli import LiveEdt, live_edt
 
 WATCH_S = 120
 SAMPLES = 4
+SLOW_MS = 1500  # added to every HTTP request of the watched page
+
+
+def slow_server(page: Page) -> CDPSession:
+    """A DevTools session on ``page``, for ``delay``."""
+    cdp = page.context.new_cdp_session(page)
+    cdp.send("Network.enable")
+    return cdp
+
+
+def delay(cdp: CDPSession, latency_ms: int) -> None:
+    """Chromium answers each HTTP request of the page ``latency_ms`` late (DevTools' network
+    emulation: the responses are the server's own); 0 ends it."""
+    unlimited = {"downloadThroughput": -1, "uploadThroughput": -1}
+    cdp.send(
+        "Network.emulateNetworkConditions", {"offline": False, "latency": latency_ms, **unlimited}
+    )
 
 
 class LiveCounter:
@@ -71,6 +93,7 @@ def last_step(page: Page) -> float:
 
 
 @pytest.mark.browser
+@pytest.mark.timeout(600)  # the live EDT may start here; two minutes of watching
 def test_a_job_page_under_cpu_load_reloads_once_per_gap_and_keeps_drawing(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> None:
@@ -81,12 +104,14 @@ def test_a_job_page_under_cpu_load_reloads_once_per_gap_and_keeps_drawing(
             log_in(page, live.url, live.data_dir)
             url = start_job(page, live.url, "watched", epochs=2000)
             job = url.rstrip("/").split("/")[-1]
+            drawn = "document.getElementById('chart-loss').data?.[0]?.x?.length > 3"
+            page.wait_for_function(drawn, timeout=120_000)  # it runs: updates keep coming
             page.goto("about:blank")  # count the requests of one fresh job page only
             counter = LiveCounter(page, job)
+            cdp = slow_server(page)
+            delay(cdp, SLOW_MS)
             page.goto(url)
-            page.wait_for_function(  # the job has started and drawn its first iterations
-                "document.getElementById('chart-loss').data?.[0]?.x?.length > 3", timeout=120_000
-            )
+            page.wait_for_function(drawn, timeout=120_000)
             steps = [last_step(page)]
             for _ in range(SAMPLES):
                 time.sleep(WATCH_S / SAMPLES)
@@ -96,6 +121,7 @@ def test_a_job_page_under_cpu_load_reloads_once_per_gap_and_keeps_drawing(
             allowed = counter.connections + counter.gaps
             assert 1 <= counter.fetches <= allowed, vars(counter)
             assert counter.most_in_flight == 1, vars(counter)
+            delay(cdp, 0)
             stop_job(page, url)
     finally:
         for proc in busy:

@@ -143,3 +143,4 @@ def test_swagger_ui_is_served_offline_and_linked_from_the_pages(client: Any, ali
     client.force_login(alice)
     assert 'href="/api/v1/docs/"' in client.get("/jobs/").content.decode()
     assert '<a href="/" id="back-to-edt">' in page  # and a way back
+    assert page.index("</nav>") < page.index('id="swagger-ui"')  # beside it, not around it

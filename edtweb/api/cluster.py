@@ -54,12 +54,9 @@ class Queue(generics.GenericAPIView):
     @extend_schema(tags=TAGS, responses={200: s.QueueEntrySerializer(many=True)})
     def get(self, request: Request) -> Response:
         """Your waiting jobs (QUEUED or SUSPENDED) with their place in the whole queue
-        (priority first, then submission time)."""
-        order = [job.pk for job in waiting.queue_order()]  # the order job pages explain
-        positions = {pk: place for place, pk in enumerate(order, start=1)}
-        mine = scoped(request, Job).filter(pk__in=order).select_related("owner")
-        jobs = sorted(mine, key=lambda j: positions[j.pk])
-        context = {"positions": positions}
+        (priority first, then submission time) and why each waits, in words."""
+        jobs, positions, reasons = waiting.queue_of(scoped(request, Job), request.user)
+        context = {"positions": positions, "reasons": reasons}
         return Response(s.QueueEntrySerializer(jobs, many=True, context=context).data)
 
 

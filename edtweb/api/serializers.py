@@ -308,14 +308,20 @@ class AllocationsSerializer(serializers.Serializer):
 
 
 class QueueEntrySerializer(JobSerializer):
-    position = serializers.SerializerMethodField()
+    position = serializers.SerializerMethodField(help_text="1: served first")
+    reason = serializers.SerializerMethodField(
+        help_text="why it waits: slots needed and free, its place, the job ahead"
+    )
 
     class Meta(JobSerializer.Meta):
-        fields = ["position", *JobSerializer.Meta.fields]
+        fields = ["position", "reason", *JobSerializer.Meta.fields]
         read_only_fields = fields
 
     def get_position(self, job: Job) -> int:
         return int(self.context["positions"][job.pk])
+
+    def get_reason(self, job: Job) -> str:
+        return str(self.context["reasons"].get(job.pk, ""))
 
 
 class DecisionSerializer(serializers.Serializer):

@@ -26,14 +26,18 @@ def cluster(request: HttpRequest) -> HttpResponse:
     error = ping_error(settings.REDIS_URL, timeout=1.0)
     slots = [] if error else current_slots()
     from edtweb.ownership import owned
+    from edtweb.training import waiting
     from edtweb.training.models import Job
 
-    queue = owned(request, Job).filter(state__in=[Job.State.QUEUED, Job.State.SUSPENDED])
+    queue, positions, reasons = waiting.queue_of(owned(request, Job), request.user)
     context = {
         "hosts": _hosts(slots),
         "redis_error": error,
         "slot_count": len(slots),
-        "queue": queue.order_by("-priority", "created_at"),
+        "queue": [
+            {"job": job, "position": positions[job.pk], "reason": reasons.get(job.pk, "")}
+            for job in queue
+        ],
         "has_jobs": owned(request, Job).exists(),
         "nav": "cluster",
     }

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import csv
 from collections.abc import Iterator
+from datetime import datetime
 from urllib.parse import urlencode
 
 from django.contrib import messages
@@ -20,7 +21,7 @@ from django.http import (
 )
 from django.shortcuts import redirect, render
 from django.urls import reverse
-from django.utils import timezone
+from django.utils import dateformat, timezone
 from django.views.decorators.http import require_GET, require_POST
 
 from edtweb.datasets.models import Dataset
@@ -98,7 +99,6 @@ def job_detail(request: HttpRequest, pk: int) -> HttpResponse:
         "logs": history.log_names(job),
         "checkpoints": history.checkpoints(job),
         "waiting": reason,
-        "waiting_short": reason.split(".")[0],
         "duration": duration(job),
         "clone_url": clone_url(job),
     }
@@ -148,7 +148,17 @@ def job_state(request: HttpRequest, pk: int) -> JsonResponse:
     # The job page's poll also follows its files; the jobs list (history.state) need not.
     files = {"logs": history.log_names(job), "checkpoints": history.checkpoints(job)}
     explained = {"waiting": waiting.reason(job, request.user)}
-    return JsonResponse({**history.state(job), **files, **explained})
+    times = {
+        "started": when(job.started_at),
+        "ended": when(job.finished_at),
+        "duration": duration(job),
+    }
+    return JsonResponse({**history.state(job), **files, **explained, **times})
+
+
+def when(at: datetime | None) -> str:
+    """A moment as the job page writes it (its Configuration card)."""
+    return dateformat.format(timezone.localtime(at), "Y-m-d H:i:s") if at else ""
 
 
 @login_required

@@ -18,7 +18,18 @@ WAITING = (Job.State.QUEUED, Job.State.SUSPENDED)
 def queue_order() -> list[Job]:
     """The waiting jobs (queued or suspended) in the order the queue is served and shown:
     priority first, then submission time."""
-    return list(Job.objects.filter(state__in=WAITING).order_by("-priority", "created_at", "pk"))
+    jobs = Job.objects.filter(state__in=WAITING).select_related("owner")
+    return list(jobs.order_by("-priority", "created_at", "pk"))
+
+
+def queue_of(visible: Any, user: Any) -> tuple[list[Job], dict[int, int], dict[int, str]]:
+    """The waiting jobs among ``visible`` (a user's own; staff: all) in queue order, the
+    place of each in the whole queue, and why each waits (the Cluster page, the API)."""
+    order = queue_order()
+    positions = {job.pk: place for place, job in enumerate(order, start=1)}
+    shown = set(visible.filter(pk__in=positions).values_list("pk", flat=True))
+    jobs = [job for job in order if job.pk in shown]
+    return jobs, positions, reasons(jobs, user, order)
 
 
 def ordinal(n: int) -> str:
@@ -55,19 +66,35 @@ def _ahead(job: Job, queue: list[Job]) -> Job | None:
 
 def reason(job: Job, user: Any) -> str:
     """The sentence the job page shows while ``job`` waits; empty when it does not wait."""
-    if job.state not in WAITING:
-        return ""
+    return reasons([job], user).get(job.pk, "")
+
+
+def reasons(jobs: list[Job], user: Any, queue: list[Job] | None = None) -> dict[int, str]:
+    """Job id -> why it waits, for the waiting ones of ``jobs`` (the job page, the Cluster
+    page's queue), looking at the slots and the queue (``queue_order()`` unless given)
+    once for all of them."""
+    jobs = [job for job in jobs if job.state in WAITING]
+    if not jobs:
+        return {}
+    try:
+        slots: tuple[int, int] | None = _slots()
+    except redis.RedisError:
+        slots = None
+    if queue is None:
+        queue = queue_order()
+    return {job.pk: _reason(job, user, slots, queue) for job in jobs}
+
+
+def _reason(job: Job, user: Any, slots: tuple[int, int] | None, queue: list[Job]) -> str:
     need = min(job.min_workers, job.max_workers)
     parts = [f"needs {need} slot{'s' if need != 1 else ''}"]
-    try:
-        alive, free = _slots()
-    except redis.RedisError:
+    if slots is None:
         parts.append("free slots unknown (Redis does not answer)")
     else:
+        alive, free = slots
         parts.append(f"{free} free")
         if need > alive:
             parts.append(f"only {alive} slot{'s' if alive != 1 else ''} alive in the cluster")
-    queue = queue_order()
     if job in queue:
         where = f"{ordinal(queue.index(job) + 1)} in the queue"
         ahead = _ahead(job, queue)

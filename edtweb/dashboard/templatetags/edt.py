@@ -30,3 +30,12 @@ def count(n: int | None) -> str:
         if n >= size:
             return f"{n:,} ({n / size:.1f} {unit})"
     return f"{n:,}"
+
+
+@register.filter
+def eta(seconds: float | None) -> str:
+    """Time left as the pages write it: "ETA 44 s", over 90 s in minutes ("ETA 3 min")."""
+    if seconds is None or seconds == "":
+        return ""
+    left = float(seconds)
+    return f"ETA {round(left / 60)} min" if left > 90 else f"ETA {round(left)} s"

@@ -80,8 +80,8 @@
         const state = el("td");
         state.append(el("span", { class: "badge " + s.state }, s.state));
         const job = s.job ? (names.get(String(s.job)) || "job " + s.job) : s.busy ? "another user's job" : "idle";
-        tr.append(state, telemetryCell(s), el("td", { class: s.job ? "" : "muted" }, job));
-        tr.append(el("td", { class: "muted" }, ago((s.telemetry || {}).at)));
+        tr.append(state, telemetryCell(s), el("td", { class: s.job ? "" : "muted", "data-label": "job" }, job));
+        tr.append(el("td", { class: "muted", "data-label": "heartbeat" }, ago((s.telemetry || {}).at)));
         body.append(tr);
       }
       table.append(body);
@@ -114,10 +114,14 @@
     redraw = null;
     const now = Date.now() / 1000;
     const span = Number(rangeEl ? rangeEl.value : 0);
-    const from = span ? now - span : -Infinity;
-    const times = [...new Set([...series.values()].flat().map((p) => p[0]).concat([now]))]
-      .sort((a, b) => a - b).filter((t) => t >= from);
-    if (span) times.unshift(now - span);
+    const all = [...new Set([...series.values()].flat().map((p) => p[0]).concat([now]))].sort((a, b) => a - b);
+    // The range starts where the history does when that is later: a cluster that ran its
+    // first job a minute ago shows that minute, not an hour of nothing before it.
+    const first = all[0];
+    let from = span ? now - span : first;
+    if (first > from) from = first - Math.max(10, (now - first) * 0.05);
+    const times = all.filter((t) => t >= from);
+    times.unshift(from);
     // Only jobs that held slots in the range shown: the legend does not keep every job ever run.
     const traces = [...series.entries()].map(([job, points]) => {
       let i = 0, value = 0;
@@ -137,10 +141,14 @@
       const legend = narrow ? { orientation: "h", x: 0, y: -0.25, yanchor: "top" } : { x: 1.02, xanchor: "left", y: 1 };
       Plotly.react(chart, traces, { margin: { l: 50, r: 10, t: 10, b: narrow ? 40 : 40 }, height: narrow ? 320 : 260,
         yaxis: { title: { text: "slots" }, rangemode: "tozero", dtick: 1 },
-        xaxis: { type: "date", range: span ? [new Date((now - span) * 1000), new Date(now * 1000)] : undefined },
+        xaxis: { type: "date", range: [new Date(from * 1000), new Date(now * 1000)] },
         showlegend: true, legend }, { displayModeBar: false, responsive: true });
     }
     const ol = document.getElementById("decisions");
+    if (!decisions.length) {
+      ol.replaceChildren(el("li", { class: "empty" }, "None yet: each time the scheduler gives or takes slots, it says why here."));
+      return;
+    }
     ol.replaceChildren(...decisions.slice(0, 12).map((d) => {
       const li = el("li", {});
       li.append(el("time", {}, new Date(d.at * 1000).toLocaleTimeString()), " ", el("strong", {}, d.job), " ", el("span", {}, d.message));
@@ -184,8 +192,9 @@
     if (data.state || data.decision) refreshQueue();
   }
 
-  // The queue: your waiting jobs in their place in the whole queue; refreshed when the
-  // scheduler decides something and every few seconds.
+  // The queue: your waiting jobs in their place in the whole queue, each with why it waits
+  // (in the words of its job page); refreshed when the scheduler decides something and
+  // every few seconds.
   let queueTimer = null;
   async function refreshQueue() {
     clearTimeout(queueTimer);
@@ -195,9 +204,10 @@
     const jobs = await r.json();
     const ol = document.getElementById("queue");
     ol.replaceChildren(...jobs.map((j) => {
-      const li = el("li", {});
+      const li = el("li", { "data-job": j.id });
+      const why = j.reason ? j.reason[0].toUpperCase() + j.reason.slice(1) : `#${j.position} in the queue`;
       li.append(el("a", { href: "/jobs/" + j.id + "/" }, j.name),
-        ` · ${j.state.toLowerCase()} · #${j.position} in the queue · priority ${j.priority} · min ${j.min_workers}`);
+        ` · ${j.state.toLowerCase()} · priority ${j.priority}`, el("small", { class: "reason" }, why));
       return li;
     }));
     if (!jobs.length) ol.append(el("li", { class: "empty" }, "Nothing waits."));

@@ -34,8 +34,10 @@ window.JobCharts = (function () {
     };
   }
 
+  // On a phone, fewer time ticks: they stay level instead of tilting over the axis title.
+  const ticks = () => (window.innerWidth < 600 ? 3 : 0);
   const base = (y, x) => ({ margin: { l: 60, r: 20, t: 10, b: 50 }, height: 250, showlegend: false,
-    xaxis: x === "time" ? { type: "date", title: { text: "time" } } : { title: { text: "iteration" } },
+    xaxis: x === "time" ? { type: "date", title: { text: "time" }, nticks: ticks() } : { title: { text: "iteration" } },
     yaxis: { title: { text: y } } });
 
   function marks() {
@@ -73,9 +75,17 @@ window.JobCharts = (function () {
     drawn = false;
   }
 
-  // With the job ended, workers and throughput end at 0 (they are not frozen at the last value).
+  // With the job ended, workers and throughput end at 0 (they are not frozen at the last
+  // value), at its end or just after its last record, whichever is later.
   const tail = (c, key) => (endedAt ? c[key].concat([0]) : c[key]);
-  const tailTime = (c) => (endedAt ? c.time.concat([new Date(endedAt * 1000)]) : c.time);
+  const tailTime = (c) => {
+    if (!endedAt) return c.time;
+    const last = c.time.length ? c.time[c.time.length - 1].getTime() / 1000 : endedAt;
+    return c.time.concat([new Date(Math.max(endedAt, last) * 1000)]);
+  };
+  // The workers axis reaches a little past the job's maximum: a full job's line is not
+  // drawn on the frame.
+  const maxWorkers = Number(document.getElementById("job")?.dataset.max) || 1;
 
   function drawAll() {
     ema = {};
@@ -92,7 +102,8 @@ window.JobCharts = (function () {
     ], lossLayout(), config);
     const time = tailTime(c);
     Plotly.react(ids.workers, [{ x: time, y: tail(c, "workers"), name: "workers", mode: "lines", line: { shape: "hv" }, fill: "tozeroy" }],
-      Object.assign(base("workers", "time"), { yaxis: { title: { text: "workers" }, rangemode: "tozero", dtick: 1 } }), config);
+      Object.assign(base("workers", "time"), { yaxis: { title: { text: "workers" }, dtick: 1,
+        range: [0, Math.max(maxWorkers, ...c.workers) * 1.12] } }), config);
     Plotly.react(ids.steps, [{ x: c.time, y: c.steps, name: "iterations", mode: "lines" }], base("iterations", "time"), config);
     Plotly.react(ids.throughput, [
       { x: time, y: tail(c, "rate"), name: "each iteration", mode: "lines", line: { color: "#d0d5dd", width: 1 } },

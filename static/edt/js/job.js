@@ -12,8 +12,11 @@
   const ended = () => !ACTIVE.includes(jobState);
   const endedAt = Number(root.dataset.finished) || null;
   let seq = null, pending = [], events = [], scheduled = false;
+  // What an empty chart says (why the job waits is said once, in the Waiting card).
   const waitingText = () => (ended() ? "This job ended before its first iteration." :
-    "No iterations yet: " + (document.getElementById("waiting")?.dataset.short || "the job starts when slots are free") + ".");
+    document.getElementById("waiting") && !document.getElementById("waiting").hidden
+      ? "No iterations yet: the job waits for slots (see Waiting above)."
+      : "No iterations yet: the learners are starting.");
   if (endedAt) JobCharts.ended(endedAt);
 
   function draw(history) {
@@ -188,6 +191,9 @@
       const waiting = document.getElementById("waiting");
       if (waiting && s.waiting) waiting.querySelector("span").textContent = s.waiting;
       if (waiting) waiting.hidden = !s.waiting;
+      if (s.started) document.getElementById("started").textContent = s.started;
+      if (s.ended) document.getElementById("ended").textContent = s.ended;
+      if (s.duration) document.getElementById("duration").textContent = s.duration;
       if (s.state !== jobState || (s.error && !document.getElementById("job-error"))) showState(s.state, s.error);
       if (s.eta !== null && s.eta !== undefined) {
         document.getElementById("eta").textContent = s.eta > 90 ? Math.round(s.eta / 60) + " min" : Math.round(s.eta) + " s";
@@ -246,7 +252,12 @@
     JobCharts.empty(waitingText());
     document.getElementById("stop-form").hidden = true;
     document.getElementById("delete-form").hidden = false;
-    document.getElementById("priority").disabled = true;
+    // An ended job's priority cannot change: its plain value replaces the slider.
+    const slider = document.getElementById("priority");
+    slider.disabled = true;
+    document.getElementById("priority-fixed").querySelector("strong").textContent = slider.value;
+    document.getElementById("priority-edit").hidden = true;
+    document.getElementById("priority-fixed").hidden = false;
     document.getElementById("resume-form").hidden = !["STOPPED", "FAILED"].includes(state);
   }
 
