@@ -450,7 +450,8 @@ class JobStore:
         return None if value is None else str(value)
 
     def request_kill(self, slot_id: str, sig: int) -> None:
-        self.r.hset(self.key("kill"), slot_id, sig)
+        # int(): redis-py writes other ints by repr(), and signal.SIGKILL's is "<Signals...>"
+        self.r.hset(self.key("kill"), slot_id, int(sig))
 
     def kill_requested(self, slot_id: str) -> int | None:
         """The signal the scheduler asked for, if any; None while Redis is away (the slot

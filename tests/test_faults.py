@@ -1,26 +1,39 @@
-"""Faults on a running job, live: real slot workers, scheduler, learners and Redis.
+"""Faults on a running job, live: real slot workers, scheduler, learners, web and Redis.
 
 For each fault the job must end COMPLETED with every step from 1 to the last in its metrics
-exactly once, read back through the API, and every EDT process must still be alive.
+exactly once, read back through the API; no job may stay RUNNING without a learner for more
+than 60 s; at most one iteration is redone per fault; and every EDT process must be alive at
+the end (``assert_recovered``).
 """
 
 from __future__ import annotations
 
 import itertools
+import json
 import os
 import signal
+import threading
 import time
-from collections.abc import Iterator
+import urllib.error
+import urllib.request
+from collections import Counter
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
+from django.db import connection
+from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
-from edtweb.redis_server import RedisServer
+from edtweb import launcher
+from edtweb.redis_server import RedisServer, free_port
+from edtweb.supervisor import Supervisor
+from edtweb.training import services
 from edtweb.training.models import Job
 from scheduler.store import Store, connect
-from tests.conftest import Processes, wait_for
+from tests.conftest import PROJECT_DIR, Processes, wait_for
 from tests.test_scheduler_live import Cluster, submit, workers_of
 from workers.learner.datasets import write_cifar10
 
@@ -44,26 +57,222 @@ def store(durable_redis: RedisServer, settings: Any) -> Iterator[Store]:
     client.close()
 
 
+class Supervised:
+    """Some of the stack's processes under `make run`'s own supervisor, which restarts
+    whichever dies (edtweb/supervisor.py); its loop runs in a thread of the test."""
+
+    def __init__(self, commands: dict[str, str], env: dict[str, str], log: Path) -> None:
+        self.log = log
+        self.supervisor = Supervisor(commands, env, str(PROJECT_DIR), out=log.open("w"))
+        self.thread = threading.Thread(target=self._loop, name="supervisor", daemon=True)
+        self.thread.start()
+
+    def _loop(self) -> None:
+        supervisor = self.supervisor
+        for child in supervisor.children:
+            supervisor.spawn(child)
+        while not supervisor.stopping.wait(0.2):
+            supervisor.poll(time.monotonic())
+
+    def pid(self, name: str) -> int | None:
+        """The pid of child ``name`` while it runs (None between a death and its restart)."""
+        child = next(c for c in self.supervisor.children if c.name == name)
+        proc = child.proc
+        return proc.pid if proc is not None and proc.poll() is None else None
+
+    def stop(self) -> None:
+        self.supervisor.stopping.set()
+        self.thread.join(timeout=10)
+        self.supervisor.stop(grace=10)
+
+
+class FaultCluster(Cluster):
+    """The live stack of these tests: slots and schedulers as in the scheduler's live tests,
+    and, where a fault needs them, web and scheduler under the supervisor."""
+
+    def __init__(self, *args: Any) -> None:
+        super().__init__(*args)
+        self.slots = 0
+        self.schedulers: list[Any] = []
+        self.supervised: Supervised | None = None
+        self.web_port = 0
+
+    def start_slots(self, count: int, *extra: str) -> None:
+        self.slots = count
+        super().start_slots(count, *extra)
+
+    def start_scheduler(self, name: str = "scheduler") -> Any:
+        proc = super().start_scheduler(name)
+        self.schedulers.append(proc)
+        return proc
+
+    def supervise(self, *names: str) -> Supervised:
+        """Start ``names`` ("web", "scheduler") with `make run`'s own command lines."""
+        self.web_port = free_port()
+        opts = launcher.Options(port=self.web_port, live_port=free_port())
+        commands = {k: v for k, v in launcher.processes(opts).items() if k in names}
+        self.supervised = Supervised(commands, self.env, self.tmp / "supervisor.log")
+        return self.supervised
+
+    def learners(self) -> list[psutil.Process]:
+        """The learner processes on this host now: each is forked from its slot's fork
+        server (the one process per slot that imported torch already)."""
+        return [p for p in descendants(self.worker.pid) if is_learner(p)]
+
+    def close(self) -> None:
+        if self.supervised is not None:
+            self.supervised.stop()
+
+    def assert_alive(self) -> None:
+        """Every EDT process of the stack runs: the worker host and each of its slots (a
+        heartbeat from a live worker), the schedulers, and what the supervisor watches."""
+        assert self.worker.poll() is None, "the worker host died"
+        wait_for(lambda: len(self.warm_slots()) == self.slots, 60, "every slot alive")
+        for slot in self.warm_slots():
+            assert psutil.pid_exists(slot.pid), f"slot {slot.slot_id}'s worker is gone"
+        for proc in self.schedulers:
+            assert proc.poll() is None, "a scheduler died"
+        crashed = [line for line in (self.tmp / "worker.log").read_text().splitlines()
+                   if "raised unexpected" in line]  # fmt: skip
+        assert not crashed, f"a slot's task crashed: {crashed}"
+        if self.supervised is not None:
+            for child in self.supervised.supervisor.children:
+                wait_for(lambda c=child.name: self.supervised and self.supervised.pid(c),
+                         30, f"{child.name} running")  # fmt: skip
+
+
+def descendants(pid: int) -> list[psutil.Process]:
+    try:
+        return psutil.Process(pid).children(recursive=True)
+    except psutil.NoSuchProcess:
+        return []
+
+
+def is_learner(proc: psutil.Process) -> bool:
+    def forkserver(p: psutil.Process | None) -> bool:
+        return p is not None and "multiprocessing.forkserver" in " ".join(p.cmdline())
+
+    try:
+        return proc.status() != psutil.STATUS_ZOMBIE and forkserver(proc) and forkserver(
+            proc.parent())  # fmt: skip
+    except psutil.Error:
+        return False
+
+
 @pytest.fixture
 def cluster(
     durable_redis: RedisServer, store: Store, processes: Processes, tmp_path: Path
-) -> Cluster:
-    return Cluster(durable_redis, store, processes, tmp_path)
+) -> Iterator[FaultCluster]:
+    stack = FaultCluster(durable_redis, store, processes, tmp_path)
+    yield stack
+    stack.close()
 
 
-def api_steps(job: Job) -> list[int]:
-    """The job's training steps as a user reads them through the REST API, every page."""
+class Watch(threading.Thread):
+    """Samples the job twice a second while a fault plays out: the longest stretch it was
+    RUNNING with no learner process alive."""
+
+    def __init__(self, job: Job, cluster: FaultCluster) -> None:
+        super().__init__(name="fault-watch", daemon=True)
+        self.job_id, self.cluster = job.pk, cluster
+        self.longest = 0.0
+        self.stopping = threading.Event()
+        self.start()
+
+    def run(self) -> None:
+        since: float | None = None
+        try:
+            while not self.stopping.wait(0.5):
+                running = Job.objects.filter(pk=self.job_id, state=Job.State.RUNNING).exists()
+                if running and not self.cluster.learners():
+                    since = since or time.monotonic()
+                    self.longest = max(self.longest, time.monotonic() - since)
+                else:
+                    since = None
+        finally:
+            connection.close()
+
+    def stop(self) -> float:
+        self.stopping.set()
+        self.join(timeout=30)
+        return self.longest
+
+
+@pytest.fixture
+def watch(cluster: FaultCluster) -> Iterator[Callable[[Job], Watch]]:
+    watches: list[Watch] = []
+
+    def start(job: Job) -> Watch:
+        watches.append(Watch(job, cluster))
+        return watches[-1]
+
+    yield start
+    for w in watches:
+        w.stop()
+
+
+Get = Callable[[str], tuple[int, Any]]
+
+
+def api_client_get(job: Job) -> Get:
     client = APIClient()
     client.force_authenticate(job.owner)
+
+    def get(url: str) -> tuple[int, Any]:
+        reply = client.get(url)
+        return reply.status_code, reply.json() if reply.status_code == 200 else reply.content
+
+    return get
+
+
+def http_get(port: int, token: str) -> Get:
+    """GET from the web process over HTTP, with an API token, as a script does."""
+
+    def get(url: str) -> tuple[int, Any]:
+        url = f"http://127.0.0.1:{port}{url}" if url.startswith("/") else url
+        request = urllib.request.Request(url, headers={"Authorization": f"Token {token}"})
+        try:
+            with urllib.request.urlopen(request, timeout=30) as reply:
+                return reply.status, json.loads(reply.read())
+        except urllib.error.HTTPError as exc:
+            return exc.code, exc.read()
+        except OSError as exc:
+            return 0, str(exc)
+
+    return get
+
+
+def api_steps(job: Job, get: Get | None = None) -> list[int]:
+    """The job's training steps as a user reads them through the REST API, every page."""
+    get = get or api_client_get(job)
     steps: list[int] = []
     url: str | None = f"/api/v1/jobs/{job.pk}/metrics/records/?kind=train&limit=1000"
     while url:
-        reply = client.get(url)
-        assert reply.status_code == 200, reply.content
-        body = reply.json()
+        status, body = get(url)
+        assert status == 200, body
         steps += [int(r["step"]) for r in body["results"]]
         url = body["next"]
     return steps
+
+
+def redone(job: Job) -> int:
+    """Iterations trained twice: steps whose record the learners wrote more than once to
+    the job's stream (the database keeps the first). The iteration in flight at a fault,
+    never recorded, is the one a fault may cost."""
+    counts = Counter(r["step"] for _, r in services.job_store(job.pk).read_metrics()
+                     if r.get("type") == "train")  # fmt: skip
+    return sum(n - 1 for n in counts.values())
+
+
+def assert_recovered(job: Job, cluster: FaultCluster, watch: Watch, steps: int,
+                     faults: int = 1, get: Get | None = None) -> None:  # fmt: skip
+    """The fault table's acceptance, once the job has ended."""
+    wait_for(lambda: completed(job), 240, "the job to complete")
+    longest = watch.stop()
+    assert longest <= 60, f"the job was RUNNING without a learner for {longest:.0f} s"
+    assert api_steps(job, get) == list(range(1, steps + 1)), "a step lost or repeated"
+    assert redone(job) <= faults, f"{redone(job)} iterations redone after {faults} fault(s)"
+    cluster.assert_alive()
 
 
 def completed(job: Job) -> bool:
@@ -129,3 +338,108 @@ def test_a_killed_worker_host_suspends_the_job_which_completes_when_the_host_ret
         f"an allocation change recorded twice in a row: {scaled}"
     )
     assert scheduler.poll() is None, "the scheduler died"
+
+
+TRAIN, BATCH = 512, 64  # 8 iterations an epoch
+Watcher = Callable[[Job], Watch]
+
+
+def running_on_two(cluster: FaultCluster, alice: Any, tmp_path: Path, name: str,
+                   epochs: int) -> Job:  # fmt: skip
+    """A 2-learner job on the cluster's 2 slots, 20 steps into its training."""
+    data = write_cifar10(tmp_path / "data", train=TRAIN, test=64)
+    job = submit(alice, name, data, epochs=epochs, max_workers=2)
+    wait_for(lambda: workers_of(job) == 2, 120, "the job on 2 slots")
+    wait_for(lambda: Job.objects.get(pk=job.pk).steps_done >= 20, 120, "20 steps")
+    return job
+
+
+def went_on(job: Job, generation: int) -> bool:
+    """The job formed a generation without its lost learner (or ended meanwhile)."""
+    return services.job_store(job.pk).generation() > generation or completed(job)
+
+
+def test_a_killed_learner_is_replaced_and_the_job_completes(
+    cluster: FaultCluster, alice: Any, tmp_path: Path, watch: Watcher
+) -> None:
+    cluster.start_slots(2)
+    cluster.start_scheduler()
+    job = running_on_two(cluster, alice, tmp_path, "learner killed", epochs=20)
+    watching = watch(job)
+    learners = wait_for(lambda: len(cluster.learners()) == 2 and cluster.learners(), 30,
+                        "2 learner processes")  # fmt: skip
+    generation = services.job_store(job.pk).generation()
+
+    os.kill(learners[-1].pid, signal.SIGKILL)  # one learner of the running job
+    wait_for(lambda: went_on(job, generation), 60, "the survivor to go on")
+    assert_recovered(job, cluster, watching, 20 * TRAIN // BATCH)
+    assert job.events.filter(kind="failure").exists()
+    assert not job.events.filter(kind="restart").exists(), "the survivor did not go on"
+
+
+def test_a_killed_slot_worker_is_restarted_and_the_job_completes(
+    cluster: FaultCluster, store: Store, alice: Any, tmp_path: Path, watch: Watcher
+) -> None:
+    cluster.start_slots(2, "--restart-delay", "2")
+    cluster.start_scheduler()
+    job = running_on_two(cluster, alice, tmp_path, "slot worker killed", epochs=20)
+    watching = watch(job)
+    jobs = services.job_store(job.pk)
+    generation = jobs.generation()
+    victim = next(s for s in store.list_slots() if s.slot_id == jobs.members(generation)[-1])
+    assert any(is_learner(p) for p in descendants(victim.pid)), "no learner on that slot"
+
+    os.kill(victim.pid, signal.SIGKILL)  # the Celery worker hosting a learner
+    restarted = lambda: any(s.slot_id == victim.slot_id and s.pid != victim.pid  # noqa: E731
+                            for s in cluster.warm_slots())  # fmt: skip
+    wait_for(restarted, 90, "the slot's worker restarted")
+    assert_recovered(job, cluster, watching, 20 * TRAIN // BATCH)
+    assert job.events.filter(kind="failure").exists()
+    assert not job.events.filter(kind="restart").exists(), "the survivor did not go on"
+
+
+def test_a_killed_scheduler_is_restarted_and_schedules_again(
+    cluster: FaultCluster, store: Store, alice: Any, tmp_path: Path, watch: Watcher
+) -> None:
+    cluster.start_slots(2)
+    stack = cluster.supervise("scheduler")  # as under `make run`
+    job = running_on_two(cluster, alice, tmp_path, "scheduler killed", epochs=20)
+    watching = watch(job)
+    killed = stack.pid("scheduler")
+    assert killed is not None and (store.lease_holder() or "").endswith(f":{killed}")
+
+    os.kill(killed, signal.SIGKILL)  # the active scheduler, mid-job
+    wait_for(lambda: "scheduler exited (killed by SIGKILL)" in stack.log.read_text(), 30,
+             "the supervisor to see the scheduler die")  # fmt: skip
+    wait_for(lambda: (store.lease_holder() or "").endswith(f":{stack.pid('scheduler')}"), 60,
+             "the restarted scheduler to take over")  # fmt: skip
+    # It decides again: a second job gets a slot of the first, which grows back after.
+    data = write_cifar10(tmp_path / "data2", train=TRAIN, test=64)
+    other = submit(alice, "after the restart", data, epochs=1, max_workers=1)
+    wait_for(lambda: workers_of(other) == 1, 60, "the second job to get a slot")
+    assert_recovered(job, cluster, watching, 20 * TRAIN // BATCH)
+    wait_for(lambda: completed(other), 60, "the second job to complete")
+    assert api_steps(other) == list(range(1, TRAIN // BATCH + 1))
+
+
+def test_the_web_killed_comes_back_and_the_job_goes_on_meanwhile(
+    cluster: FaultCluster, alice: Any, tmp_path: Path, watch: Watcher
+) -> None:
+    cluster.start_slots(2)
+    cluster.start_scheduler()
+    stack = cluster.supervise("web")
+    get = http_get(cluster.web_port, Token.objects.create(user=alice).key)
+    wait_for(lambda: get("/api/v1/auth/me/")[0] == 200, 120, "the API to answer")
+    job = running_on_two(cluster, alice, tmp_path, "web killed", epochs=16)
+    watching = watch(job)
+    killed = stack.pid("web")
+    assert killed is not None
+
+    os.kill(killed, signal.SIGKILL)  # the Daphne serving pages and API
+    killed_at = time.time()
+    wait_for(lambda: get(f"/api/v1/jobs/{job.pk}/")[0] == 200, 120, "the API to answer again")
+    back_at = time.time()
+    assert stack.pid("web") not in (None, killed), "not the supervisor's new web"
+    during = job.metrics.filter(kind="train", time__gt=killed_at, time__lt=back_at)
+    assert during.exists(), "training stopped while the web was down"
+    assert_recovered(job, cluster, watching, 16 * TRAIN // BATCH, get=get)

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import json
+import signal
 import time
 from pathlib import Path
 
@@ -106,6 +107,15 @@ def test_the_allocation_record_answers_which_slots_a_job_holds() -> None:
     assert record.of(1).slots == ("h.0", "h.1", "h.2")
     assert record.of(3) == Allocation()
     assert record.holder() == {"h.0": 1, "h.1": 1, "h.2": 1, "g.0": 2}
+
+
+def test_a_kill_request_reaches_the_slot_task_as_the_signal_asked_for(store: Store) -> None:
+    jobs = JobStore(store.r, "kill")
+    jobs.request_kill("h.0", signal.SIGKILL)  # as the scheduler sends it: an enum member
+    jobs.request_kill("h.1", 15)
+    assert (jobs.kill_requested("h.0"), jobs.kill_requested("h.1")) == (9, 15)
+    jobs.clear_kill("h.0")
+    assert jobs.kill_requested("h.0") is None
 
 
 def test_a_learner_keeps_its_metrics_while_redis_is_away_and_writes_them_once_back(
