@@ -105,14 +105,19 @@ class Supervisor:
         """Start every child and watch them until SIGINT or SIGTERM; then stop them all."""
         for signum in (signal.SIGINT, signal.SIGTERM):
             signal.signal(signum, lambda *_: self.stopping.set())
-        for child in self.children:
-            self.spawn(child)
         try:
-            while not self.stopping.wait(poll_interval):
-                self.poll(time.monotonic())
+            self.watch(poll_interval)
         finally:
             self.stop()
         return 0
+
+    def watch(self, poll_interval: float = 0.2) -> None:
+        """Start every child and restart whichever dies, until ``stopping`` is set (any
+        thread may run this; ``run`` adds the signals and the final stop)."""
+        for child in self.children:
+            self.spawn(child)
+        while not self.stopping.wait(poll_interval):
+            self.poll(time.monotonic())
 
     def stop(self, grace: float = 15.0) -> None:
         running = [c.proc for c in self.children if c.proc is not None and c.proc.poll() is None]

@@ -64,15 +64,9 @@ class Supervised:
     def __init__(self, commands: dict[str, str], env: dict[str, str], log: Path) -> None:
         self.log = log
         self.supervisor = Supervisor(commands, env, str(PROJECT_DIR), out=log.open("w"))
-        self.thread = threading.Thread(target=self._loop, name="supervisor", daemon=True)
+        self.thread = threading.Thread(target=self.supervisor.watch, name="supervisor",
+                                       daemon=True)  # fmt: skip
         self.thread.start()
-
-    def _loop(self) -> None:
-        supervisor = self.supervisor
-        for child in supervisor.children:
-            supervisor.spawn(child)
-        while not supervisor.stopping.wait(0.2):
-            supervisor.poll(time.monotonic())
 
     def pid(self, name: str) -> int | None:
         """The pid of child ``name`` while it runs (None between a death and its restart)."""
