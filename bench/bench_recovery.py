@@ -229,7 +229,8 @@ def after_live_fault(train: list[dict[str, Any]], at: float,
     """(fault to the next iteration, of a later generation if asked; iterations redone)."""
     gen = max(r["gen"] for r in train if r["time"] <= at)
     later = [r for r in train if r["time"] > at and (r["gen"] > gen or not newer_generation)]
-    redone = sum(n - 1 for n in Counter(r["step"] for r in train).values())
+    times = {(r["step"], r["time"]) for r in train}  # a record written twice has one time
+    redone = sum(n - 1 for n in Counter(step for step, _ in times).values())
     return later[0]["time"] - at, redone
 
 

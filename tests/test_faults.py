@@ -250,12 +250,13 @@ def api_steps(job: Job, get: Get | None = None) -> list[int]:
 
 
 def redone(job: Job) -> int:
-    """Iterations trained twice: steps whose record the learners wrote more than once to
-    the job's stream (the database keeps the first). The iteration in flight at a fault,
-    never recorded, is the one a fault may cost."""
-    counts = Counter(r["step"] for _, r in services.job_store(job.pk).read_metrics()
-                     if r.get("type") == "train")  # fmt: skip
-    return sum(n - 1 for n in counts.values())
+    """Iterations trained twice: steps the learners recorded more than once, at different
+    times, in the job's stream (the database keeps the first; a record written twice by a
+    retry has one time). The iteration in flight at a fault, never recorded, is the one a
+    fault may cost."""
+    times = {(r["step"], r["time"]) for _, r in services.job_store(job.pk).read_metrics()
+             if r.get("type") == "train"}  # fmt: skip
+    return sum(n - 1 for n in Counter(step for step, _ in times).values())
 
 
 def assert_recovered(job: Job, cluster: FaultCluster, watch: Watch, steps: int,
@@ -437,3 +438,26 @@ def test_the_web_killed_comes_back_and_the_job_goes_on_meanwhile(
     during = job.metrics.filter(kind="train", time__gt=killed_at, time__lt=back_at)
     assert during.exists(), "training stopped while the web was down"
     assert_recovered(job, cluster, watching, 16 * TRAIN // BATCH, get=get)
+
+
+def test_a_job_that_ends_while_no_scheduler_runs_completes_and_frees_its_slots(
+    cluster: FaultCluster, alice: Any, tmp_path: Path, watch: Watcher
+) -> None:
+    cluster.start_slots(2)
+    scheduler = cluster.start_scheduler()
+    job = running_on_two(cluster, alice, tmp_path, "ends unseen", epochs=6)
+    watching = watch(job)
+
+    os.kill(scheduler.pid, signal.SIGKILL)  # the job's last steps run with no scheduler
+    scheduler.wait()
+    cluster.schedulers.remove(scheduler)
+    jobs = services.job_store(job.pk)
+    wait_for(lambda: any(r["type"] == "done" for _, r in jobs.read_metrics())
+             and not cluster.learners(), 120, "the learners to finish")  # fmt: skip
+    cluster.start_scheduler("restarted")  # as the supervisor does
+    assert_recovered(job, cluster, watching, 6 * TRAIN // BATCH)
+    started = sum(log.read_text().count(": started (") for log in (job.workdir / "logs").iterdir())
+    assert started == 2, f"{started - 2} learner(s) sent to a job whose training was done"
+    data = write_cifar10(tmp_path / "data2", train=TRAIN, test=64)
+    other = submit(alice, "next", data, epochs=1, max_workers=2)
+    wait_for(lambda: completed(other), 90, "the next job to complete on the freed slots")

@@ -1,9 +1,13 @@
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
 from pathlib import Path
 
 from scheduler.store import JobStore
-from workers.learner.host import STALE, learner_env, run_learner
+from workers.learner.host import STALE, learner_env, run_learner, signal_learner
 
 
 def test_a_learner_gets_no_platform_secrets() -> None:
@@ -27,3 +31,13 @@ def test_a_task_with_a_stale_token_starts_nothing(store: object, tmp_path: Path)
     spec = tmp_path / "spec.json"  # never read: nothing starts
     assert run_learner(jobs, "h.0", "old", spec, "redis://unused") == STALE
     assert not (tmp_path / "logs").exists()
+
+
+def test_a_kill_that_comes_before_the_learners_own_session_still_kills_it() -> None:
+    # A learner takes its own session (its process group) first thing; a kill asked for
+    # as it starts finds no such group yet, and must reach the learner itself.
+    slow = "import os, time; time.sleep(60); os.setsid(); time.sleep(60)"
+    child = subprocess.Popen([sys.executable, "-c", slow])
+    assert os.getpgid(child.pid) != child.pid  # no group of its own yet
+    signal_learner(child.pid, signal.SIGKILL)
+    assert child.wait(timeout=10) == -signal.SIGKILL

@@ -54,6 +54,9 @@ class JobRunner:
         c.joining = [s for s in live if s not in c.members]
         self.want = len(c.members)
         self.phase = JobPhase.TRAINING if c.members else JobPhase.WAITING
+        # What the learners wrote while no scheduler ran, before any decision: a job that
+        # finished meanwhile must not be sent new learners.
+        self._persist(c.read_metrics())
 
     def _event(self, kind: str, data: dict[str, Any]) -> None:
         message = MESSAGES.get(kind, kind).format(**data)
@@ -88,7 +91,7 @@ class JobRunner:
             if slot in c.joining:  # not admitted yet: call it off
                 c.joining.remove(slot)
                 self.launcher.kill(slot)
-        if joined:
+        if joined and not c.done:  # training finished: no learner joins any more
             c.start_joiners(list(joined))
         self.want = want
 

@@ -121,6 +121,16 @@ def fork_learner(spec: Path, paths: JobPaths, slot: str, redis_url: str, log_pat
     return proc
 
 
+def signal_learner(pid: int, sig: int) -> None:
+    """Signal the learner's process group; the learner alone while it has none yet (a kill
+    asked for as it starts arrives before its ``setsid``, and must not be lost)."""
+    try:
+        os.killpg(pid, sig)
+    except ProcessLookupError:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, sig)
+
+
 def _fork_server_pid() -> int | None:
     return forkserver._forkserver._forkserver_pid  # type: ignore[attr-defined,no-any-return]
 
@@ -150,8 +160,7 @@ def run_learner(
         sig = jobs.kill_requested(slot)
         if sig is not None:
             jobs.clear_kill(slot)
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, sig)
+            signal_learner(proc.pid, sig)
         proc.join(0.1)
     with contextlib.suppress(ProcessLookupError):
         os.killpg(proc.pid, signal.SIGKILL)
