@@ -21,14 +21,48 @@ from scheduler.store import JobStore, queue_for
 
 LEASE_GRACE = 2.0  # seconds a lapsed lease must stay missing, watched without a gap
 START_GRACE = 180.0  # seconds a dispatched learner has to take its first lease
+# The task stores no result (workers/tasks.py): nothing subscribes to one.
+SEND: dict[str, Any] = {"ignore_result": True}
 WATCH_GAP = 3.0  # seconds between two looks beyond which the watch starts over (an outage)
 
 
+class Dispatches:
+    """The learners one scheduler step starts, sent together at its end: every slot's token
+    in one Redis transaction, then the tasks through one producer."""
+
+    def __init__(self, client: Any, celery_app: Any) -> None:
+        self.client = client
+        self.app = celery_app
+        self.pipe: Any = None
+        self.tasks: list[tuple[list[Any], str]] = []
+
+    def add(self, jobs: JobStore, job_pk: int, slot: str, token: str) -> None:
+        if self.pipe is None:
+            self.pipe = self.client.pipeline()
+        jobs.set_dispatch(slot, token, self.pipe)
+        self.tasks.append(([job_pk, slot, token], queue_for(slot)))
+
+    def send(self) -> None:
+        pipe, tasks = self.pipe, self.tasks
+        self.pipe, self.tasks = None, []
+        if pipe is None:
+            return
+        pipe.execute()
+        # One pipeline for the messages too. No queue declaration: a message for a slot goes
+        # straight to its queue's list, which its worker declared when it started.
+        with self.app.producer_or_acquire() as producer, producer.batch():
+            for args, queue in tasks:
+                self.app.send_task("edt.run_learner", args=args, queue=queue, producer=producer,
+                                   declare=[], **SEND)  # fmt: skip
+
+
 class CeleryLauncher:
-    def __init__(self, jobs: JobStore, celery_app: Any, job_pk: int) -> None:
+    def __init__(self, jobs: JobStore, celery_app: Any, job_pk: int,
+                 batch: Dispatches | None = None) -> None:  # fmt: skip
         self.jobs = jobs
         self.app = celery_app
         self.job_pk = job_pk
+        self.batch = batch  # where starts go, when the caller sends them together
         self.tokens = jobs.dispatches()  # a new scheduler takes over what was sent
         now = time.monotonic()
         self.sent_at = dict.fromkeys(self.tokens, now)
@@ -44,9 +78,12 @@ class CeleryLauncher:
         self.leased.discard(slot)
         self.gone.discard(slot)
         self.missing_since.pop(slot, None)
+        if self.batch is not None:
+            self.batch.add(self.jobs, self.job_pk, slot, token)
+            return
         self.jobs.set_dispatch(slot, token)
         self.app.send_task(
-            "edt.run_learner", args=[self.job_pk, slot, token], queue=queue_for(slot)
+            "edt.run_learner", args=[self.job_pk, slot, token], queue=queue_for(slot), **SEND
         )
 
     def kill(self, slot: str, sig: int = signal.SIGKILL) -> None:
@@ -65,6 +102,10 @@ class CeleryLauncher:
         token, code = self.jobs.exits().get(slot, ("", 0))
         return code if slot in self.tokens and token == self.tokens[slot] else None
 
+    def pending(self) -> list[str]:
+        """Slots where the learner last sent has not ended (as far as is known)."""
+        return [s for s in self.tokens if not self.exited(s)]
+
     def observe(self, alive_slots: set[str]) -> list[str]:
         """Look at the leases of this job's learners once; returns the slots newly judged
         gone. A look after a long gap (Redis or the scheduler away) starts the watch over:
@@ -72,7 +113,7 @@ class CeleryLauncher:
         now = time.monotonic()
         watched = now - self.looked_at <= WATCH_GAP
         self.looked_at = now
-        pending = [s for s in self.tokens if not self.exited(s)]
+        pending = self.pending()
         leases = self.jobs.leases(pending)
         newly = []
         for slot in pending:

@@ -93,6 +93,24 @@ def grant(client: redis.Redis, url: str, job_id: str, secret: str) -> str:
     return with_credential(url, job_user(job_id), password)
 
 
+def grant_all(client: redis.Redis, url: str, job_ids: list[str], secret: str) -> None:
+    """``grant`` for many jobs in one round trip (after Redis restarted, every running job's
+    user at once)."""
+    if not job_ids:
+        return
+    major = _major(client)
+    pipe = client.pipeline(transaction=False)
+    for job_id in job_ids:
+        password = job_password(secret, job_id)
+        pipe.execute_command("ACL", "SETUSER", job_user(job_id), *rules(job_id, password, major))  # type: ignore[no-untyped-call]
+    try:
+        pipe.execute()
+    except redis.ResponseError as exc:
+        if "unknown command" not in str(exc).lower():
+            raise
+        log.error("Redis refused ACL SETUSER (%s): learners use the platform's credential", exc)
+
+
 def revoke(client: redis.Redis, job_id: str) -> None:
     """Delete the job's ACL user (its learners' connections are closed by Redis)."""
     try:

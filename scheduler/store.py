@@ -292,6 +292,9 @@ def _slot_from(slot_id: str, desc: dict[str, str], hb: str | None) -> SlotInfo:
 # edt:job:<id>:exits          hash slot -> exit code of its learner
 # edt:job:<id>:lease:<slot>   the token of the learner alive on the slot, with a short TTL
 # edt:job:<id>:metrics        stream of per-iteration and per-epoch records
+# edt:job:<id>:changes        a counter every learner and slot task write above moves, in
+#                             the same round trip and after the write: the scheduler reads
+#                             again only the jobs whose counter moved (ObservedJobStore)
 
 LEARNER_PATIENCE = 600.0  # seconds a learner or slot task keeps retrying while Redis is away
 LEASE_TTL_MS = 4000  # a learner that stopped renewing for this long is gone
@@ -334,6 +337,13 @@ class JobStore:
 
     def key(self, suffix: str) -> str:
         return _job_key(self.job_id, suffix)
+
+    def _changed(self, write: Callable[[Any], object]) -> None:
+        """``write`` (on a pipeline), then the job's change counter, in one round trip."""
+        pipe = self.r.pipeline(transaction=False)
+        write(pipe)
+        pipe.incrby(self.key("changes"), 1)
+        pipe.execute()
 
     @property
     def redis_away(self) -> bool:
@@ -378,7 +388,7 @@ class JobStore:
 
     @patient
     def adopt(self, gen: int) -> None:
-        self.r.set(self.key("adopted"), gen)
+        self._changed(lambda pipe: pipe.set(self.key("adopted"), gen))
 
     def adopted(self) -> int:
         value = self.r.get(self.key("adopted"))
@@ -390,6 +400,7 @@ class JobStore:
     def announce_ready(self, slot_id: str) -> None:
         pipe = self.r.pipeline(transaction=False)
         pipe.sadd(self.key("ready"), slot_id)
+        pipe.incrby(self.key("changes"), 1)
         pipe.rpush(WAKE_KEY, f"ready {self.job_id} {slot_id}")
         pipe.execute()
 
@@ -397,13 +408,14 @@ class JobStore:
         return {str(s) for s in self.r.smembers(self.key("ready"))}
 
     def clear_ready(self, slot_id: str) -> None:
-        self.r.srem(self.key("ready"), slot_id)
+        self._changed(lambda pipe: pipe.srem(self.key("ready"), slot_id))
 
     @patient
     def report_failure(self, slot_id: str, gen: int, step: int, error: str) -> None:
         report = {"slot": slot_id, "gen": gen, "step": step, "error": error, "at": time.time()}
         pipe = self.r.pipeline(transaction=False)
         pipe.rpush(self.key("failures"), json.dumps(report))
+        pipe.incrby(self.key("changes"), 1)
         pipe.rpush(WAKE_KEY, f"failure {self.job_id} {slot_id}")
         pipe.execute()
 
@@ -413,7 +425,7 @@ class JobStore:
     @patient
     def report_error(self, slot_id: str, message: str, trace: str) -> None:
         report = {"slot": slot_id, "message": message, "trace": trace, "at": time.time()}
-        self.r.rpush(self.key("errors"), json.dumps(report))
+        self._changed(lambda pipe: pipe.rpush(self.key("errors"), json.dumps(report)))
 
     def errors(self) -> list[dict[str, Any]]:
         return [json.loads(str(item)) for item in self.r.lrange(self.key("errors"), 0, -1)]
@@ -435,14 +447,17 @@ class JobStore:
 
     # Dispatch to slots (Celery) -------------------------------------------------------------
 
-    def set_dispatch(self, slot_id: str, token: str) -> None:
+    def set_dispatch(self, slot_id: str, token: str, pipe: Any = None) -> None:
         """The token a learner task for this slot must carry; older tasks exit at once.
-        A READY left by an earlier learner on the slot no longer counts."""
-        pipe = self.r.pipeline()
+        A READY left by an earlier learner on the slot no longer counts. With ``pipe``, the
+        writes are queued there (the caller executes it before sending the task)."""
+        own = pipe is None
+        pipe = self.r.pipeline() if own else pipe
         pipe.hset(self.key("dispatch"), slot_id, token)
         pipe.srem(self.key("ready"), slot_id)
         pipe.hdel(self.key("kill"), slot_id)
-        pipe.execute()
+        if own:
+            pipe.execute()
 
     @patient
     def dispatch_token(self, slot_id: str) -> str | None:
@@ -476,6 +491,7 @@ class JobStore:
         pipe = self.r.pipeline(transaction=False)
         pipe.hset(self.key("exits"), slot_id, f"{token}:{code}")
         pipe.delete(self.key(f"lease:{slot_id}"))
+        pipe.incrby(self.key("changes"), 1)
         pipe.rpush(WAKE_KEY, f"exit {self.job_id} {slot_id}")
         pipe.execute()
 
@@ -558,6 +574,7 @@ class JobStore:
             pipe.xadd(self.key("metrics"), {"json": item}, maxlen=1_000_000)
         if self.unsaved_checkpoint is not None:
             pipe.set(self.key("checkpoint"), self.unsaved_checkpoint)
+        pipe.incrby(self.key("changes"), 1)
         pipe.execute()
         self.outbox.clear()
         self.unsaved_checkpoint = None
@@ -597,3 +614,203 @@ class LeaseKeeper(threading.Thread):
 
     def stop(self) -> None:
         self.stopping.set()
+
+
+# The scheduler's view of every job, read once per step ----------------------------------------
+
+
+def _stream_id(eid: str) -> tuple[int, int]:
+    ms, _, seq = eid.partition("-")
+    return int(ms), int(seq or 0)
+
+
+@dataclass
+class JobState:
+    """What the coordinator reads of one job, as one observation read it."""
+
+    changes: str | None = None  # the job's change counter at the read
+    generation: int = 0
+    adopted: int = 0
+    ready: set[str] = field(default_factory=set)
+    failures: list[dict[str, Any]] = field(default_factory=list)
+    errors: list[dict[str, Any]] = field(default_factory=list)
+    exits: dict[str, tuple[str, int]] = field(default_factory=dict)
+    checkpoint: int = 0
+    dispatch: dict[str, str] = field(default_factory=dict)
+    cursor: str = "0-0"  # the last metrics record persisted, as Redis keeps it
+    metrics: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+    leases: dict[str, str] = field(default_factory=dict)  # slot -> token, pending slots only
+
+
+class ObservedJobStore(JobStore):
+    """The scheduler's ``JobStore``: its reads answer from the job's state as the step's
+    observation read it (:func:`observe`, one pipeline for every job whose change counter
+    moved, and :func:`changes_and_leases`, one ``MGET`` for every job), its writes go to
+    Redis and into that state. Learners and slot tasks move the counter with each write
+    the coordinator reads; what the scheduler writes itself it knows.
+
+    ``members`` and the writes keep reading and writing Redis at once.
+    """
+
+    def __init__(self, client: redis.Redis, job_id: str) -> None:
+        super().__init__(client, job_id)
+        self.seen = JobState()
+        self.observed = False  # read at least once
+        self.after: str | None = None  # the coordinator's metrics cursor (None: Redis')
+
+    # Reads: from the observation --------------------------------------------------------
+
+    def generation(self) -> int:
+        return self.seen.generation
+
+    def adopted(self) -> int:
+        return self.seen.adopted
+
+    def ready_slots(self) -> set[str]:
+        return set(self.seen.ready)
+
+    def failures(self) -> list[dict[str, Any]]:
+        return self.seen.failures
+
+    def errors(self) -> list[dict[str, Any]]:
+        return self.seen.errors
+
+    def exits(self) -> dict[str, tuple[str, int]]:
+        return self.seen.exits
+
+    def checkpoint_step(self) -> int:
+        return self.seen.checkpoint
+
+    def dispatches(self) -> dict[str, str]:
+        return dict(self.seen.dispatch)
+
+    def cursor(self) -> str:
+        return self.seen.cursor
+
+    def leases(self, slots: list[str]) -> dict[str, str]:
+        return {s: self.seen.leases[s] for s in slots if s in self.seen.leases}
+
+    def read_metrics(self, after: str = "0-0") -> list[tuple[str, dict[str, Any]]]:
+        """The observed records after stream id ``after``; the next observation reads on
+        from the last of them."""
+        last = _stream_id(after)
+        found = [(eid, record) for eid, record in self.seen.metrics if _stream_id(eid) > last]
+        self.after = found[-1][0] if found else after
+        return found
+
+    # Writes: to Redis and to the observation --------------------------------------------
+
+    def publish_generation(self, members: list[str]) -> int:
+        gen = super().publish_generation(members)
+        self.seen.generation = gen
+        return gen
+
+    def set_dispatch(self, slot_id: str, token: str, pipe: Any = None) -> None:
+        super().set_dispatch(slot_id, token, pipe)
+        self.seen.dispatch[slot_id] = token
+        self.seen.ready.discard(slot_id)
+
+    def clear_ready(self, slot_id: str) -> None:
+        super().clear_ready(slot_id)
+        self.seen.ready.discard(slot_id)
+
+    def set_cursor(self, stream_id: str) -> None:
+        super().set_cursor(stream_id)
+        self.seen.cursor = stream_id
+
+    def reset_run(self) -> None:
+        super().reset_run()
+        s = self.seen
+        s.ready, s.failures, s.exits, s.dispatch = set(), [], {}, {}
+
+    def _take(self, reply: Any) -> None:
+        """One job's part of the :data:`_OBSERVE` script's answer (0: nothing in Redis)."""
+        if not reply:
+            reply = [None, None, None, [], [], [], [], None, [], None, []]
+        changes, gen, adopted, ready, failures, errors, exits, checkpoint, dispatch = reply[:9]
+        cursor, metrics = reply[9], reply[10]
+        pairs = {str(k): str(v).rpartition(":") for k, v in _pairs(exits).items()}
+        self.seen = JobState(
+            changes=None if changes is None else str(changes),
+            generation=int(gen) if gen is not None else 0,
+            adopted=int(adopted) if adopted is not None else 0,
+            ready={str(r) for r in ready},
+            failures=[json.loads(str(item)) for item in failures],
+            errors=[json.loads(str(item)) for item in errors],
+            exits={slot: (token, int(code)) for slot, (token, _, code) in pairs.items()},
+            checkpoint=int(checkpoint) if checkpoint is not None else 0,
+            dispatch=_pairs(dispatch),
+            cursor="0-0" if cursor is None else str(cursor),
+            metrics=[(str(eid), json.loads(_pairs(fields)["json"])) for eid, fields in metrics],
+            leases=self.seen.leases,
+        )
+        if self.after is None:
+            self.after = self.seen.cursor
+        self.observed = True
+
+
+def _pairs(flat: list[Any]) -> dict[str, str]:
+    return {str(k): str(v) for k, v in zip(flat[::2], flat[1::2], strict=True)}
+
+
+# Every key the coordinator reads of each job, atomically: ARGV is the key prefix, then per
+# job its id and the metrics stream id to read after ("": the persisted cursor). A job with
+# nothing in Redis (never ran) answers 0. Keys are built here from the ids: one standalone
+# Redis, never a cluster.
+_OBSERVE = """
+local out = {}
+for i = 2, #ARGV, 2 do
+  local k = ARGV[1] .. ARGV[i] .. ':'
+  local reply = {
+    redis.call('GET', k .. 'changes'), redis.call('GET', k .. 'gen'),
+    redis.call('GET', k .. 'adopted'), redis.call('SMEMBERS', k .. 'ready'),
+    redis.call('LRANGE', k .. 'failures', 0, -1), redis.call('LRANGE', k .. 'errors', 0, -1),
+    redis.call('HGETALL', k .. 'exits'), redis.call('GET', k .. 'checkpoint'),
+    redis.call('HGETALL', k .. 'dispatch'), redis.call('GET', k .. 'cursor')}
+  local after = ARGV[i + 1]
+  if after == '' then after = reply[10] or '0-0' end
+  reply[11] = redis.call('XRANGE', k .. 'metrics', '(' .. after, '+')
+  local empty = #reply[4] + #reply[5] + #reply[6] + #reply[7] + #reply[9] + #reply[11] == 0
+  for j = 1, 10 do
+    if j ~= 4 and j ~= 5 and j ~= 6 and j ~= 7 and j ~= 9 and reply[j] then empty = false end
+  end
+  if empty then out[#out + 1] = 0 else out[#out + 1] = reply end
+end
+return out
+"""
+
+
+def observe(client: redis.Redis, stores: list[ObservedJobStore]) -> None:
+    """Read every job of ``stores`` in one script: one round trip, one consistent view."""
+    if not stores:
+        return
+    args: list[str] = [PREFIX + "job:"]
+    for store in stores:
+        args += [store.job_id, store.after or ""]
+    replies: Any = client.eval(_OBSERVE, 0, *args)
+    for store, reply in zip(stores, replies, strict=True):
+        store._take(reply)
+
+
+def changes_and_leases(
+    client: redis.Redis, stores: list[ObservedJobStore], pending: list[list[str]]
+) -> list[bool]:
+    """One ``MGET``: each job's change counter and the leases of its ``pending`` slots (one
+    list per store), stored into each store's observation. True for each store whose
+    counter moved since it was last observed (or that was never observed)."""
+    keys = [s.key("changes") for s in stores]
+    for store, slots in zip(stores, pending, strict=True):
+        keys += [store.key(f"lease:{slot}") for slot in slots]
+    if not keys:
+        return []
+    values = client.mget(keys)
+    moved = []
+    at = len(stores)
+    for i, (store, slots) in enumerate(zip(stores, pending, strict=True)):
+        counter = values[i]
+        moved.append(not store.observed or (None if counter is None else str(counter))
+                     != store.seen.changes)  # fmt: skip
+        found = values[at : at + len(slots)]
+        at += len(slots)
+        store.seen.leases = {s: str(v) for s, v in zip(slots, found, strict=True) if v is not None}
+    return moved

@@ -115,7 +115,7 @@ class RecordingCelery:
     def __init__(self) -> None:
         self.sent: list[tuple[str, list[Any], str]] = []
 
-    def send_task(self, name: str, args: list[Any], queue: str) -> None:
+    def send_task(self, name: str, args: list[Any], queue: str, **options: Any) -> None:
         self.sent.append((name, args, queue))
 
 

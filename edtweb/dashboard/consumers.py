@@ -6,6 +6,7 @@ from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
 from edtweb.dashboard.live import CLUSTER_GROUP, current_slots, visible_slots
+from edtweb.training.live import JOBS as JOBS_GROUP
 
 
 class ClusterConsumer(AsyncJsonWebsocketConsumer):
@@ -46,12 +47,30 @@ class ClusterConsumer(AsyncJsonWebsocketConsumer):
                 {"type": "allocation", **{k: v for k, v in event.items() if k != "type"}}
             )
 
+    async def cluster_allocations(self, event: dict[str, Any]) -> None:
+        """A scheduler step's allocation changes, in one frame: those of jobs this user
+        may see."""
+        changes = event["changes"]
+        mine = await self.may_see_all({c["job"] for c in changes})
+        shown = [c for c in changes if c["job"] in mine]
+        if shown:
+            await self.send_json({"type": "allocations", "changes": shown})
+
     @database_sync_to_async
     def may_see(self, job_id: int) -> bool:
         from edtweb.training.models import Job
 
         user = self.scope["user"]
         return bool(user.is_staff or Job.objects.filter(pk=job_id, owner=user).exists())
+
+    @database_sync_to_async
+    def may_see_all(self, job_ids: set[int]) -> set[int]:
+        from edtweb.training.models import Job
+
+        user = self.scope["user"]
+        if user.is_staff:
+            return job_ids
+        return set(Job.objects.filter(pk__in=job_ids, owner=user).values_list("pk", flat=True))
 
 
 class JobConsumer(AsyncJsonWebsocketConsumer):
@@ -65,12 +84,15 @@ class JobConsumer(AsyncJsonWebsocketConsumer):
         if self.group is None:
             await self.close()  # not logged in, or not this user's job: refused
             return
+        self.job_id = job_id
         await self.channel_layer.group_add(self.group, self.channel_name)
+        await self.channel_layer.group_add(JOBS_GROUP, self.channel_name)
         await self.accept()
 
     async def disconnect(self, code: int) -> None:
         if getattr(self, "group", None):
             await self.channel_layer.group_discard(self.group, self.channel_name)
+            await self.channel_layer.group_discard(JOBS_GROUP, self.channel_name)
 
     # Helpers ---------------------------------------------------------------------------
 
@@ -96,6 +118,16 @@ class JobConsumer(AsyncJsonWebsocketConsumer):
                 "records": event["records"],
             }
         )
+
+    async def jobs_updates(self, event: dict[str, Any]) -> None:
+        """A scheduler step's events and state changes of every job: this job's."""
+        for update in event["updates"]:
+            if update["job"] == self.job_id:
+                message = update["message"]
+                if message["type"] == "job.event":
+                    await self.job_event(message)
+                elif message["type"] == "job.state":
+                    await self.job_state(message)
 
     async def job_event(self, event: dict[str, Any]) -> None:
         await self.send_json({"type": "event", "event": event["event"]})

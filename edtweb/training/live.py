@@ -1,11 +1,20 @@
 """Pushing a job's updates to its pages (group ``job.<id>``) and allocations to the Cluster
 page (group ``cluster``). Sequence numbers let a page notice a gap and reload its history:
-a channel layer drops messages past its capacity without a word."""
+a channel layer drops messages past its capacity without a word.
+
+Inside :func:`batched` (the scheduler's step), pushes are collected and sent once at the
+end, in one call: every allocation change in one ``cluster`` message, every job's events
+and state changes in one message to group ``jobs`` (each job page's consumer keeps its own
+job's), and each job's metrics to its own group.
+"""
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import logging
 import time
+from collections.abc import Iterator
 from typing import Any
 
 from asgiref.sync import async_to_sync
@@ -13,19 +22,80 @@ from channels.layers import get_channel_layer
 
 log = logging.getLogger("edt.live")
 
+CLUSTER = "cluster"
+JOBS = "jobs"  # every job page's consumer: a step's events and state changes, all jobs
+
+_pending: contextvars.ContextVar[list[tuple[str, dict[str, Any]]] | None] = contextvars.ContextVar(
+    "edt_live_pending", default=None
+)
+
 
 def group_of(job_id: int) -> str:
     return f"job.{job_id}"  # the same as Job.group_name
 
 
 def _send(group: str, message: dict[str, Any]) -> None:
-    layer = get_channel_layer()
-    if layer is None:
+    pending = _pending.get()
+    if pending is not None:
+        pending.append((group, message))
         return
+    _send_all([(group, message)])
+
+
+def _send_all(messages: list[tuple[str, dict[str, Any]]]) -> None:
+    layer = get_channel_layer()
+    if layer is None or not messages:
+        return
+
+    async def send() -> None:
+        for group, message in messages:
+            await layer.group_send(group, message)
+
     try:
-        async_to_sync(layer.group_send)(group, message)
+        async_to_sync(send)()
     except Exception as exc:  # pages catch up from history; never fail the caller for them
-        log.warning("live update to %s not sent: %s", group, exc)
+        log.warning("live updates (%d) not sent: %s", len(messages), exc)
+
+
+@contextlib.contextmanager
+def batched() -> Iterator[None]:
+    """Collect the pushes made inside the block; send them at its end, merged (see above).
+    Nested blocks belong to the outermost."""
+    if _pending.get() is not None:
+        yield
+        return
+    pending: list[tuple[str, dict[str, Any]]] = []
+    token = _pending.set(pending)
+    try:
+        yield
+    finally:
+        _pending.reset(token)
+        _send_all(merged(pending))
+
+
+def merged(pending: list[tuple[str, dict[str, Any]]]) -> list[tuple[str, dict[str, Any]]]:
+    """One ``cluster.allocations`` message for every ``cluster.allocation``, one
+    ``jobs.updates`` message for every job's event and state change (in their order), and
+    the rest (metrics) as they were."""
+    allocations = [m for g, m in pending if g == CLUSTER and m["type"] == "cluster.allocation"]
+    updates = [
+        {"job": int(g.partition(".")[2]), "message": m}
+        for g, m in pending
+        if g.startswith("job.") and m["type"] in ("job.event", "job.state")
+    ]
+    rest = [
+        (g, m)
+        for g, m in pending
+        if not (g == CLUSTER and m["type"] == "cluster.allocation")
+        and not (g.startswith("job.") and m["type"] in ("job.event", "job.state"))
+    ]
+    out = list(rest)
+    if updates:
+        out.append((JOBS, {"type": "jobs.updates", "updates": updates}))
+    if allocations:
+        changes = [{k: v for k, v in m.items() if k != "type"} for m in allocations]
+        out.append((CLUSTER, {"type": "cluster.allocations", "changes": changes}))
+    return out
 
 
 def publish_metrics(job_id: int, first: int, last: int, records: list[dict[str, Any]]) -> None:
@@ -43,7 +113,7 @@ def publish_event(job_id: int, event: Any) -> None:
     _send(group_of(job_id), {"type": "job.event", "event": payload})
     if event.kind == "generation":
         _send(
-            "cluster",
+            CLUSTER,
             {
                 "type": "cluster.allocation",
                 "job": job_id,
@@ -53,7 +123,7 @@ def publish_event(job_id: int, event: Any) -> None:
         )
     elif event.kind == "scaled":
         _send(
-            "cluster",
+            CLUSTER,
             {
                 "type": "cluster.allocation",
                 "job": job_id,
@@ -65,6 +135,4 @@ def publish_event(job_id: int, event: Any) -> None:
 
 def publish_state(job_id: int, state: str) -> None:
     _send(group_of(job_id), {"type": "job.state", "state": state})
-    _send(
-        "cluster", {"type": "cluster.allocation", "job": job_id, "state": state, "at": time.time()}
-    )
+    _send(CLUSTER, {"type": "cluster.allocation", "job": job_id, "state": state, "at": time.time()})

@@ -1,11 +1,13 @@
 from __future__ import annotations
 
+from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from django.conf import settings
 from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
+from django.utils import timezone
 
 from workers.learner.spec import PRECISIONS, JobSpec
 
@@ -95,11 +97,31 @@ class Job(models.Model):
         )  # fmt: skip
 
 
+class JobRow(NamedTuple):
+    """The fields of a job the scheduler reads on every step, as one row: thousands of jobs
+    per step are read without building a model instance for each."""
+
+    pk: int
+    name: str
+    state: str
+    priority: int
+    max_workers: int
+    min_workers: int
+    collective_timeout: float
+    created_at: datetime
+
+    @classmethod
+    def of(cls, jobs: Any) -> list[JobRow]:
+        """The rows of the queryset ``jobs``."""
+        return [cls(*row) for row in jobs.values_list(*cls._fields)]
+
+
 class JobEvent(models.Model):
     """One line of a job's timeline: allocation changes, failures, state changes."""
 
     job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="events")
-    at = models.DateTimeField(auto_now_add=True)
+    # When it happened (the scheduler writes a step's events together, after the step).
+    at = models.DateTimeField(default=timezone.now, editable=False)
     kind = models.CharField(max_length=40)
     message = models.TextField()
     data = models.JSONField(default=dict, blank=True)

@@ -13,10 +13,11 @@ from typing import Any
 
 from edtweb.celery import app as celery_app
 from edtweb.training import live, services
-from edtweb.training.models import Job
-from scheduler.dispatch import CeleryLauncher
+from edtweb.training.models import Job, JobRow
+from scheduler.dispatch import CeleryLauncher, Dispatches
 from scheduler.elastic import Coordinator
 from scheduler.phases import FINAL, Facts, JobPhase, Transition, advance
+from scheduler.store import JobStore
 
 log = logging.getLogger("edt.scheduler")
 
@@ -31,10 +32,15 @@ MESSAGES = {
 
 
 class JobRunner:
-    def __init__(self, job: Job, resume: bool = True) -> None:
+    """``jobs``: the job's store (the live scheduler's reads from its step's observation;
+    by default one that reads Redis at each call); ``batch``: where learner starts go when
+    the caller sends a step's starts together (by default each is sent at once)."""
+
+    def __init__(self, job: Job | JobRow, resume: bool = True, jobs: JobStore | None = None,
+                 batch: Dispatches | None = None) -> None:  # fmt: skip
         self.job_id = job.pk
-        self.jobs = services.job_store(job.pk)
-        self.launcher = CeleryLauncher(self.jobs, celery_app, job.pk)
+        self.jobs = jobs if jobs is not None else services.job_store(job.pk)
+        self.launcher = CeleryLauncher(self.jobs, celery_app, job.pk, batch)
         self.coord = Coordinator(self.jobs, self.launcher, self._event, job.collective_timeout)
         self.want = 0
         self.phase = JobPhase.WAITING
@@ -94,6 +100,18 @@ class JobRunner:
         if joined and not c.done:  # training finished: no learner joins any more
             c.start_joiners(list(joined))
         self.want = want
+
+    def signature(self) -> tuple[object, ...]:
+        """What a tick reads of this runner's own state and may change: a tick that left it
+        as it was, on an unchanged observation, would do nothing the next time either."""
+        c = self.coord
+        return (self.phase, self.want, tuple(c.members), tuple(c.joining), len(c.started),
+                c.step, c.done, c.cursor, c.handled_failures, len(self.launcher.gone))  # fmt: skip
+
+    def restless(self) -> bool:
+        """Its next tick depends on time alone: a failure's grace runs, or metrics wait
+        to be pushed to the pages."""
+        return self.coord.failure_since is not None or bool(self.unsent)
 
     # The protocol ------------------------------------------------------------------------------
 

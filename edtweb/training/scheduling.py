@@ -11,20 +11,35 @@ from typing import Any
 
 from django.conf import settings
 
+from edtweb.celery import app as celery_app
 from edtweb.training import services
-from edtweb.training.models import Job
+from edtweb.training.models import Job, JobRow
 from edtweb.training.runner import JobRunner
 from edtweb.training.speedups import Curves
 from scheduler import redis_acl
+from scheduler.dispatch import Dispatches
 from scheduler.placement import Slot, place
 from scheduler.policies import Decision, JobView, Snapshot, decide
 from scheduler.policies.las import SPEEDUP_POLICY
-from scheduler.store import Allocation, AllocationRecord, SlotInfo
+from scheduler.store import (
+    Allocation,
+    AllocationRecord,
+    ObservedJobStore,
+    SlotInfo,
+    changes_and_leases,
+    observe,
+)
 
 log = logging.getLogger("edt.scheduler")
 
 
 class LiveScheduler:
+    """Each step reads the state of every job in Redis at once (one ``MGET`` of the jobs'
+    change counters and their learners' leases, then one pipeline for the jobs whose counter
+    moved), decides, places, and ticks only the runners whose inputs changed. A step's
+    events are written in one transaction and its page pushes sent once, merged, at its
+    end (``services.batched``); its learner starts go out together (``Dispatches``)."""
+
     def __init__(self, policy: str = "fairshare") -> None:
         self.policy = policy
         self.runners: dict[int, JobRunner] = {}
@@ -32,13 +47,22 @@ class LiveScheduler:
         self.capacity = 0  # usable slots at the last decision
         self.announced: dict[str, str] = {}  # job -> the last allocation change recorded
         self.redis_run: str | None = None  # the Redis server whose ACL users we granted
+        self.dirty: set[int] = set()  # runners to tick: their inputs changed since
+        self.dispatches: Dispatches | None = None
 
     def step(self, alive: list[SlotInfo]) -> bool:
         """One decision and one protocol step for every job; True while jobs are in motion."""
-        alive = [s for s in alive if s.alive]
-        jobs = {job.pk: job for job in schedulable_jobs()}
+        with services.batched():
+            return self._step([s for s in alive if s.alive])
+
+    def _step(self, alive: list[SlotInfo]) -> bool:
+        client = services.redis_client()
+        if self.dispatches is None:
+            self.dispatches = Dispatches(client, celery_app)
+        jobs = {job.pk: job for job in JobRow.of(schedulable_jobs())}
         self._sync_runners(jobs)
-        self._regrant()
+        self._regrant(client)
+        self._observe(client)
         if self.curves:
             self.curves.forget(set(jobs))
         usable = self._usable(alive)
@@ -48,7 +72,10 @@ class LiveScheduler:
         speedups = {pk: curves.curve(pk, j.max_workers) for pk, j in jobs.items()} if curves else {}
         decision = decide(snapshot(jobs.values(), self.capacity, held, speedups=speedups),
                           self.policy)  # fmt: skip
-        self._apply(jobs, usable, decision)
+        try:
+            self._apply(jobs, usable, decision)
+        finally:
+            self.dispatches.send()
         return self._advance({s.slot_id for s in alive})
 
     def allocations(self) -> AllocationRecord:
@@ -58,29 +85,50 @@ class LiveScheduler:
                 for pk, r in self.runners.items() if r.holding()}  # fmt: skip
         return AllocationRecord(jobs, self.capacity, self.policy)
 
-    def _sync_runners(self, jobs: dict[int, Job]) -> None:
+    def _runners(self, jobs: list[JobRow], resume: bool) -> dict[int, JobRunner]:
+        """New runners for ``jobs``, their stores observed together first."""
+        client = services.redis_client()
+        stores = {job.pk: ObservedJobStore(client, str(job.pk)) for job in jobs}
+        observe(client, list(stores.values()))
+        return {job.pk: JobRunner(job, resume, stores[job.pk], self.dispatches) for job in jobs}
+
+    def _sync_runners(self, jobs: dict[int, JobRow]) -> None:
         for pk in [pk for pk in self.runners if pk not in jobs]:  # stopped or failed elsewhere
             self.runners[pk].coord.kill_all()
             self._drop(pk)
-        for pk, job in jobs.items():
-            if pk not in self.runners and job.state == Job.State.RUNNING:
-                self.runners[pk] = JobRunner(job)  # taking over from another scheduler
+        taken = [
+            j for pk, j in jobs.items() if pk not in self.runners and j.state == Job.State.RUNNING
+        ]
+        if taken:  # taking over from another scheduler
+            self.runners.update(self._runners(taken, resume=True))
+            self.dirty.update(j.pk for j in taken)
 
-    def _regrant(self) -> None:
+    def _regrant(self, client: Any) -> None:
         """A restarted Redis has forgotten its ACL users (``ACL SETUSER`` is not in the
         append-only file): grant every running job's again at once, before its learners'
-        leases lapse. Redis' ``run_id`` tells a restart; one ``INFO`` per step."""
-        if not self.runners:
-            return
-        client = next(iter(self.runners.values())).jobs.r
+        leases lapse. Redis' ``run_id`` tells a restart; one ``INFO`` per step. Every job
+        is observed afresh then. On the first step, the jobs taken over from another
+        scheduler are granted (this one's own are granted by the slots that start them)."""
         run_id = str(client.info("server").get("run_id", ""))
         if run_id == self.redis_run:
             return
-        for pk in self.runners:
-            redis_acl.grant(client, settings.REDIS_URL, str(pk), settings.SECRET_KEY)
+        ids = [str(pk) for pk in self.runners]
+        redis_acl.grant_all(client, settings.REDIS_URL, ids, settings.SECRET_KEY)
         if self.redis_run is not None:
             log.info("Redis restarted: granted the ACL users of %d jobs again", len(self.runners))
+            for runner in self.runners.values():
+                runner_store(runner).observed = False
         self.redis_run = run_id
+
+    def _observe(self, client: Any) -> None:
+        """Every job's change counter and its pending learners' leases in one ``MGET``; the
+        jobs whose counter moved read again in one pipeline, their runners to be ticked."""
+        pks = list(self.runners)
+        stores = [runner_store(self.runners[pk]) for pk in pks]
+        pending = [self.runners[pk].launcher.pending() for pk in pks]
+        moved = changes_and_leases(client, stores, pending)
+        observe(client, [store for store, m in zip(stores, moved, strict=True) if m])
+        self.dirty.update(pk for pk, m in zip(pks, moved, strict=True) if m)
 
     def _usable(self, alive: list[SlotInfo]) -> list[Slot]:
         """Alive slots, less those where a leaving learner has not exited yet."""
@@ -88,7 +136,7 @@ class LiveScheduler:
         busy = {s for r in self.runners.values() for s in r.occupied()} - held
         return [Slot(s.slot_id, s.host, s.index) for s in alive if s.slot_id not in busy]
 
-    def _apply(self, jobs: dict[int, Job], usable: list[Slot], decision: Decision) -> None:
+    def _apply(self, jobs: dict[int, JobRow], usable: list[Slot], decision: Decision) -> None:
         current = {str(pk): r.holding() for pk, r in self.runners.items()}
         placement = place(usable, current, decision.targets)
         if decision.reasons:  # the decision's totals once; each event only its job's slice
@@ -101,35 +149,61 @@ class LiveScheduler:
                 data = decision.job_inputs(views[key], summary)
                 services.record_event(int(key), "scaled", reason, **data)
                 log.info("job %s: %s", key, reason)
-        for pk, job in jobs.items():
-            key, target = str(pk), decision.targets.get(str(pk), 0)
-            runner = self.runners.get(pk)
-            if runner is None and target > 0:
-                runner = self.runners[pk] = self._new_runner(job)
-            if runner is not None:
-                runner.apply(target, placement.joined.get(key, ()), placement.left.get(key, ()))
+        targets = decision.targets
+        starting = [j for pk, j in jobs.items() if pk not in self.runners and targets.get(str(pk))]
+        if starting:
+            self._start(starting)
+        for pk, runner in self.runners.items():
+            key = str(pk)
+            target = targets.get(key, 0)
+            joined, left = placement.joined.get(key, ()), placement.left.get(key, ())
+            if target != runner.want or joined or left:
+                runner.apply(target, joined, left)
+                self.dirty.add(pk)
 
-    def _new_runner(self, job: Job) -> JobRunner:
-        runner = JobRunner(job, resume=False)
-        if job.state == Job.State.SUSPENDED:
-            runner.jobs.reset_run()  # the new learners load the latest checkpoint
-            services.record_event(job.pk, "resuming", "a slot is free: resuming")
-        return runner
+    def _start(self, jobs: list[JobRow]) -> None:
+        """Runners for jobs that get slots and had none."""
+        runners = self._runners(jobs, resume=False)
+        for job in jobs:
+            if job.state == Job.State.SUSPENDED:
+                runners[job.pk].jobs.reset_run()  # the new learners load the latest checkpoint
+                services.record_event(job.pk, "resuming", "a slot is free: resuming")
+        self.runners.update(runners)
+        self.dirty.update(runners)
 
     def _advance(self, alive: set[str]) -> bool:
-        for pk, runner in list(self.runners.items()):
-            if runner.tick(alive) is not None:
+        """Look at every learner's lease; tick the runners whose inputs changed (a tick that
+        changed nothing and waits on no clock leaves its runner quiet until they do)."""
+        for pk, runner in self.runners.items():
+            gone = runner.launcher.observe(alive)
+            for slot in gone:
+                log.info("job %s: the learner on %s is gone (its lease lapsed)", pk, slot)
+            if gone:
+                self.dirty.add(pk)
+        self.dirty &= self.runners.keys()
+        for pk in sorted(self.dirty):
+            runner = self.runners[pk]
+            before = runner.signature()
+            if runner.tick() is not None:
                 self._drop(pk)
+            elif runner.signature() == before and not runner.restless():
+                self.dirty.discard(pk)
         return bool(self.runners)
 
     def _drop(self, pk: int) -> None:
         """The job holds no slot any more: its learners' Redis user goes too."""
         runner = self.runners.pop(pk)
         self.announced.pop(str(pk), None)
+        self.dirty.discard(pk)
         redis_acl.revoke(runner.jobs.r, str(pk))
 
 
-def snapshot(jobs: Iterable[Job], capacity: int, held: dict[int, int],
+def runner_store(runner: JobRunner) -> ObservedJobStore:
+    assert isinstance(runner.jobs, ObservedJobStore)
+    return runner.jobs
+
+
+def snapshot(jobs: Iterable[Job | JobRow], capacity: int, held: dict[int, int],
              priorities: dict[int, int] | None = None,
              speedups: dict[int, tuple[float, ...]] | None = None) -> Snapshot:  # fmt: skip
     """The policy's input: the active ``jobs`` with the slots each holds now (``held``,

@@ -6,11 +6,13 @@ both move a job (healthchecks' habit).
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import dataclasses
 import functools
 import logging
 import shutil
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -114,10 +116,43 @@ def submit_from_form(owner: Any, data: dict[str, Any]) -> Job:
     )
 
 
+_batch: contextvars.ContextVar[list[JobEvent] | None] = contextvars.ContextVar(
+    "edt_event_batch", default=None
+)
+
+
 def record_event(job_id: int, kind: str, message: str, **data: Any) -> JobEvent:
-    event = JobEvent.objects.create(job_id=job_id, kind=kind, message=message, data=data)
+    """Add a line to the job's timeline and push it to its pages; inside :func:`batched`,
+    written with the block's other events at its end (with the time it was recorded)."""
+    event = JobEvent(job_id=job_id, kind=kind, message=message, data=data, at=timezone.now())
+    batch = _batch.get()
+    if batch is None:
+        event.save()
+    else:
+        batch.append(event)
     live.publish_event(job_id, event)
     return event
+
+
+@contextlib.contextmanager
+def batched() -> Iterator[None]:
+    """The events recorded inside the block are written in one statement and one
+    transaction at its end, then every page push of the block is sent, merged
+    (:func:`edtweb.training.live.batched`): the scheduler's step. Nested blocks belong to
+    the outermost."""
+    if _batch.get() is not None:
+        yield
+        return
+    events: list[JobEvent] = []
+    token = _batch.set(events)
+    with live.batched():
+        try:
+            yield
+        finally:
+            _batch.reset(token)
+            if events:
+                with transaction.atomic():
+                    JobEvent.objects.bulk_create(events)
 
 
 def transition(job_id: int, to: str, allowed: Iterable[str], **fields: Any) -> bool:

@@ -189,7 +189,12 @@
     if (!names.has(job) && !replayed) { loadAllocation(); return; }
     if (data.decision) decisions.unshift({ at: data.at, job: names.get(job), message: data.decision });
     later();
-    if (data.state || data.decision) refreshQueue();
+    if (data.state || data.decision) queueSoon();
+  }
+  // A step's changes arrive together: one queue refresh for all of them.
+  let queueSoonTimer = null;
+  function queueSoon() {
+    if (!queueSoonTimer) queueSoonTimer = setTimeout(() => { queueSoonTimer = null; refreshQueue(); }, 100);
   }
 
   // The queue: your waiting jobs in their place in the whole queue, each with why it waits
@@ -222,6 +227,7 @@
       const data = JSON.parse(msg.data);
       if (data.type === "slots") render(data.slots);
       else if (data.type === "allocation") onAllocation(data);
+      else if (data.type === "allocations") for (const change of data.changes) onAllocation(change);
     };
     ws.onclose = () => {
       setLive("down", "reconnecting…");
