@@ -14,9 +14,12 @@ from scheduler.store import (
     Allocation,
     AllocationRecord,
     JobStore,
+    ObservedJobStore,
     SlotInfo,
     Store,
+    changes_and_leases,
     connect,
+    observe,
 )
 from tests.conftest import wait_for
 
@@ -135,3 +138,52 @@ def test_a_learner_keeps_its_metrics_while_redis_is_away_and_writes_them_once_ba
     assert [r["step"] for _, r in jobs.read_metrics()] == [1, 2, 3]
     assert jobs.checkpoint_step() == 3 and jobs.outbox == []
     private_redis.stop()
+
+
+def test_the_scheduler_reads_a_job_again_only_when_its_learners_wrote(store: Store) -> None:
+    learner = JobStore(store.r, "obs-1")
+    learner.forget()
+    seen = ObservedJobStore(store.r, "obs-1")
+    observe(store.r, [seen])  # nothing in Redis yet: the job's empty state
+    empty = (seen.generation(), seen.ready_slots(), seen.exits(), seen.cursor())
+    assert empty == (0, set(), {}, "0-0")
+    assert changes_and_leases(store.r, [seen], [[]]) == [False]
+
+    learner.announce_ready("h.0")
+    learner.emit({"type": "train", "step": 1, "time": 1.0})
+    assert changes_and_leases(store.r, [seen], [[]]) == [True]
+    assert seen.ready_slots() == set()  # read in the next observation, not before
+    observe(store.r, [seen])
+    assert seen.ready_slots() == {"h.0"}
+    [(first, record)] = seen.read_metrics("0-0")
+    assert record["step"] == 1 and changes_and_leases(store.r, [seen], [[]]) == [False]
+
+    # What the scheduler writes itself it knows at once, and it moves no counter.
+    assert seen.publish_generation(["h.0"]) == 1 and seen.generation() == 1
+    seen.set_dispatch("h.1", "t1")
+    assert seen.dispatches() == {"h.1": "t1"}
+    assert JobStore(store.r, "obs-1").dispatches() == {"h.1": "t1"}
+    assert changes_and_leases(store.r, [seen], [[]]) == [False]
+
+    # Each write a learner or slot task makes moves it; the next observation reads on from
+    # the metrics already read.
+    learner.adopt(1)
+    learner.emit({"type": "train", "step": 2, "time": 2.0})
+    learner.report_exit("h.1", 0, "t1")
+    assert changes_and_leases(store.r, [seen], [[]]) == [True]
+    observe(store.r, [seen])
+    assert seen.adopted() == 1 and seen.exits() == {"h.1": ("t1", 0)}
+    assert [r["step"] for _, r in seen.read_metrics(first)] == [2]
+    for write in (lambda: learner.report_error("h.0", "boom", ""),
+                  lambda: learner.report_failure("h.0", 1, 2, "lost"),
+                  lambda: learner.record_checkpoint(2)):  # fmt: skip
+        write()
+        assert changes_and_leases(store.r, [seen], [[]]) == [True]
+        observe(store.r, [seen])
+    assert seen.errors()[0]["message"] == "boom" and seen.failures()[0]["error"] == "lost"
+    assert seen.checkpoint_step() == 2
+
+    # Leases are read for the slots asked for, in the same MGET as the counters.
+    learner.renew_lease("h.0", "t0")
+    changes_and_leases(store.r, [seen], [["h.0", "h.2"]])
+    assert seen.leases(["h.0", "h.2"]) == {"h.0": "t0"}
