@@ -114,6 +114,10 @@ class AllocationRecord:
     jobs: dict[int, Allocation] = field(default_factory=dict)
     capacity: int = 0  # slots the scheduler could give: alive, not held by a leaver
     policy: str = "fairshare"
+    # Slot-seconds of training each active job has had (members only), for the policies
+    # that order by attained service; a new scheduler goes on from it. It grows with every
+    # step, so it is not part of what makes two records differ (nor of a re-publication).
+    attained: dict[int, float] = field(default_factory=dict, compare=False)
 
     def holder(self) -> dict[str, int]:
         """Slot id -> the job holding it."""
@@ -124,14 +128,18 @@ class AllocationRecord:
 
     def to_json(self) -> str:
         jobs = {str(k): {"members": a.members, "joiners": a.joiners} for k, a in self.jobs.items()}
-        return json.dumps({"jobs": jobs, "capacity": self.capacity, "policy": self.policy})
+        attained = {str(k): round(v, 1) for k, v in self.attained.items()}
+        return json.dumps(
+            {"jobs": jobs, "capacity": self.capacity, "policy": self.policy, "attained": attained}
+        )
 
     @classmethod
     def from_json(cls, raw: str) -> AllocationRecord:
         data = json.loads(raw)
         jobs = {int(k): Allocation(tuple(v["members"]), tuple(v["joiners"]))
                 for k, v in data["jobs"].items()}  # fmt: skip
-        return cls(jobs, int(data["capacity"]), str(data["policy"]))
+        attained = {int(k): float(v) for k, v in data.get("attained", {}).items()}
+        return cls(jobs, int(data["capacity"]), str(data["policy"]), attained)
 
 
 def connect(url: str, timeout: float = 5.0) -> redis.Redis:

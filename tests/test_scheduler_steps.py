@@ -3,6 +3,7 @@ slot worker (learners are dispatched, none runs): what one step reads and writes
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -14,7 +15,15 @@ from django.test.utils import CaptureQueriesContext
 from edtweb.redis_server import RedisServer
 from edtweb.training.models import Job, JobEvent
 from edtweb.training.scheduling import LiveScheduler
-from scheduler.store import ALIVE, JobStore, SlotInfo, connect, queue_for
+from scheduler.store import (
+    ALIVE,
+    AllocationRecord,
+    JobStore,
+    SlotInfo,
+    Store,
+    connect,
+    queue_for,
+)
 
 pytestmark = pytest.mark.django_db(transaction=True)
 JOBS, SLOTS = 60, 64
@@ -67,3 +76,28 @@ def test_a_step_reads_every_job_at_once_and_writes_its_events_together(
     JobStore(client, str(job)).report_exit(slot, 1, runner.launcher.tokens[slot])
     live.step(alive)
     assert runner.launcher.exited(slot) and slot not in runner.coord.joining
+
+
+def test_live_las_admits_the_job_with_less_attained_service_and_counts_its_own(
+    client: redis.Redis, alice: Any
+) -> None:
+    """fairshare-las on one slot: the older job has trained ten slot-hours (the last
+    scheduler's record says so), so the newer one of the same priority goes first."""
+    old, new = (Job.objects.create(owner=alice, name=n, model_path="m.py", data_path="d")
+                for n in ("old", "new"))  # fmt: skip
+    Store(client).save_allocations(
+        AllocationRecord({}, 1, "fairshare-las", attained={old.pk: 36_000.0}), ttl=30
+    )
+    live = LiveScheduler("fairshare-las")
+    started = time.monotonic()
+    live.step(slots(1))
+    assert set(live.runners) == {new.pk}
+    assert live.allocations().attained == {old.pk: 36_000.0}
+
+    # Its members' slot-seconds add up from step to step (its learner taken as admitted).
+    runner = live.runners[new.pk]
+    runner.coord.members, runner.coord.joining = list(runner.coord.joining), []
+    live.step(slots(1))
+    live.step(slots(1))
+    elapsed = time.monotonic() - started
+    assert 0 < live.allocations().attained[new.pk] <= elapsed

@@ -96,3 +96,50 @@ def test_the_slots_name_only_the_users_own_jobs(
 
     seen = {s["slot_id"]: (s["busy"], s["job"]) for s in asyncio.run(scenario())["slots"]}
     assert seen == {"a": (True, mine.pk), "b": (True, None), "c": (False, None)}
+
+
+def test_a_steps_pushes_arrive_merged_and_each_page_keeps_its_own(
+    redis_server: RedisServer, alice: Any, bob: Any
+) -> None:
+    """Inside ``services.batched`` (the scheduler's step) every allocation change goes to
+    the Cluster page in one frame and every job's events in one group message: each page
+    gets what its user may see, in order, and nothing twice."""
+    from asgiref.sync import sync_to_async
+
+    from edtweb.training import services
+    from edtweb.training.models import Job
+
+    mine, theirs = (Job.objects.create(owner=u, name=u.username) for u in (alice, bob))
+    cookie = session_cookie(alice)
+
+    def step() -> None:
+        with services.batched():
+            services.record_event(mine.pk, "scaled", "0→2: mine", current=0, target=2)
+            services.record_event(theirs.pk, "scaled", "0→1: theirs", current=0, target=1)
+            services.record_event(mine.pk, "generation", "now 2 worker(s)", workers=2)
+
+    async def scenario() -> tuple[list[dict[str, Any]], dict[str, Any]]:
+        headers = [(b"origin", b"http://127.0.0.1:8000"), (b"host", b"127.0.0.1:8000"),
+                   (b"cookie", cookie)]  # fmt: skip
+        page = WebsocketCommunicator(application, f"/ws/jobs/{mine.pk}/", headers=headers)
+        cluster = communicator(b"http://127.0.0.1:8000", cookie)
+        assert (await page.connect(timeout=5))[0] and (await cluster.connect(timeout=5))[0]
+        await cluster.receive_json_from(timeout=5)  # the slots now
+        await sync_to_async(step)()
+        events = [await page.receive_json_from(timeout=5) for _ in range(2)]
+        allocations = await cluster.receive_json_from(timeout=5)
+        assert await page.receive_nothing(timeout=0.5)
+        assert await cluster.receive_nothing(timeout=0.5)
+        await page.disconnect()
+        await cluster.disconnect()
+        return events, allocations
+
+    events, allocations = asyncio.run(scenario())
+    kinds = [(e["type"], e["event"]["kind"]) for e in events]
+    assert kinds == [("event", "scaled"), ("event", "generation")]
+    assert allocations["type"] == "allocations"
+    assert [(c["job"], c.get("decision"), c.get("workers")) for c in allocations["changes"]] == [
+        (mine.pk, "0→2: mine", None),
+        (mine.pk, None, 2),
+    ]
+    assert list(mine.events.values_list("kind", flat=True)) == ["scaled", "generation"]

@@ -6,6 +6,7 @@ contract"). Called by the scheduler service on every wake-up and tick, while it 
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Iterable
 from typing import Any
 
@@ -19,18 +20,22 @@ from edtweb.training.speedups import Curves
 from scheduler import redis_acl
 from scheduler.dispatch import Dispatches
 from scheduler.placement import Slot, place
-from scheduler.policies import Decision, JobView, Snapshot, decide
+from scheduler.policies import Decision, JobView, Snapshot, decide, las, tiresias
 from scheduler.policies.las import SPEEDUP_POLICY
 from scheduler.store import (
     Allocation,
     AllocationRecord,
     ObservedJobStore,
     SlotInfo,
+    Store,
     changes_and_leases,
     observe,
 )
 
 log = logging.getLogger("edt.scheduler")
+
+# The policies that order jobs by attained service (they read JobView.attained).
+BY_SERVICE = {las.POLICY, las.SPEEDUP_POLICY, tiresias.POLICY}
 
 
 class LiveScheduler:
@@ -49,6 +54,10 @@ class LiveScheduler:
         self.redis_run: str | None = None  # the Redis server whose ACL users we granted
         self.dirty: set[int] = set()  # runners to tick: their inputs changed since
         self.dispatches: Dispatches | None = None
+        # Slot-seconds of training per job (policies by attained service): None until read
+        # from the last allocation record, so a new scheduler goes on where the last stood.
+        self.attained: dict[int, float] | None = None
+        self.stepped_at = 0.0
 
     def step(self, alive: list[SlotInfo]) -> bool:
         """One decision and one protocol step for every job; True while jobs are in motion."""
@@ -70,8 +79,9 @@ class LiveScheduler:
         held = {pk: len(r.holding()) for pk, r in self.runners.items()}
         curves = self.curves
         speedups = {pk: curves.curve(pk, j.max_workers) for pk, j in jobs.items()} if curves else {}
-        decision = decide(snapshot(jobs.values(), self.capacity, held, speedups=speedups),
-                          self.policy)  # fmt: skip
+        attained = self._attained(client, jobs) if self.policy in BY_SERVICE else {}
+        decision = decide(snapshot(jobs.values(), self.capacity, held, speedups=speedups,
+                                   attained=attained), self.policy)  # fmt: skip
         try:
             self._apply(jobs, usable, decision)
         finally:
@@ -83,7 +93,23 @@ class LiveScheduler:
         policy of the last decision (written to Redis by the scheduler service alone)."""
         jobs = {pk: Allocation(tuple(r.members()), tuple(r.joiners()))
                 for pk, r in self.runners.items() if r.holding()}  # fmt: skip
-        return AllocationRecord(jobs, self.capacity, self.policy)
+        return AllocationRecord(jobs, self.capacity, self.policy, dict(self.attained or {}))
+
+    def _attained(self, client: Any, jobs: dict[int, JobRow]) -> dict[int, float]:
+        """Each active job's attained service: what the last record said, plus its members
+        times the time since the last step."""
+        now = time.monotonic()
+        if self.attained is None:
+            self.attained = dict(Store(client).allocations().attained)
+        else:
+            elapsed = now - self.stepped_at
+            for pk, runner in self.runners.items():
+                members = len(runner.members())
+                if members:
+                    self.attained[pk] = self.attained.get(pk, 0.0) + members * elapsed
+        self.stepped_at = now
+        self.attained = {pk: v for pk, v in self.attained.items() if pk in jobs}
+        return self.attained
 
     def _runners(self, jobs: list[JobRow], resume: bool) -> dict[int, JobRunner]:
         """New runners for ``jobs``, their stores observed together first."""
@@ -205,11 +231,13 @@ def runner_store(runner: JobRunner) -> ObservedJobStore:
 
 def snapshot(jobs: Iterable[Job | JobRow], capacity: int, held: dict[int, int],
              priorities: dict[int, int] | None = None,
-             speedups: dict[int, tuple[float, ...]] | None = None) -> Snapshot:  # fmt: skip
+             speedups: dict[int, tuple[float, ...]] | None = None,
+             attained: dict[int, float] | None = None) -> Snapshot:  # fmt: skip
     """The policy's input: the active ``jobs`` with the slots each holds now (``held``,
-    members and joiners), over ``capacity`` usable slots. The scheduler and the priority
-    preview (with ``priorities`` overriding some jobs') both build it here."""
-    priorities, speedups = priorities or {}, speedups or {}
+    members and joiners), over ``capacity`` usable slots, and the slot-seconds each has
+    trained (``attained``). The scheduler and the priority preview (with ``priorities``
+    overriding some jobs') both build it here."""
+    priorities, speedups, attained = priorities or {}, speedups or {}, attained or {}
     views = [
         JobView(
             id=str(job.pk),
@@ -221,6 +249,7 @@ def snapshot(jobs: Iterable[Job | JobRow], capacity: int, held: dict[int, int],
             state=job.state,
             name=job.name,
             speedup=speedups.get(job.pk, ()),
+            attained=attained.get(job.pk, 0.0),
         )
         for job in jobs
     ]
