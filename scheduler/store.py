@@ -662,6 +662,7 @@ class ObservedJobStore(JobStore):
 
     def __init__(self, client: redis.Redis, job_id: str) -> None:
         super().__init__(client, job_id)
+        self.changes_key = self.key("changes")
         self.seen = JobState()
         self.observed = False  # read at least once
         self.after: str | None = None  # the coordinator's metrics cursor (None: Redis')
@@ -804,9 +805,10 @@ def changes_and_leases(
     client: redis.Redis, stores: list[ObservedJobStore], pending: list[list[str]]
 ) -> list[bool]:
     """One ``MGET``: each job's change counter and the leases of its ``pending`` slots (one
-    list per store), stored into each store's observation. True for each store whose
+    list per store), stored into each store's observation (an empty list leaves the leases
+    last read). True for each store whose
     counter moved since it was last observed (or that was never observed)."""
-    keys = [s.key("changes") for s in stores]
+    keys = [s.changes_key for s in stores]
     for store, slots in zip(stores, pending, strict=True):
         keys += [store.key(f"lease:{slot}") for slot in slots]
     if not keys:
@@ -818,7 +820,8 @@ def changes_and_leases(
         counter = values[i]
         moved.append(not store.observed or (None if counter is None else str(counter))
                      != store.seen.changes)  # fmt: skip
-        found = values[at : at + len(slots)]
-        at += len(slots)
-        store.seen.leases = {s: str(v) for s, v in zip(slots, found, strict=True) if v is not None}
+        if slots:
+            found = values[at : at + len(slots)]
+            at += len(slots)
+            store.seen.leases = {s: str(v) for s, v in zip(slots, found, strict=True) if v}
     return moved

@@ -34,6 +34,9 @@ from scheduler.store import (
 
 log = logging.getLogger("edt.scheduler")
 
+# Seconds between two looks at the learners' leases: a lapse is judged after LEASE_GRACE
+# (2 s) without one, so looking more often than this tells nothing sooner worth its cost.
+LEASE_LOOK_EVERY = 0.25
 # The policies that order jobs by attained service (they read JobView.attained).
 BY_SERVICE = {las.POLICY, las.SPEEDUP_POLICY, tiresias.POLICY}
 
@@ -58,6 +61,7 @@ class LiveScheduler:
         # from the last allocation record, so a new scheduler goes on where the last stood.
         self.attained: dict[int, float] | None = None
         self.stepped_at = 0.0
+        self.leases_at = 0.0  # when the learners' leases were last looked at
 
     def step(self, alive: list[SlotInfo]) -> bool:
         """One decision and one protocol step for every job; True while jobs are in motion."""
@@ -71,22 +75,24 @@ class LiveScheduler:
         jobs = {job.pk: job for job in JobRow.of(schedulable_jobs())}
         self._sync_runners(jobs)
         self._regrant(client)
-        self._observe(client)
+        look = time.monotonic() - self.leases_at >= LEASE_LOOK_EVERY
+        self._observe(client, look)
         if self.curves:
             self.curves.forget(set(jobs))
-        usable = self._usable(alive)
+        holding = {pk: r.holding() for pk, r in self.runners.items()}
+        usable = self._usable(alive, holding)
         self.capacity = len(usable)
-        held = {pk: len(r.holding()) for pk, r in self.runners.items()}
+        held = {pk: len(slots) for pk, slots in holding.items()}
         curves = self.curves
         speedups = {pk: curves.curve(pk, j.max_workers) for pk, j in jobs.items()} if curves else {}
         attained = self._attained(client, jobs) if self.policy in BY_SERVICE else {}
         decision = decide(snapshot(jobs.values(), self.capacity, held, speedups=speedups,
                                    attained=attained), self.policy)  # fmt: skip
         try:
-            self._apply(jobs, usable, decision)
+            self._apply(jobs, usable, decision, holding)
         finally:
             self.dispatches.send()
-        return self._advance({s.slot_id for s in alive})
+        return self._advance({s.slot_id for s in alive}, look)
 
     def allocations(self) -> AllocationRecord:
         """The allocation record: the slots each job holds, the usable capacity and the
@@ -146,24 +152,31 @@ class LiveScheduler:
                 runner_store(runner).observed = False
         self.redis_run = run_id
 
-    def _observe(self, client: Any) -> None:
-        """Every job's change counter and its pending learners' leases in one ``MGET``; the
-        jobs whose counter moved read again in one pipeline, their runners to be ticked."""
+    def _observe(self, client: Any, look: bool) -> None:
+        """Every job's change counter (and when it is time to ``look``, its pending learners'
+        leases) in one ``MGET``; the jobs whose counter moved read again in one script,
+        their runners to be ticked."""
         pks = list(self.runners)
         stores = [runner_store(self.runners[pk]) for pk in pks]
-        pending = [self.runners[pk].launcher.pending() for pk in pks]
+        pending = [self.runners[pk].launcher.pending() if look else [] for pk in pks]
         moved = changes_and_leases(client, stores, pending)
         observe(client, [store for store, m in zip(stores, moved, strict=True) if m])
         self.dirty.update(pk for pk, m in zip(pks, moved, strict=True) if m)
 
-    def _usable(self, alive: list[SlotInfo]) -> list[Slot]:
+    def _usable(self, alive: list[SlotInfo], holding: dict[int, list[str]]) -> list[Slot]:
         """Alive slots, less those where a leaving learner has not exited yet."""
-        held = {s for r in self.runners.values() for s in r.holding()}
-        busy = {s for r in self.runners.values() for s in r.occupied()} - held
+        held = {s for slots in holding.values() for s in slots}
+        busy: set[str] = set()
+        for pk, runner in self.runners.items():
+            if len(runner.coord.started) > len(holding[pk]):  # leavers, or learners held by none
+                busy.update(s for s in runner.coord.started.difference(holding[pk])
+                            if not runner.launcher.exited(s))  # fmt: skip
+        busy -= held
         return [Slot(s.slot_id, s.host, s.index) for s in alive if s.slot_id not in busy]
 
-    def _apply(self, jobs: dict[int, JobRow], usable: list[Slot], decision: Decision) -> None:
-        current = {str(pk): r.holding() for pk, r in self.runners.items()}
+    def _apply(self, jobs: dict[int, JobRow], usable: list[Slot], decision: Decision,
+               holding: dict[int, list[str]]) -> None:  # fmt: skip
+        current = {str(pk): slots for pk, slots in holding.items()}
         placement = place(usable, current, decision.targets)
         if decision.reasons:  # the decision's totals once; each event only its job's slice
             summary = decision.summary()
@@ -197,15 +210,18 @@ class LiveScheduler:
         self.runners.update(runners)
         self.dirty.update(runners)
 
-    def _advance(self, alive: set[str]) -> bool:
-        """Look at every learner's lease; tick the runners whose inputs changed (a tick that
-        changed nothing and waits on no clock leaves its runner quiet until they do)."""
-        for pk, runner in self.runners.items():
-            gone = runner.launcher.observe(alive)
-            for slot in gone:
-                log.info("job %s: the learner on %s is gone (its lease lapsed)", pk, slot)
-            if gone:
-                self.dirty.add(pk)
+    def _advance(self, alive: set[str], look: bool) -> bool:
+        """Judge the leases just read (when it was time to ``look``); tick the runners whose
+        inputs changed (a tick that changed nothing and waits on no clock leaves its runner
+        quiet until they do)."""
+        if look:
+            self.leases_at = time.monotonic()
+            for pk, runner in self.runners.items():
+                gone = runner.launcher.observe(alive)
+                for slot in gone:
+                    log.info("job %s: the learner on %s is gone (its lease lapsed)", pk, slot)
+                if gone:
+                    self.dirty.add(pk)
         self.dirty &= self.runners.keys()
         for pk in sorted(self.dirty):
             runner = self.runners[pk]
