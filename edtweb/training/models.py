@@ -111,9 +111,17 @@ class JobRow(NamedTuple):
     created_at: datetime
 
     @classmethod
-    def of(cls, jobs: Any) -> list[JobRow]:
-        """The rows of the queryset ``jobs``."""
-        return [cls(*row) for row in jobs.values_list(*cls._fields)]
+    def of(cls, jobs: Any, created: dict[int, datetime] | None = None) -> list[JobRow]:
+        """The rows of the queryset ``jobs``. With ``created`` (a cache kept between calls:
+        a job's submission time never changes), the times are read, and parsed, only on a
+        call that meets a job not in it yet."""
+        if created is None:
+            return [cls(*row) for row in jobs.values_list(*cls._fields)]
+        rows = list(jobs.values_list(*cls._fields[:-1]))
+        if any(row[0] not in created for row in rows):  # every active job's, afresh
+            created.clear()
+            created.update(jobs.values_list("pk", "created_at"))
+        return [cls(*row, created[row[0]]) for row in rows if row[0] in created]  # type: ignore[call-arg]
 
 
 class JobEvent(models.Model):

@@ -8,6 +8,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Iterable
+from datetime import datetime
 from typing import Any
 
 from django.conf import settings
@@ -62,6 +63,7 @@ class LiveScheduler:
         self.attained: dict[int, float] | None = None
         self.stepped_at = 0.0
         self.leases_at = 0.0  # when the learners' leases were last looked at
+        self.created: dict[int, datetime] = {}  # job -> its submission time (JobRow.of)
 
     def step(self, alive: list[SlotInfo]) -> bool:
         """One decision and one protocol step for every job; True while jobs are in motion."""
@@ -72,7 +74,7 @@ class LiveScheduler:
         client = services.redis_client()
         if self.dispatches is None:
             self.dispatches = Dispatches(client, celery_app)
-        jobs = {job.pk: job for job in JobRow.of(schedulable_jobs())}
+        jobs = {job.pk: job for job in JobRow.of(schedulable_jobs(), self.created)}
         self._sync_runners(jobs)
         self._regrant(client)
         look = time.monotonic() - self.leases_at >= LEASE_LOOK_EVERY
