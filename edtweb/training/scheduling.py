@@ -64,6 +64,7 @@ class LiveScheduler:
         self.stepped_at = 0.0
         self.leases_at = 0.0  # when the learners' leases were last looked at
         self.created: dict[int, datetime] = {}  # job -> its submission time (JobRow.of)
+        self.decided: tuple[object, ...] | None = None  # the inputs of the last decision
 
     def step(self, alive: list[SlotInfo]) -> bool:
         """One decision and one protocol step for every job; True while jobs are in motion."""
@@ -88,12 +89,18 @@ class LiveScheduler:
         curves = self.curves
         speedups = {pk: curves.curve(pk, j.max_workers) for pk, j in jobs.items()} if curves else {}
         attained = self._attained(client, jobs) if self.policy in BY_SERVICE else {}
-        decision = decide(snapshot(jobs.values(), self.capacity, held, speedups=speedups,
-                                   attained=attained), self.policy)  # fmt: skip
-        try:
-            self._apply(jobs, usable, decision, holding)
-        finally:
-            self.dispatches.send()
+        # The same jobs, slots and holdings as the last decision, carried out: the same
+        # decision again, with nothing to apply (not for inputs that move with time alone).
+        inputs = None if (attained or speedups) else (list(jobs.values()), usable, held)
+        if inputs is None or inputs != self.decided:
+            self.decided = None
+            decision = decide(snapshot(jobs.values(), self.capacity, held, speedups=speedups,
+                                       attained=attained), self.policy)  # fmt: skip
+            try:
+                self._apply(jobs, usable, decision, holding)
+            finally:
+                self.dispatches.send()
+            self.decided = inputs
         return self._advance({s.slot_id for s in alive}, look)
 
     def allocations(self) -> AllocationRecord:
