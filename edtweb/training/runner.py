@@ -115,11 +115,13 @@ class JobRunner:
 
     # The protocol ------------------------------------------------------------------------------
 
-    def tick(self, alive: set[str] | None = None) -> str | None:
+    def tick(self, alive: set[str] | None = None, look: bool = True) -> str | None:
         """Observe the job, move its membership toward its allocation, and take the phase
-        transition the facts call for; returns the job's new resting state when it has one."""
+        transition the facts call for; returns the job's new resting state when it has one.
+        ``alive``: the slots alive now; with ``look``, its learners' leases are looked at
+        first (the live scheduler looks at every job's at once, before its ticks)."""
         c = self.coord
-        if alive is not None:
+        if alive is not None and look:
             for slot in self.launcher.observe(alive):
                 log.info("job %s: the learner on %s is gone (its lease lapsed)", self.job_id, slot)
         self._persist(c.read_metrics())

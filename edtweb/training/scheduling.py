@@ -235,7 +235,7 @@ class LiveScheduler:
         for pk in sorted(self.dirty):
             runner = self.runners[pk]
             before = runner.signature()
-            if runner.tick() is not None:
+            if runner.tick(alive, look=False) is not None:
                 self._drop(pk)
             elif runner.signature() == before and not runner.restless():
                 self.dirty.discard(pk)
