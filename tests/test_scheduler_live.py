@@ -21,7 +21,7 @@ from edtweb.redis_server import RedisServer
 from edtweb.training import services
 from edtweb.training.models import Job, Metric
 from scheduler.store import ALIVE, SlotInfo, Store, connect
-from tests.conftest import PROJECT_DIR, Processes, subprocess_env, wait_for
+from tests.conftest import PROJECT_DIR, Processes, load_factor, subprocess_env, wait_for
 from workers.learner.datasets import write_cifar10
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -126,8 +126,11 @@ def test_two_jobs_share_eight_slots_as_in_the_seeds(
         b2.time - b1.time
         for b1, b2 in itertools.pairwise(Metric.objects.filter(job=b, kind="train"))
     )
+    # Each change within an iteration and 3 s on a quiet host; a busy one gets the margin times
+    # its load (the start of 8 learners is in the first): speed itself is measured in bench/.
+    margin = 3 * load_factor()
     for what, seconds in timings.items():
-        assert seconds <= iteration + 3, f"{what} took {seconds:.2f} s"
+        assert seconds <= iteration + margin, f"{what} took {seconds:.2f} s (margin {margin:.1f} s)"
     assert scaled(a) == ["0→8", "8→4", "4→3"]
     assert scaled(b) == ["0→4", "4→5", "5→8"]
     assert (
