@@ -142,7 +142,7 @@ def _jobs(add: Any, sub: Any) -> None:
     p.add_argument("job", type=int)
     p.add_argument("-f", "--follow", action="store_true", help="until the job ends")
     p.add_argument("--slot", help="one learner's log only")
-    p = add(sub, "priority", commands.priority, "change a job's priority (1-10000)")
+    p = add(sub, "priority", commands.priority, "change a job's priority (higher: more slots)")
     p.add_argument("job", type=int)
     p.add_argument("value", type=int)
     p.add_argument("--preview", action="store_true", help="only say what would change")

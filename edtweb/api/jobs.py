@@ -19,7 +19,6 @@ from edtweb.api.errors import ApiError
 from edtweb.datasets.models import Dataset
 from edtweb.registry.models import ModelDefinition
 from edtweb.training import history, services
-from edtweb.training.forms import TrainForm
 from edtweb.training.models import Job, Metric
 
 TAGS = ["jobs"]
@@ -61,19 +60,12 @@ class JobList(generics.ListCreateAPIView):
 
 
 def checked(request: Request, data: dict[str, Any]) -> dict[str, Any]:
-    """The submission as the Train form cleans it (same rules as the page), with model and
-    dataset resolved among the user's own."""
+    """The submission with its model and dataset resolved among the user's own, and the
+    rule that needs the dataset checked (the others were, by the serializer)."""
     model = ready(request, ModelDefinition, "model", data["model"], ModelDefinition.Status.VALID)
     dataset = ready(request, Dataset, "dataset", data["dataset"], Dataset.Status.READY)
-    form = TrainForm(
-        data={**data, "model": model.pk, "dataset": dataset.pk},
-        owner_models=scoped(request, ModelDefinition),
-        owner_datasets=scoped(request, Dataset),
-    )
-    if not form.is_valid():
-        errors = {k if k != "__all__" else "non_field_errors": v for k, v in form.errors.items()}
-        raise ValidationError(errors)
-    return form.cleaned_data
+    s.check_submission(data, dataset)
+    return {**data, "model": model, "dataset": dataset}
 
 
 def ready(request: Request, model: Any, field: str, pk: int, wanted: str) -> Any:
@@ -124,8 +116,9 @@ class JobPriority(Owned, generics.GenericAPIView):
                    **NOT_FOUND},
     )  # fmt: skip
     def post(self, request: Request, pk: int) -> Response:
-        """Change the job's priority (1 to 10000); the scheduler re-shares the slots at once,
-        between iterations, without restarting anything. A job that has ended is a 409."""
+        """Change the job's priority (its bounds are in the schema); the scheduler re-shares
+        the slots at once, between iterations, without restarting anything. A job that has
+        ended is a 409."""
         job = self.get_object()
         form = self.get_serializer(data=request.data)
         form.is_valid(raise_exception=True)

@@ -1,5 +1,6 @@
-"""What the API reads and writes. Bounds repeat the Train form's, and submissions are
-checked by that form too, so the pages and the API accept exactly the same jobs."""
+"""What the API reads and writes. A submission's bounds and rules are the Train form's
+(``edtweb/training/validation.py``), so the pages and the API accept exactly the same jobs
+and refuse the others with the same messages."""
 
 from __future__ import annotations
 
@@ -13,6 +14,13 @@ from edtweb.datasets.models import Dataset
 from edtweb.registry.models import ModelDefinition
 from edtweb.training import history
 from edtweb.training.models import PRECISION_CHOICES, Job, JobEvent, Metric
+from edtweb.training.validation import (
+    BOUNDS,
+    DEFAULTS,
+    submission_errors,
+    train_samples,
+    validators,
+)
 
 # Errors ----------------------------------------------------------------------------------
 
@@ -204,30 +212,50 @@ class JobDetailSerializer(JobSerializer):
         return history.downloadable(job, "model.pt") is not None
 
 
+def bounded(kind: Any, name: str, required: bool = False, **kw: Any) -> Any:
+    """A number field whose bounds, message and default come from ``training.validation``
+    (the Train form's too)."""
+    if not required:
+        kw.setdefault("default", DEFAULTS[name])
+    return kind(validators=validators(name), **kw)
+
+
 class JobSubmitSerializer(serializers.Serializer):
     name = serializers.CharField(max_length=200, required=False, default="")
     model = serializers.IntegerField(help_text="id of a model definition that passed its check")
     dataset = serializers.IntegerField(help_text="id of a READY dataset")
-    epochs = serializers.IntegerField(min_value=1, max_value=10_000, default=5)
-    batch_size = serializers.IntegerField(
-        min_value=1, max_value=65_536, default=64, help_text="the effective (global) batch"
-    )
-    max_workers = serializers.IntegerField(min_value=1, max_value=1024, default=1)
-    min_workers = serializers.IntegerField(min_value=1, max_value=1024, default=1)
-    priority = serializers.IntegerField(min_value=1, max_value=10_000, default=5000)
-    checkpoint_every = serializers.IntegerField(min_value=1, max_value=1000, default=1)
-    lr = serializers.FloatField(min_value=1e-8, max_value=10.0, default=0.01)
-    max_micro_batch = serializers.IntegerField(
-        min_value=0, default=0, help_text="0: none; else accumulate over micro-batches"
-    )
+    epochs = bounded(serializers.IntegerField, "epochs")
+    batch_size = bounded(serializers.IntegerField, "batch_size",
+                         help_text="the effective (global) batch")  # fmt: skip
+    max_workers = bounded(serializers.IntegerField, "max_workers")
+    min_workers = bounded(serializers.IntegerField, "min_workers")
+    priority = bounded(serializers.IntegerField, "priority")
+    checkpoint_every = bounded(serializers.IntegerField, "checkpoint_every")
+    lr = bounded(serializers.FloatField, "lr")
+    max_micro_batch = bounded(serializers.IntegerField, "max_micro_batch",
+                              help_text="0: none; else accumulate over micro-batches")  # fmt: skip
     precision = serializers.ChoiceField(
-        choices=PRECISION_CHOICES, default="fp32",
+        choices=PRECISION_CHOICES, default=DEFAULTS["precision"],
         help_text="bf16: autocast on CPU or GPU; fp16: GPU only, with a gradient scaler",
     )  # fmt: skip
 
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        """The rules across fields (those that need the dataset are checked once it is
+        resolved: ``check_submission``)."""
+        check_submission(attrs)
+        return attrs
+
+
+def check_submission(values: dict[str, Any], dataset: Any = None) -> None:
+    """Raise the API's 400 for every rule of ``training.validation`` the values break."""
+    errors = submission_errors(values, train_samples(dataset))
+    if errors:
+        raise serializers.ValidationError({k: [v] for k, v in errors.items()})
+
 
 class PrioritySerializer(serializers.Serializer):
-    priority = serializers.IntegerField(min_value=1, max_value=10_000, help_text="1 to 10000")
+    priority = bounded(serializers.IntegerField, "priority", required=True,
+                       help_text=BOUNDS["priority"].span)  # fmt: skip
 
 
 class PreviewSerializer(serializers.Serializer):

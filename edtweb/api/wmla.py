@@ -214,7 +214,8 @@ class Execs(CappedUploadView, WmlaView):
         wmla = parse_args(text)
         dataset = _dataset_named(request, wmla.data_path)
         form = s.JobSubmitSerializer(data={"model": 0, "dataset": dataset.pk, **wmla.fields})
-        form.is_valid(raise_exception=True)  # the Train form's defaults filled in
+        form.is_valid(raise_exception=True)  # the Train form's defaults, bounds and rules
+        s.check_submission(form.validated_data, dataset)
         model = _stored_model(request, upload, wmla.model_main)
         try:
             fields = {k: v for k, v in form.validated_data.items()

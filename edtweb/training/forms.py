@@ -7,6 +7,22 @@ from django import forms
 from edtweb.datasets.models import Dataset
 from edtweb.registry.models import ModelDefinition
 from edtweb.training.models import PRECISION_CHOICES
+from edtweb.training.validation import (
+    BOUNDS,
+    DEFAULTS,
+    html_limits,
+    submission_errors,
+    train_samples,
+    validators,
+)
+
+
+def bounded(kind: Any, name: str, **kw: Any) -> Any:
+    """A number field whose bounds, message and default come from ``validation``."""
+    kw.setdefault("initial", DEFAULTS[name])
+    field = kind(validators=validators(name), **kw)
+    field.widget.attrs.update(html_limits(name))
+    return field
 
 
 class TrainForm(forms.Form):
@@ -17,39 +33,33 @@ class TrainForm(forms.Form):
         queryset=ModelDefinition.objects.none(), help_text="only models that passed their check"
     )
     dataset = forms.ModelChoiceField(queryset=Dataset.objects.none())
-    epochs = forms.IntegerField(min_value=1, max_value=10_000, initial=5)
-    batch_size = forms.IntegerField(
-        min_value=1,
-        max_value=65_536,
-        initial=64,
-        label="Effective batch size",
+    epochs = bounded(forms.IntegerField, "epochs")
+    batch_size = bounded(
+        forms.IntegerField, "batch_size", label="Effective batch size",
         help_text="the global batch: the same at any number of workers",
+    )  # fmt: skip
+    max_workers = bounded(
+        forms.IntegerField, "max_workers", initial=4,  # a suggestion; the API's default is 1
+        help_text="the most GPUs (slots) this job may hold",
+    )  # fmt: skip
+    min_workers = bounded(
+        forms.IntegerField, "min_workers", help_text="fewer than this and the job waits"
     )
-    max_workers = forms.IntegerField(
-        min_value=1, max_value=1024, initial=4, help_text="the most GPUs (slots) this job may hold"
+    priority = bounded(
+        forms.IntegerField, "priority",
+        help_text=f"{BOUNDS['priority'].span}; shares are weighted by priority",
+    )  # fmt: skip
+    checkpoint_every = bounded(
+        forms.IntegerField, "checkpoint_every", label="Checkpoint every N epochs"
     )
-    min_workers = forms.IntegerField(
-        min_value=1, max_value=1024, initial=1, help_text="fewer than this and the job waits"
-    )
-    priority = forms.IntegerField(
-        min_value=1,
-        max_value=10_000,
-        initial=5000,
-        help_text="1 to 10000; shares are weighted by priority",
-    )
-    checkpoint_every = forms.IntegerField(
-        min_value=1, max_value=1000, initial=1, label="Checkpoint every N epochs"
-    )
-    lr = forms.FloatField(min_value=1e-8, max_value=10.0, initial=0.01, label="Learning rate")
-    max_micro_batch = forms.IntegerField(
-        min_value=0,
-        initial=0,
-        label="Micro-batch cap",
+    lr = bounded(forms.FloatField, "lr", label="Learning rate")
+    max_micro_batch = bounded(
+        forms.IntegerField, "max_micro_batch", label="Micro-batch cap",
         help_text="0: none; else gradients accumulate over micro-batches of at most this size",
-    )
+    )  # fmt: skip
     precision = forms.ChoiceField(
         choices=PRECISION_CHOICES,
-        initial="fp32",
+        initial=DEFAULTS["precision"],
         help_text="bf16: autocast on CPU or GPU; fp16: GPU only, with a gradient scaler",
     )
 
@@ -65,12 +75,8 @@ class TrainForm(forms.Form):
 
     def clean(self) -> dict[str, Any]:
         data = super().clean() or {}
-        low, high = data.get("min_workers"), data.get("max_workers")
-        if low and high and low > high:
-            self.add_error("min_workers", f"cannot exceed max workers ({high})")
-        dataset, batch = data.get("dataset"), data.get("batch_size")
-        if dataset and batch:
-            train = dataset.summary.get("splits", {}).get("train", {}).get("count", 0)
-            if train and batch > train:
-                self.add_error("batch_size", f"larger than the {train} training samples")
+        errors = submission_errors(data, train_samples(data.get("dataset")))
+        for name, message in errors.items():
+            if name in data:
+                self.add_error(name, message)
         return data

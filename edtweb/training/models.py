@@ -9,9 +9,11 @@ from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 from django.utils import timezone
 
+from edtweb.training.validation import BOUNDS, DEFAULTS
 from workers.learner.spec import PRECISIONS, JobSpec
 
 PRECISION_CHOICES = [(p, p) for p in PRECISIONS]
+PRIORITY = BOUNDS["priority"]
 
 
 class Job(models.Model):
@@ -40,12 +42,21 @@ class Job(models.Model):
     data_path = models.CharField(max_length=500, help_text="the dataset's directory")
     state = models.CharField(max_length=12, choices=State.choices, default=State.QUEUED)
     priority = models.PositiveIntegerField(
-        default=5000, validators=[MinValueValidator(1), MaxValueValidator(10000)]
+        default=DEFAULTS["priority"],
+        validators=[MinValueValidator(PRIORITY.low), MaxValueValidator(PRIORITY.high)],
     )
-    max_workers = models.PositiveIntegerField(default=1, validators=[MinValueValidator(1)])
-    min_workers = models.PositiveIntegerField(default=1, validators=[MinValueValidator(1)])
-    epochs = models.PositiveIntegerField(default=1, validators=[MinValueValidator(1)])
-    batch_size = models.PositiveIntegerField(default=64, validators=[MinValueValidator(1)])
+    max_workers = models.PositiveIntegerField(
+        default=1, validators=[MinValueValidator(BOUNDS["max_workers"].low)]
+    )
+    min_workers = models.PositiveIntegerField(
+        default=1, validators=[MinValueValidator(BOUNDS["min_workers"].low)]
+    )
+    epochs = models.PositiveIntegerField(
+        default=1, validators=[MinValueValidator(BOUNDS["epochs"].low)]
+    )
+    batch_size = models.PositiveIntegerField(
+        default=64, validators=[MinValueValidator(BOUNDS["batch_size"].low)]
+    )
     max_micro_batch = models.PositiveIntegerField(default=0, help_text="0: no cap")
     lr = models.FloatField(default=0.01)
     seed = models.IntegerField(default=0)

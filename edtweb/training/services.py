@@ -18,12 +18,14 @@ from typing import Any
 
 import redis
 from django.conf import settings
+from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.db.models import F
 from django.utils import timezone
 
 from edtweb.training import live
 from edtweb.training.models import Job, JobEvent, Metric
+from edtweb.training.validation import submission_errors
 from scheduler.store import AllocationRecord, JobStore, Store, connect
 
 log = logging.getLogger("edt.jobs")
@@ -70,10 +72,9 @@ def submit_job(owner: Any, spec_extra: dict[str, Any] | None = None, **fields: A
     a WMLA script's argv and the values it decides)."""
     job = Job(owner=owner, **fields)
     job.full_clean()
-    if job.min_workers > job.max_workers:
-        from django.core.exceptions import ValidationError
-
-        raise ValidationError({"min_workers": "min workers cannot exceed max workers"})
+    errors = submission_errors(fields)  # what the form and the API checked already
+    if errors:
+        raise ValidationError(errors)
     with transaction.atomic():
         job.save()
         _quietly(job_store(job.pk).forget, "clear stale live state")

@@ -30,6 +30,7 @@ from edtweb.registry.models import ModelDefinition
 from edtweb.training import history, services, waiting
 from edtweb.training.forms import TrainForm
 from edtweb.training.models import Job, Metric
+from edtweb.training.validation import BOUNDS
 
 CLONED = ("epochs", "batch_size", "max_workers", "min_workers", "priority", "checkpoint_every")
 
@@ -210,9 +211,8 @@ def job_priority(request: HttpRequest, pk: int) -> JsonResponse:
     try:
         services.set_priority(job, int(request.POST.get("priority", "")))
     except (ValueError, ValidationError):
-        return JsonResponse(
-            {"error": "priority must be a whole number from 1 to 10000"}, status=400
-        )
+        span = BOUNDS["priority"].span
+        return JsonResponse({"error": f"priority must be a whole number from {span}"}, status=400)
     return JsonResponse({"priority": job.priority})
 
 
