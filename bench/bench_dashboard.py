@@ -304,6 +304,7 @@ def main() -> None:
     layouts = serve_both()
     baseline, edt, procs = layouts
     procs.append(start("manage.py", "edt_scheduler"))
+    procs.append(start("manage.py", "edt_metrics"))  # the stream to the database and pages
     base = edt.base
     try:
         job = fake_running_job(owner)
@@ -398,7 +399,8 @@ def write(
     text = (
         "# Dashboard benchmarks\n\nOne run of `python bench/bench_dashboard.py` on this "
         f"machine ({os.cpu_count()} cores; load average at the end {load}): web (Daphne), "
-        "scheduler, Redis and Chromium on the same host. Latency: from a record entering "
+        "scheduler, metrics consumer, Redis and Chromium on the same host. Latency: from a "
+        "record entering "
         "the job's Redis stream (as a learner emits it) to its arrival in a WebSocket of a "
         "page in Chromium; 300 records at 100 a second per window. API load: "
         f"{API_CLIENTS} clients (one process, threads) asking in a loop for the job list, "

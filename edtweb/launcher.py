@@ -1,9 +1,9 @@
 """`make run`: one command that brings up a whole single-machine EDT.
 
-Steps: find Redis (or start one), migrate, create the admin once, then run web, scheduler
-and worker host under a supervisor that restarts whichever dies (``edtweb.supervisor``), and
-print the URL and the login once the web answers. Ctrl-C (or SIGTERM) stops everything it
-started, Redis included.
+Steps: find Redis (or start one), migrate, create the admin once, then run web, live
+updates, scheduler, metrics consumer and worker host under a supervisor that restarts
+whichever dies (``edtweb.supervisor``), and print the URL and the login once the web
+answers. Ctrl-C (or SIGTERM) stops everything it started, Redis included.
 """
 
 from __future__ import annotations
@@ -138,6 +138,8 @@ def processes(opts: Options) -> dict[str, str]:
         # Live updates apart from pages and API: a busy API never delays a WebSocket.
         "live": f"{py} -m daphne -b 127.0.0.1 -p {opts.live_port} edtweb.asgi:application",
         "scheduler": f"{py} manage.py edt_scheduler",
+        # Metrics from Redis into the database and to the pages, apart from the decisions.
+        "metrics": f"{py} manage.py edt_metrics",
         "worker": worker,
     }
 

@@ -1,5 +1,5 @@
-"""`make run`'s process supervisor: web, scheduler and worker host as children that are
-restarted when they die.
+"""`make run`'s process supervisor: web, live updates, scheduler, metrics consumer and
+worker host as children that are restarted when they die.
 
 A child that exits (a crash, a `kill -9`, Redis away at its start) is started again after a
 delay that doubles while it keeps dying quickly (1 s up to 30 s) and resets once it has run

@@ -2,9 +2,11 @@
 
 One active scheduler at a time holds a lease in Redis; the others stand by and take over
 within a few seconds when the lease expires. The active one wakes at once on events (submit,
-priority change, stop, learner READY, failure, exit) and otherwise ticks as a safety net:
-each time it watches the slots, publishes the cluster's state to the pages, and lets the
-planner decide and apply allocations.
+priority change, stop, learner READY, generation adopted, failure, exit, training finished)
+and otherwise ticks slowly (``interval``) as a safety net, for what no event announces (a
+lapsed lease or heartbeat): each time it watches the slots, publishes the cluster's state to
+the pages, and lets the planner decide and apply allocations. It moves no metrics: that is
+the metrics consumer's work (``edtweb/training/metrics_consumer.py``).
 """
 
 from __future__ import annotations
@@ -24,10 +26,10 @@ from scheduler.store import ALIVE, LOST, AllocationRecord, SlotInfo, Store
 log = logging.getLogger("edt.scheduler")
 
 Publisher = Callable[[list[dict[str, Any]]], None]
-Planner = Callable[[list[SlotInfo]], bool]  # returns True while jobs are in motion
+Planner = Callable[[list[SlotInfo]], bool]  # returns True when a job wants a step soon
 Allocations = Callable[[], AllocationRecord]  # which slots each job holds now
 
-BUSY_WAIT = 0.05  # seconds between steps while jobs are resizing or training
+BUSY_WAIT = 0.05  # seconds before the next step when the planner wants one soon
 PUBLISH_EVERY = 1.0
 ALLOCATIONS_TTL = 15 * PUBLISH_EVERY  # readers trust the record this long
 

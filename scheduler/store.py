@@ -51,6 +51,7 @@ def queue_for(slot_id: str) -> str:
 
 
 LEASE_KEY = PREFIX + "scheduler:lease"
+METRICS_LEASE_KEY = PREFIX + "metrics:lease"  # held by the one active metrics consumer
 WAKE_KEY = PREFIX + "scheduler:wake"
 ALLOCATIONS_KEY = PREFIX + "scheduler:allocations"  # the allocation record (see below)
 
@@ -233,19 +234,20 @@ class Store:
         raw = self.r.get(ALLOCATIONS_KEY)
         return AllocationRecord.from_json(str(raw)) if raw else AllocationRecord()
 
-    def acquire_lease(self, holder: str, ttl_ms: int) -> bool:
-        """Become the active scheduler if nobody holds the lease, or keep it if we do."""
-        if self.r.set(LEASE_KEY, holder, nx=True, px=ttl_ms):
+    def acquire_lease(self, holder: str, ttl_ms: int, key: str = LEASE_KEY) -> bool:
+        """Become the active scheduler (or the lease ``key``'s process) if nobody holds the
+        lease, or keep it if we do."""
+        if self.r.set(key, holder, nx=True, px=ttl_ms):
             return True
-        return bool(self.r.eval(_RENEW, 1, LEASE_KEY, holder, ttl_ms))
+        return bool(self.r.eval(_RENEW, 1, key, holder, ttl_ms))
 
-    def lease_holder(self) -> str | None:
-        value = self.r.get(LEASE_KEY)
+    def lease_holder(self, key: str = LEASE_KEY) -> str | None:
+        value = self.r.get(key)
         return None if value is None else str(value)
 
-    def release_lease(self, holder: str) -> None:
-        if self.lease_holder() == holder:
-            self.r.delete(LEASE_KEY)
+    def release_lease(self, holder: str, key: str = LEASE_KEY) -> None:
+        if self.lease_holder(key) == holder:
+            self.r.delete(key)
 
     def wake(self, reason: str) -> None:
         """Wake the scheduler now (a submit, a priority change, a learner READY...)."""
@@ -264,6 +266,35 @@ class Store:
         pipe.delete(WAKE_KEY)
         rest, _ = pipe.execute()
         return [str(first[1]), *(str(r) for r in rest)]
+
+    # Metrics streams (the metrics consumer) ---------------------------------------------------
+
+    def read_streams(self, cursors: dict[str, str], block: float,
+                     count: int = 1000) -> dict[str, list[tuple[str, dict[str, Any]]]]:  # fmt: skip
+        """Job id -> its metric records after its cursor (stream id), oldest first with
+        their ids, at most ``count`` per job; waits up to ``block`` seconds (0: not at all)
+        for the first record when none is there."""
+        if not cursors:
+            return {}
+        streams = {_job_key(job, "metrics"): after for job, after in cursors.items()}
+        wait = max(1, int(block * 1000)) if block > 0 else None
+        replies: Any = self.r.xread(streams, count=count, block=wait)  # type: ignore[arg-type]
+        return {
+            str(key).split(":")[2]: [(str(eid), json.loads(str(f["json"]))) for eid, f in entries]
+            for key, entries in (replies or [])
+        }
+
+    def save_progress(self, job_id: str, cursor: str, finished: int | None) -> None:
+        """The metrics consumer stored the job's records up to stream id ``cursor``; with
+        ``finished``, the learners' ``done`` record (at that step) was among them: the
+        scheduler is woken to complete the job."""
+        pipe = self.r.pipeline(transaction=False)
+        pipe.set(_job_key(job_id, "cursor"), cursor)
+        if finished is not None:
+            pipe.set(_job_key(job_id, "finished"), finished)
+            pipe.incrby(_job_key(job_id, "changes"), 1)  # the scheduler observes it again
+            pipe.rpush(WAKE_KEY, f"finished {job_id}")
+        pipe.execute()
 
 
 def _slot_from(slot_id: str, desc: dict[str, str], hb: str | None) -> SlotInfo:
@@ -396,7 +427,12 @@ class JobStore:
 
     @patient
     def adopt(self, gen: int) -> None:
-        self._changed(lambda pipe: pipe.set(self.key("adopted"), gen))
+        """The generation's process group formed; the scheduler may change it again."""
+        pipe = self.r.pipeline(transaction=False)
+        pipe.set(self.key("adopted"), gen)
+        pipe.incrby(self.key("changes"), 1)
+        pipe.rpush(WAKE_KEY, f"adopted {self.job_id} {gen}")
+        pipe.execute()
 
     def adopted(self) -> int:
         value = self.r.get(self.key("adopted"))
@@ -513,11 +549,9 @@ class JobStore:
         raw: dict[Any, Any] = self.r.hgetall(self.key("dispatch"))
         return {str(k): str(v) for k, v in raw.items()}
 
-    def set_cursor(self, stream_id: str) -> None:
-        """The last metrics record persisted to the database (a new scheduler resumes here)."""
-        self.r.set(self.key("cursor"), stream_id)
-
     def cursor(self) -> str:
+        """The last metrics record stored in the database (a new metrics consumer resumes
+        after it; see :meth:`Store.save_progress`)."""
         value = self.r.get(self.key("cursor"))
         return "0-0" if value is None else str(value)
 
@@ -531,7 +565,7 @@ class JobStore:
     def reset_run(self) -> None:
         """Before a suspended job resumes: forget the last run's learners, keep its
         generation counter and checkpoint."""
-        keys = ["stop", "ready", "failures", "kill", "dispatch", "exits"]
+        keys = ["stop", "ready", "failures", "kill", "dispatch", "exits", "finished"]
         self.r.delete(*[self.key(k) for k in keys])
 
     def record_checkpoint(self, step: int) -> None:
@@ -592,6 +626,17 @@ class JobStore:
         entries: Any = self.r.xrange(self.key("metrics"), min=f"({after}", max="+")
         return [(str(eid), json.loads(str(fields["json"]))) for eid, fields in entries]
 
+    def progress(self) -> tuple[str, int, int | None]:
+        """What the scheduler needs of the metrics, without reading them: the stream id and
+        step of the learners' latest record ("" and 0 before any), and the step at which
+        training finished once the metrics consumer stored every record up to it (None
+        before)."""
+        pipe = self.r.pipeline(transaction=False)
+        pipe.xrevrange(self.key("metrics"), max="+", min="-", count=1)
+        pipe.get(self.key("finished"))
+        tail, finished = pipe.execute()
+        return _progress(tail, finished)
+
     def _went_away(self, what: str, exc: Exception) -> None:
         if not self.away.failures:
             log.warning("job %s: redis away during %s (%s); going on", self.job_id, what, exc)
@@ -602,6 +647,17 @@ class JobStore:
             log.info("job %s: redis is back", self.job_id)
             if self.outbox or self.unsaved_checkpoint is not None:
                 self.flush()
+
+
+def _progress(tail: Any, finished: Any) -> tuple[str, int, int | None]:
+    """:meth:`JobStore.progress` from the stream's last entry (``[]`` when empty; its fields
+    a dict or Redis' flat list) and the ``finished`` key's value."""
+    stored = None if finished is None else int(str(finished))
+    if not tail:
+        return "", 0, stored
+    eid, fields = tail[0]
+    raw = fields["json"] if isinstance(fields, dict) else _pairs(fields)["json"]
+    return str(eid), int(json.loads(str(raw)).get("step", 0)), stored
 
 
 class LeaseKeeper(threading.Thread):
@@ -627,11 +683,6 @@ class LeaseKeeper(threading.Thread):
 # The scheduler's view of every job, read once per step ----------------------------------------
 
 
-def _stream_id(eid: str) -> tuple[int, int]:
-    ms, _, seq = eid.partition("-")
-    return int(ms), int(seq or 0)
-
-
 @dataclass
 class JobState:
     """What the coordinator reads of one job, as one observation read it."""
@@ -645,8 +696,8 @@ class JobState:
     exits: dict[str, tuple[str, int]] = field(default_factory=dict)
     checkpoint: int = 0
     dispatch: dict[str, str] = field(default_factory=dict)
-    cursor: str = "0-0"  # the last metrics record persisted, as Redis keeps it
-    metrics: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+    tail: list[Any] = field(default_factory=list)  # the metrics stream's last entry, if any
+    finished: str | None = None  # the step of the learners' done record, once stored
     leases: dict[str, str] = field(default_factory=dict)  # slot -> token, pending slots only
 
 
@@ -665,7 +716,6 @@ class ObservedJobStore(JobStore):
         self.changes_key = self.key("changes")
         self.seen = JobState()
         self.observed = False  # read at least once
-        self.after: str | None = None  # the coordinator's metrics cursor (None: Redis')
 
     # Reads: from the observation --------------------------------------------------------
 
@@ -693,19 +743,11 @@ class ObservedJobStore(JobStore):
     def dispatches(self) -> dict[str, str]:
         return dict(self.seen.dispatch)
 
-    def cursor(self) -> str:
-        return self.seen.cursor
-
     def leases(self, slots: list[str]) -> dict[str, str]:
         return {s: self.seen.leases[s] for s in slots if s in self.seen.leases}
 
-    def read_metrics(self, after: str = "0-0") -> list[tuple[str, dict[str, Any]]]:
-        """The observed records after stream id ``after``; the next observation reads on
-        from the last of them."""
-        last = _stream_id(after)
-        found = [(eid, record) for eid, record in self.seen.metrics if _stream_id(eid) > last]
-        self.after = found[-1][0] if found else after
-        return found
+    def progress(self) -> tuple[str, int, int | None]:
+        return _progress(self.seen.tail, self.seen.finished)
 
     # Writes: to Redis and to the observation --------------------------------------------
 
@@ -723,21 +765,17 @@ class ObservedJobStore(JobStore):
         super().clear_ready(slot_id)
         self.seen.ready.discard(slot_id)
 
-    def set_cursor(self, stream_id: str) -> None:
-        super().set_cursor(stream_id)
-        self.seen.cursor = stream_id
-
     def reset_run(self) -> None:
         super().reset_run()
         s = self.seen
-        s.ready, s.failures, s.exits, s.dispatch = set(), [], {}, {}
+        s.ready, s.failures, s.exits, s.dispatch, s.finished = set(), [], {}, {}, None
 
     def _take(self, reply: Any) -> None:
         """One job's part of the :data:`_OBSERVE` script's answer (0: nothing in Redis)."""
         if not reply:
             reply = [None, None, None, [], [], [], [], None, [], None, []]
         changes, gen, adopted, ready, failures, errors, exits, checkpoint, dispatch = reply[:9]
-        cursor, metrics = reply[9], reply[10]
+        finished, tail = reply[9], reply[10]
         pairs = {str(k): str(v).rpartition(":") for k, v in _pairs(exits).items()}
         self.seen = JobState(
             changes=None if changes is None else str(changes),
@@ -749,12 +787,10 @@ class ObservedJobStore(JobStore):
             exits={slot: (token, int(code)) for slot, (token, _, code) in pairs.items()},
             checkpoint=int(checkpoint) if checkpoint is not None else 0,
             dispatch=_pairs(dispatch),
-            cursor="0-0" if cursor is None else str(cursor),
-            metrics=[(str(eid), json.loads(_pairs(fields)["json"])) for eid, fields in metrics],
+            tail=list(tail),
+            finished=None if finished is None else str(finished),
             leases=self.seen.leases,
         )
-        if self.after is None:
-            self.after = self.seen.cursor
         self.observed = True
 
 
@@ -762,23 +798,22 @@ def _pairs(flat: list[Any]) -> dict[str, str]:
     return {str(k): str(v) for k, v in zip(flat[::2], flat[1::2], strict=True)}
 
 
-# Every key the coordinator reads of each job, atomically: ARGV is the key prefix, then per
-# job its id and the metrics stream id to read after ("": the persisted cursor). A job with
+# Every key the coordinator reads of each job, atomically: ARGV is the key prefix, then the
+# jobs' ids. Of the metrics stream only its last entry: the metrics consumer reads the
+# records, the scheduler needs the learners' step and whether they are done. A job with
 # nothing in Redis (never ran) answers 0. Keys are built here from the ids: one standalone
 # Redis, never a cluster.
 _OBSERVE = """
 local out = {}
-for i = 2, #ARGV, 2 do
+for i = 2, #ARGV do
   local k = ARGV[1] .. ARGV[i] .. ':'
   local reply = {
     redis.call('GET', k .. 'changes'), redis.call('GET', k .. 'gen'),
     redis.call('GET', k .. 'adopted'), redis.call('SMEMBERS', k .. 'ready'),
     redis.call('LRANGE', k .. 'failures', 0, -1), redis.call('LRANGE', k .. 'errors', 0, -1),
     redis.call('HGETALL', k .. 'exits'), redis.call('GET', k .. 'checkpoint'),
-    redis.call('HGETALL', k .. 'dispatch'), redis.call('GET', k .. 'cursor')}
-  local after = ARGV[i + 1]
-  if after == '' then after = reply[10] or '0-0' end
-  reply[11] = redis.call('XRANGE', k .. 'metrics', '(' .. after, '+')
+    redis.call('HGETALL', k .. 'dispatch'), redis.call('GET', k .. 'finished'),
+    redis.call('XREVRANGE', k .. 'metrics', '+', '-', 'COUNT', 1)}
   local empty = #reply[4] + #reply[5] + #reply[6] + #reply[7] + #reply[9] + #reply[11] == 0
   for j = 1, 10 do
     if j ~= 4 and j ~= 5 and j ~= 6 and j ~= 7 and j ~= 9 and reply[j] then empty = false end
@@ -795,7 +830,7 @@ def observe(client: redis.Redis, stores: list[ObservedJobStore]) -> None:
         return
     args: list[str] = [PREFIX + "job:"]
     for store in stores:
-        args += [store.job_id, store.after or ""]
+        args.append(store.job_id)
     replies: Any = client.eval(_OBSERVE, 0, *args)
     for store, reply in zip(stores, replies, strict=True):
         store._take(reply)

@@ -15,6 +15,7 @@ from django.db import connection
 
 from edtweb.redis_server import RedisServer
 from edtweb.training import services
+from edtweb.training.metrics_consumer import MetricsConsumer
 from edtweb.training.models import Job, Metric
 from edtweb.training.runner import JobRunner
 from scheduler.store import ALIVE, Store
@@ -60,14 +61,16 @@ def slot_host(
 
 
 def run(job: Job, slots: list[str], timeout: float) -> str:
+    """The scheduler's part (the job's runner) and the metrics consumer's, in turns."""
     runner = JobRunner(job, resume=False)
+    consumer = MetricsConsumer(Store(services.redis_client()))
     runner.apply(len(slots), tuple(slots), ())
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         final = runner.tick()
         if final:
             return final
-        time.sleep(0.02)
+        consumer.round(block=0.02)
     raise AssertionError(f"job did not end in {timeout} s")
 
 

@@ -40,6 +40,7 @@ class Cluster:
         self.redis, self.store, self.processes, self.tmp = redis, store, processes, tmp
         self.env = live_env(redis)
         self.host = f"h{time.monotonic_ns() % 10_000_000}"
+        self.metrics: subprocess.Popen[str] | None = None
 
     def start_slots(self, count: int, *extra: str) -> None:
         self.worker = self.processes.manage(
@@ -55,7 +56,14 @@ class Cluster:
         return slot.host == self.host and slot.state == ALIVE and bool(slot.telemetry.get("warm"))
 
     def start_scheduler(self, name: str = "scheduler") -> subprocess.Popen[str]:
+        """A scheduler process; with the first, the metrics consumer that serves them all
+        (jobs complete once their metrics are stored), as `make run` starts them."""
+        if self.metrics is None:
+            self.metrics = self.start_metrics()
         return self.processes.manage("edt_scheduler", env=self.env, log=self.tmp / f"{name}.log")
+
+    def start_metrics(self, name: str = "metrics") -> subprocess.Popen[str]:
+        return self.processes.manage("edt_metrics", env=self.env, log=self.tmp / f"{name}.log")
 
 
 @pytest.fixture

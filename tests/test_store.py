@@ -145,8 +145,8 @@ def test_the_scheduler_reads_a_job_again_only_when_its_learners_wrote(store: Sto
     learner.forget()
     seen = ObservedJobStore(store.r, "obs-1")
     observe(store.r, [seen])  # nothing in Redis yet: the job's empty state
-    empty = (seen.generation(), seen.ready_slots(), seen.exits(), seen.cursor())
-    assert empty == (0, set(), {}, "0-0")
+    empty = (seen.generation(), seen.ready_slots(), seen.exits(), seen.progress())
+    assert empty == (0, set(), {}, ("", 0, None))
     assert changes_and_leases(store.r, [seen], [[]]) == [False]
 
     learner.announce_ready("h.0")
@@ -155,8 +155,9 @@ def test_the_scheduler_reads_a_job_again_only_when_its_learners_wrote(store: Sto
     assert seen.ready_slots() == set()  # read in the next observation, not before
     observe(store.r, [seen])
     assert seen.ready_slots() == {"h.0"}
-    [(first, record)] = seen.read_metrics("0-0")
-    assert record["step"] == 1 and changes_and_leases(store.r, [seen], [[]]) == [False]
+    first, step, finished = seen.progress()
+    assert first and step == 1 and finished is None
+    assert changes_and_leases(store.r, [seen], [[]]) == [False]
 
     # What the scheduler writes itself it knows at once, and it moves no counter.
     assert seen.publish_generation(["h.0"]) == 1 and seen.generation() == 1
@@ -165,15 +166,15 @@ def test_the_scheduler_reads_a_job_again_only_when_its_learners_wrote(store: Sto
     assert JobStore(store.r, "obs-1").dispatches() == {"h.1": "t1"}
     assert changes_and_leases(store.r, [seen], [[]]) == [False]
 
-    # Each write a learner or slot task makes moves it; the next observation reads on from
-    # the metrics already read.
+    # Each write a learner or slot task makes moves it; of the metrics the observation reads
+    # the last record alone (the metrics consumer reads them all).
     learner.adopt(1)
     learner.emit({"type": "train", "step": 2, "time": 2.0})
     learner.report_exit("h.1", 0, "t1")
     assert changes_and_leases(store.r, [seen], [[]]) == [True]
     observe(store.r, [seen])
     assert seen.adopted() == 1 and seen.exits() == {"h.1": ("t1", 0)}
-    assert [r["step"] for _, r in seen.read_metrics(first)] == [2]
+    assert seen.progress()[1:] == (2, None) and seen.progress()[0] != first
     for write in (lambda: learner.report_error("h.0", "boom", ""),
                   lambda: learner.report_failure("h.0", 1, 2, "lost"),
                   lambda: learner.record_checkpoint(2)):  # fmt: skip
@@ -182,6 +183,10 @@ def test_the_scheduler_reads_a_job_again_only_when_its_learners_wrote(store: Sto
         observe(store.r, [seen])
     assert seen.errors()[0]["message"] == "boom" and seen.failures()[0]["error"] == "lost"
     assert seen.checkpoint_step() == 2
+    store.save_progress("obs-1", first, 2)  # the metrics consumer stored the done record
+    assert changes_and_leases(store.r, [seen], [[]]) == [True]
+    observe(store.r, [seen])
+    assert seen.progress()[2] == 2
 
     # Leases are read for the slots asked for, in the same MGET as the counters.
     learner.renew_lease("h.0", "t0")

@@ -2,17 +2,18 @@
 
 The live scheduler owns a ``JobRunner`` per job that holds slots: it sends learners to the
 slots placement chose, admits them when READY, shrinks, handles failures, suspends, and
-records every change and metric. A new active scheduler rebuilds runners from Redis.
+records every change. It reads no metric records: the metrics consumer
+(``edtweb/training/metrics_consumer.py``) stores them and says when training finished. A new
+active scheduler rebuilds runners from Redis.
 """
 
 from __future__ import annotations
 
 import logging
-import time
 from typing import Any
 
 from edtweb.celery import app as celery_app
-from edtweb.training import live, services
+from edtweb.training import services
 from edtweb.training.models import Job, JobRow
 from scheduler.dispatch import CeleryLauncher, Dispatches
 from scheduler.elastic import Coordinator
@@ -20,8 +21,6 @@ from scheduler.phases import FINAL, Facts, JobPhase, Transition, advance
 from scheduler.store import JobStore
 
 log = logging.getLogger("edt.scheduler")
-
-LIVE_INTERVAL = 0.1  # seconds between a job's live metric updates
 
 MESSAGES = {
     "generation": "now {workers} worker(s): {why}",
@@ -44,10 +43,8 @@ class JobRunner:
         self.coord = Coordinator(self.jobs, self.launcher, self._event, job.collective_timeout)
         self.want = 0
         self.phase = JobPhase.WAITING
-        self.unsent: list[dict[str, Any]] = []
-        self.sent_seq: int | None = None
-        self.sent_at = 0.0
-        self.coord.cursor = self.jobs.cursor()  # metrics already persisted stay so
+        self.tail = ""  # the stream id of the learners' latest record seen
+        self.moved = False  # the last tick took a transition
         if resume:
             self._resume()
 
@@ -62,7 +59,7 @@ class JobRunner:
         self.phase = JobPhase.TRAINING if c.members else JobPhase.WAITING
         # What the learners wrote while no scheduler ran, before any decision: a job that
         # finished meanwhile must not be sent new learners.
-        self._persist(c.read_metrics())
+        self._progress()
 
     def _event(self, kind: str, data: dict[str, Any]) -> None:
         message = MESSAGES.get(kind, kind).format(**data)
@@ -106,12 +103,11 @@ class JobRunner:
         as it was, on an unchanged observation, would do nothing the next time either."""
         c = self.coord
         return (self.phase, self.want, tuple(c.members), tuple(c.joining), len(c.started),
-                c.step, c.done, c.cursor, c.handled_failures, len(self.launcher.gone))  # fmt: skip
+                c.step, c.done, self.tail, c.handled_failures, len(self.launcher.gone))  # fmt: skip
 
     def restless(self) -> bool:
-        """Its next tick depends on time alone: a failure's grace runs, or metrics wait
-        to be pushed to the pages."""
-        return self.coord.failure_since is not None or bool(self.unsent)
+        """Its next tick depends on time alone: a failure's grace runs."""
+        return self.coord.failure_since is not None
 
     # The protocol ------------------------------------------------------------------------------
 
@@ -124,12 +120,13 @@ class JobRunner:
         if alive is not None and look:
             for slot in self.launcher.observe(alive):
                 log.info("job %s: the learner on %s is gone (its lease lapsed)", self.job_id, slot)
-        self._persist(c.read_metrics())
+        self._progress()
         c.drop_dead_joiners()
         lost = c.watch_failures() if self.phase is not JobPhase.SUSPENDING else False
         if self.phase in (JobPhase.WAITING, JobPhase.TRAINING) and not lost:
             self._resize(alive)
         transition = advance(self.phase, self._facts(lost))
+        self.moved = transition is not None
         if transition is None:
             return None
         log.info("job %s: %s", self.job_id, transition)
@@ -174,18 +171,19 @@ class JobRunner:
             return Job.State.SUSPENDED
         return None
 
-    def _persist(self, records: list[dict[str, Any]]) -> None:
-        """Store new records at once; push them to the pages at most a few times a second
-        (pages redraw no faster, and 50 open pages must not slow the job down)."""
-        seq, kept = services.store_metrics(self.job_id, records) if records else (0, [])
-        if records:
-            self.jobs.set_cursor(self.coord.cursor)
-        if kept:
-            self.unsent += kept
-            self.sent_seq = self.sent_seq if self.sent_seq is not None else seq - len(kept)
-        due = time.monotonic() - self.sent_at >= LIVE_INTERVAL
-        if self.unsent and (due or self.coord.done):
-            assert self.sent_seq is not None
-            last = self.sent_seq + len(self.unsent)
-            live.publish_metrics(self.job_id, self.sent_seq, last, self.unsent)
-            self.unsent, self.sent_seq, self.sent_at = [], last, time.monotonic()
+    def _progress(self) -> None:
+        """The learners' step (that of their latest record) and whether training finished,
+        as the metrics consumer says once it stored every record up to the ``done`` one: a
+        job completes only with all its metrics in the database."""
+        c = self.coord
+        tail, step, finished = self.jobs.progress()
+        if tail != self.tail:  # after a restart, the step resumed until new records come
+            self.tail, c.step = tail, step
+        if finished is not None and not c.done:
+            c.step, c.done = finished, True
+            self.jobs.request_stop()  # learners still waiting to join go home
+
+    def pending(self) -> bool:
+        """A step soon would move the job on: it just changed phase (the next transition
+        may be due at once), or a failure waits out its grace period."""
+        return self.moved or self.coord.failure_since is not None

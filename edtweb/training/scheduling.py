@@ -67,7 +67,10 @@ class LiveScheduler:
         self.decided: tuple[object, ...] | None = None  # the inputs of the last decision
 
     def step(self, alive: list[SlotInfo]) -> bool:
-        """One decision and one protocol step for every job; True while jobs are in motion."""
+        """One decision and one protocol step for every job; True when a job wants another
+        step soon (it changed phase, or a failure waits out its grace): otherwise the next
+        comes with an event (READY, adopted, exit, failure, finished, submit...) or the
+        slow tick."""
         with services.batched():
             return self._step([s for s in alive if s.alive])
 
@@ -222,7 +225,8 @@ class LiveScheduler:
     def _advance(self, alive: set[str], look: bool) -> bool:
         """Judge the leases just read (when it was time to ``look``); tick the runners whose
         inputs changed (a tick that changed nothing and waits on no clock leaves its runner
-        quiet until they do)."""
+        quiet until they do). True when a step soon would move a job on: one ended (its
+        slots are free for the others), changed phase, or waits out a failure's grace."""
         if look:
             self.leases_at = time.monotonic()
             for pk, runner in self.runners.items():
@@ -232,14 +236,18 @@ class LiveScheduler:
                 if gone:
                     self.dirty.add(pk)
         self.dirty &= self.runners.keys()
+        soon = False
         for pk in sorted(self.dirty):
             runner = self.runners[pk]
             before = runner.signature()
             if runner.tick(alive, look=False) is not None:
                 self._drop(pk)
-            elif runner.signature() == before and not runner.restless():
+                soon = True
+                continue
+            soon = soon or runner.pending()
+            if runner.signature() == before and not runner.restless():
                 self.dirty.discard(pk)
-        return bool(self.runners)
+        return soon
 
     def _drop(self, pk: int) -> None:
         """The job holds no slot any more: its learners' Redis user goes too."""

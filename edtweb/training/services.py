@@ -273,13 +273,15 @@ def persist_metrics(job_id: int, records: list[dict[str, Any]], publish: bool = 
     return seq
 
 
+@transaction.atomic
 def store_metrics(job_id: int, records: list[dict[str, Any]]) -> tuple[int, list[dict[str, Any]]]:
     """Store the train and test records among ``records``; returns the job's sequence number
     after them and the records stored.
 
     Idempotent by (type, step): a record already stored is dropped, so a record written
-    twice (a learner's retry after Redis came back, a new scheduler re-reading the stream,
-    an iteration redone after a failure) is kept once, the first time."""
+    twice (a learner's retry after Redis came back, the metrics consumer re-reading the
+    stream after a restart, an iteration redone after a failure) is kept once, the first
+    time. One transaction: the records and the job's count go in together or not at all."""
     kept = _new_records(job_id, [r for r in records if r.get("type") in ("train", "test")])
     if kept:
         Metric.objects.bulk_create([Metric.from_record(job_id, r) for r in kept])

@@ -1,0 +1,186 @@
+"""The metrics consumer, apart from the decision loop: every record a learner writes reaches
+the database exactly once, across consumer crashes and Redis outages; the scheduler's
+runner stores none and completes a job only once its metrics are stored."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.conf import settings
+from django.db import connection
+
+from edtweb.redis_server import RedisServer
+from edtweb.training.metrics_consumer import MetricsConsumer
+from edtweb.training.models import Job, Metric
+from edtweb.training.runner import JobRunner
+from scheduler.phases import JobPhase
+from scheduler.store import LEARNER_PATIENCE, WAKE_KEY, JobStore, Store, connect
+from tests.conftest import Processes, subprocess_env, wait_for
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture
+def durable_redis(tmp_path: Path, settings: Any) -> Iterator[RedisServer]:
+    """A Redis of this test's own with an append-only file (it can be killed and started
+    again with its data); this process's clients use it."""
+    server = RedisServer(tmp_path / "durable-redis", appendonly=True).start()
+    settings.REDIS_URL = server.url
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def store(durable_redis: RedisServer) -> Iterator[Store]:
+    client = connect(durable_redis.url)
+    yield Store(client)
+    client.close()
+
+
+def new_job(owner: Any) -> Job:
+    return Job.objects.create(owner=owner, name="metrics", model_path="m.py", data_path="d",
+                              state=Job.State.RUNNING)  # fmt: skip
+
+
+def record(step: int, kind: str = "train") -> dict[str, Any]:
+    return {"type": kind, "step": step, "epoch": 0, "time": time.time(), "loss": 1.0 / step}
+
+
+class Learner(threading.Thread):
+    """Writes ``count`` train records as a learner does (``JobStore.emit``: buffered while
+    Redis is away, flushed after), ``per_batch`` at a time, then the ``done`` record."""
+
+    def __init__(self, redis_url: str, job: Job, count: int, per_batch: int = 20) -> None:
+        super().__init__(daemon=True)
+        self.jobs = JobStore(connect(redis_url, timeout=1.0), str(job.pk))
+        self.count, self.per_batch = count, per_batch
+
+    def run(self) -> None:
+        for step in range(1, self.count + 1):
+            self.jobs.emit(record(step))
+            if step % self.per_batch == 0:
+                time.sleep(0.05)
+        self.jobs.emit({"type": "done", "step": self.count, "time": time.time()})
+        self.jobs.flush(patience=LEARNER_PATIENCE)
+
+
+def stored_steps(job: Job) -> list[int]:
+    return sorted(Metric.objects.filter(job=job, kind="train").values_list("step", flat=True))
+
+
+def metrics_count(job: Job) -> int:
+    return int(Job.objects.values_list("metrics_count", flat=True).get(pk=job.pk))
+
+
+def start_consumer(processes: Processes, redis: RedisServer, tmp: Path, name: str) -> Any:
+    env = subprocess_env(Path(settings.EDT_DATA_DIR), REDIS_URL=redis.url,
+                         DATABASE_URL=f"sqlite:///{connection.settings_dict['NAME']}")  # fmt: skip
+    return processes.manage("edt_metrics", env=env, log=tmp / f"{name}.log")
+
+
+def test_every_record_is_stored_once_across_kill_9_and_restarts_of_the_consumer(
+    durable_redis: RedisServer, store: Store, processes: Processes, alice: Any, tmp_path: Path
+) -> None:
+    job = new_job(alice)
+    total = 3000
+    learner = Learner(durable_redis.url, job, total)
+    consumer = start_consumer(processes, durable_redis, tmp_path, "consumer-0")
+    learner.start()
+    for round_, threshold in enumerate((300, 1200, 2100), start=1):
+        wait_for(lambda t=threshold: metrics_count(job) >= t, 120, f"{threshold} records stored")
+        consumer.kill()  # SIGKILL, wherever it is: between commit and cursor, mid-read...
+        consumer.wait()
+        consumer = start_consumer(processes, durable_redis, tmp_path, f"consumer-{round_}")
+    learner.join(timeout=120)
+    wait_for(lambda: JobStore(store.r, str(job.pk)).progress()[2] == total, 120,
+             "the done record stored")  # fmt: skip
+    assert stored_steps(job) == list(range(1, total + 1)), "a record lost or stored twice"
+    assert metrics_count(job) == total
+    assert consumer.poll() is None, "the consumer died"
+
+
+def test_a_redis_outage_loses_and_duplicates_no_record(
+    durable_redis: RedisServer, store: Store, processes: Processes, alice: Any, tmp_path: Path
+) -> None:
+    job = new_job(alice)
+    total = 2000
+    learner = Learner(durable_redis.url, job, total)
+    consumer = start_consumer(processes, durable_redis, tmp_path, "consumer")
+    learner.start()
+    wait_for(lambda: metrics_count(job) >= 400, 120, "400 records stored")
+    durable_redis.kill()  # kill -9: the learner buffers, the consumer backs off
+    time.sleep(4)  # the fault itself: Redis away for a while
+    durable_redis.start()
+    durable_redis.stop()  # and a clean restart at once
+    durable_redis.start()
+    learner.join(timeout=120)
+    wait_for(lambda: metrics_count(job) >= total, 120, "every record stored")
+    wait_for(lambda: JobStore(store.r, str(job.pk)).progress()[2] == total, 60,
+             "the done record stored")  # fmt: skip
+    assert stored_steps(job) == list(range(1, total + 1)), "a record lost or stored twice"
+    assert metrics_count(job) == total
+    assert consumer.poll() is None, "the consumer died"
+
+
+def test_records_read_again_after_a_crash_before_the_cursor_moved_are_stored_once(
+    store: Store, alice: Any
+) -> None:
+    job = new_job(alice)
+    jobs = JobStore(store.r, str(job.pk))
+    for step in range(1, 51):
+        jobs.emit(record(step))
+    first = MetricsConsumer(store)
+    assert first.round(block=0) == 50
+    store.r.delete(WAKE_KEY)
+    store.r.set(jobs.key("cursor"), "0-0")  # as if killed after the commit, before the cursor
+    store.release_lease(first.holder, "edt:metrics:lease")
+    for step in range(51, 61):
+        jobs.emit(record(step))
+    jobs.emit(record(60))  # a learner's retry after its connection broke: the same record
+    second = MetricsConsumer(store)
+    second.holder += ":second"
+    assert second.round(block=0) == 61
+    assert stored_steps(job) == list(range(1, 61))
+    assert metrics_count(job) == 60
+    assert jobs.progress()[2] is None and not store.r.lrange(WAKE_KEY, 0, -1)
+
+
+def test_only_one_consumer_is_active_the_other_stands_by(store: Store, alice: Any) -> None:
+    job = new_job(alice)
+    JobStore(store.r, str(job.pk)).emit(record(1))
+    active, standby = MetricsConsumer(store), MetricsConsumer(store)
+    standby.holder += ":standby"
+    assert active.round(block=0) == 1
+    JobStore(store.r, str(job.pk)).emit(record(2))
+    assert standby.round(block=0) == 0 and not standby.active
+    assert active.round(block=0) == 1
+    assert stored_steps(job) == [1, 2]
+
+
+def test_the_runner_stores_no_metric_and_completes_once_the_consumer_stored_them(
+    store: Store, alice: Any
+) -> None:
+    job = new_job(alice)
+    jobs = JobStore(store.r, str(job.pk))
+    for step in range(1, 6):
+        jobs.emit(record(step))
+    jobs.emit({"type": "done", "step": 5, "time": time.time()})
+    runner = JobRunner(job, resume=False)
+    runner.apply(1, (), ())  # no learner runs: the facts come from the stream alone
+    for _ in range(3):
+        assert runner.tick(set()) is None
+    assert not Metric.objects.filter(job=job).exists(), "the decision loop stored metrics"
+    assert runner.coord.step == 5 and not runner.coord.done
+    assert not runner.pending(), "an idle job must not keep the decision loop busy"
+
+    MetricsConsumer(store).round(block=0)
+    assert f"finished {job.pk}" in store.r.lrange(WAKE_KEY, 0, -1)  # the scheduler is woken
+    assert runner.tick(set()) == Job.State.COMPLETED
+    assert runner.phase is JobPhase.COMPLETED
+    assert stored_steps(job) == [1, 2, 3, 4, 5]
+    assert jobs.stop_requested()  # learners still waiting to join go home
