@@ -121,6 +121,7 @@ def test_a_child_that_dies_is_restarted_and_the_others_go_on(
     proc = processes.manage("edt_run", "--port", str(port), "--cpu-slots", "1", env=env, log=log)
     wait_for(lambda: login_page_answers(port), 180, "the login page")
     [scheduler] = wait_for(lambda: child_pids(proc, "edt_scheduler"), 30, "the scheduler")
+    [metrics] = wait_for(lambda: child_pids(proc, "edt_metrics"), 30, "the metrics consumer")
     web = child_pids(proc, "daphne")
     assert web
 
@@ -129,6 +130,7 @@ def test_a_child_that_dies_is_restarted_and_the_others_go_on(
              30, "the supervisor to log the crash")  # fmt: skip
     wait_for(lambda: child_pids(proc, "edt_scheduler") - {scheduler}, 30, "a new scheduler")
     assert child_pids(proc, "daphne") == web, "the web went on untouched"
+    assert child_pids(proc, "edt_metrics") == {metrics}, "the metrics consumer too"
     assert login_page_answers(port)
     assert proc.poll() is None
     stop_and_check_nothing_left(processes, proc, log)

@@ -21,6 +21,8 @@ from edtweb.training.runner import JobRunner
 from scheduler.phases import JobPhase
 from scheduler.store import LEARNER_PATIENCE, WAKE_KEY, JobStore, Store, connect
 from tests.conftest import Processes, subprocess_env, wait_for
+from tests.test_scheduler_live import Cluster, submit, workers_of
+from workers.learner.datasets import write_cifar10
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -162,6 +164,22 @@ def test_only_one_consumer_is_active_the_other_stands_by(store: Store, alice: An
     assert stored_steps(job) == [1, 2]
 
 
+def redis_calls(store: Store, command: str) -> int:
+    stats: dict[str, Any] = store.r.info("commandstats")
+    return int(stats.get(f"cmdstat_{command}", {}).get("calls", 0))
+
+
+def test_an_idle_consumer_waits_rather_than_spins(store: Store) -> None:
+    consumer = MetricsConsumer(store)
+    thread = threading.Thread(target=consumer.run, daemon=True)
+    before = redis_calls(store, "set")
+    thread.start()
+    time.sleep(2)  # the window watched: no job at all
+    consumer.stopping.set()
+    thread.join(timeout=10)
+    assert redis_calls(store, "set") - before <= 6, "the lease taken in a hot loop"
+
+
 def test_the_runner_stores_no_metric_and_completes_once_the_consumer_stored_them(
     store: Store, alice: Any
 ) -> None:
@@ -184,3 +202,22 @@ def test_the_runner_stores_no_metric_and_completes_once_the_consumer_stored_them
     assert runner.phase is JobPhase.COMPLETED
     assert stored_steps(job) == [1, 2, 3, 4, 5]
     assert jobs.stop_requested()  # learners still waiting to join go home
+
+
+def test_a_steadily_training_job_wakes_the_decision_loop_only_on_the_slow_tick(
+    durable_redis: RedisServer, store: Store, processes: Processes, alice: Any, tmp_path: Path
+) -> None:
+    cluster = Cluster(durable_redis, store, processes, tmp_path)
+    cluster.start_slots(1)
+    cluster.start_scheduler()
+    data = write_cifar10(tmp_path / "data", train=2048, test=64)
+    job = submit(alice, "steady", data, epochs=20, max_workers=1)
+    wait_for(lambda: workers_of(job) == 1, 120, "the job on its slot")
+    wait_for(lambda: metrics_count(job) >= 10, 120, "10 records stored")
+    steps, waits = metrics_count(job), redis_calls(store, "blpop")
+    time.sleep(5)  # the window watched: training, nothing else happening
+    waits = redis_calls(store, "blpop") - waits
+    assert metrics_count(job) >= steps + 10, "the job did not train in the window"
+    # One wait per step: about one step a second (it was 20 a second while a job ran).
+    assert waits <= 12, f"{waits} decision steps in 5 s"
+    print(f"{waits} decision steps in 5 s of training")

@@ -62,8 +62,9 @@ attempt("read redis conf", lambda: read(os.path.join(REDIS_DIR, "redis.conf")))
 attempt("read shadow", lambda: read("/etc/shadow"))
 attempt("read other job", lambda: read(f"{DATA}/jobs/{OTHER_JOB}/spec.json"))
 attempt("list other dataset", lambda: os.listdir(f"{DATA}/datasets/{OTHER_DATASET}"))
+PLATFORM = (b"daphne", b"edt_scheduler", b"edt_metrics", b"celery", b"edt_run")
 platform = [p for p in os.listdir("/proc") if p.isdigit() and p != str(os.getpid())
-            and any(w in cmdline(p) for w in (b"daphne", b"edt_scheduler", b"celery", b"edt_run"))]
+            and any(w in cmdline(p) for w in PLATFORM)]
 results.append(f"platform processes seen: {len(platform) > 0}")
 for pid in platform:
     attempt("environ of " + pid, lambda: read(f"/proc/{pid}/environ"))

@@ -101,6 +101,9 @@ class MetricsConsumer:
         if not self.hold_lease():
             return 0
         self.watch()
+        if not self.cursors:  # no job to watch: nothing to block on either
+            self.stopping.wait(block)
+            return 0
         batches = self.store.read_streams({str(j): c for j, c in self.cursors.items()}, block,
                                           BATCH)  # fmt: skip
         return sum(self.take(int(job), entries) for job, entries in batches.items())
