@@ -331,9 +331,12 @@ def _slot_from(slot_id: str, desc: dict[str, str], hb: str | None) -> SlotInfo:
 # edt:job:<id>:exits          hash slot -> exit code of its learner
 # edt:job:<id>:lease:<slot>   the token of the learner alive on the slot, with a short TTL
 # edt:job:<id>:metrics        stream of per-iteration and per-epoch records
-# edt:job:<id>:changes        a counter every learner and slot task write above moves, in
-#                             the same round trip and after the write: the scheduler reads
-#                             again only the jobs whose counter moved (ObservedJobStore)
+# edt:job:<id>:cursor         the last record of that stream stored in the database
+# edt:job:<id>:finished       the step of the learners' ``done`` record, once it is stored
+# edt:job:<id>:changes        a counter every learner and slot task write above (and the
+#                             metrics consumer's finished) moves, in the same round trip and
+#                             after the write: the scheduler reads again only the jobs whose
+#                             counter moved (ObservedJobStore)
 
 LEARNER_PATIENCE = 600.0  # seconds a learner or slot task keeps retrying while Redis is away
 LEASE_TTL_MS = 4000  # a learner that stopped renewing for this long is gone
