@@ -358,6 +358,16 @@ def patient(method: Callable[Concatenate[JobStore, P], R]) -> Callable[Concatena
     return call
 
 
+@dataclass(frozen=True)
+class Progress:
+    """A job's progress as its metrics stream shows it (:meth:`JobStore.progress`)."""
+
+    tail: str  # the stream id of the learners' latest record ("" before any)
+    step: int  # that record's step
+    ended: bool  # that record is the learners' "done": training is over
+    finished: int | None  # the done record's step, once the metrics consumer stored it
+
+
 class JobStore:
     """The elastic protocol's shared state for one job.
 
@@ -629,11 +639,9 @@ class JobStore:
         entries: Any = self.r.xrange(self.key("metrics"), min=f"({after}", max="+")
         return [(str(eid), json.loads(str(fields["json"]))) for eid, fields in entries]
 
-    def progress(self) -> tuple[str, int, int | None]:
-        """What the scheduler needs of the metrics, without reading them: the stream id and
-        step of the learners' latest record ("" and 0 before any), and the step at which
-        training finished once the metrics consumer stored every record up to it (None
-        before)."""
+    def progress(self) -> Progress:
+        """What the scheduler needs of the metrics, without reading them all: the learners'
+        latest record, and whether the metrics consumer stored their ``done`` one."""
         pipe = self.r.pipeline(transaction=False)
         pipe.xrevrange(self.key("metrics"), max="+", min="-", count=1)
         pipe.get(self.key("finished"))
@@ -652,15 +660,16 @@ class JobStore:
                 self.flush()
 
 
-def _progress(tail: Any, finished: Any) -> tuple[str, int, int | None]:
+def _progress(tail: Any, finished: Any) -> Progress:
     """:meth:`JobStore.progress` from the stream's last entry (``[]`` when empty; its fields
     a dict or Redis' flat list) and the ``finished`` key's value."""
     stored = None if finished is None else int(str(finished))
     if not tail:
-        return "", 0, stored
+        return Progress("", 0, False, stored)
     eid, fields = tail[0]
     raw = fields["json"] if isinstance(fields, dict) else _pairs(fields)["json"]
-    return str(eid), int(json.loads(str(raw)).get("step", 0)), stored
+    record = json.loads(str(raw))
+    return Progress(str(eid), int(record.get("step", 0)), record.get("type") == "done", stored)
 
 
 class LeaseKeeper(threading.Thread):
@@ -749,7 +758,7 @@ class ObservedJobStore(JobStore):
     def leases(self, slots: list[str]) -> dict[str, str]:
         return {s: self.seen.leases[s] for s in slots if s in self.seen.leases}
 
-    def progress(self) -> tuple[str, int, int | None]:
+    def progress(self) -> Progress:
         return _progress(self.seen.tail, self.seen.finished)
 
     # Writes: to Redis and to the observation --------------------------------------------

@@ -99,7 +99,7 @@ def test_every_record_is_stored_once_across_kill_9_and_restarts_of_the_consumer(
         consumer.wait()
         consumer = start_consumer(processes, durable_redis, tmp_path, f"consumer-{round_}")
     learner.join(timeout=120)
-    wait_for(lambda: JobStore(store.r, str(job.pk)).progress()[2] == total, 120,
+    wait_for(lambda: JobStore(store.r, str(job.pk)).progress().finished == total, 120,
              "the done record stored")  # fmt: skip
     assert stored_steps(job) == list(range(1, total + 1)), "a record lost or stored twice"
     assert metrics_count(job) == total
@@ -122,7 +122,7 @@ def test_a_redis_outage_loses_and_duplicates_no_record(
     durable_redis.start()
     learner.join(timeout=120)
     wait_for(lambda: metrics_count(job) >= total, 120, "every record stored")
-    wait_for(lambda: JobStore(store.r, str(job.pk)).progress()[2] == total, 60,
+    wait_for(lambda: JobStore(store.r, str(job.pk)).progress().finished == total, 60,
              "the done record stored")  # fmt: skip
     assert stored_steps(job) == list(range(1, total + 1)), "a record lost or stored twice"
     assert metrics_count(job) == total
@@ -149,7 +149,7 @@ def test_records_read_again_after_a_crash_before_the_cursor_moved_are_stored_onc
     assert second.round(block=0) == 61
     assert stored_steps(job) == list(range(1, 61))
     assert metrics_count(job) == 60
-    assert jobs.progress()[2] is None and not store.r.lrange(WAKE_KEY, 0, -1)
+    assert jobs.progress().finished is None and not store.r.lrange(WAKE_KEY, 0, -1)
 
 
 def test_only_one_consumer_is_active_the_other_stands_by(store: Store, alice: Any) -> None:

@@ -15,6 +15,7 @@ from scheduler.store import (
     AllocationRecord,
     JobStore,
     ObservedJobStore,
+    Progress,
     SlotInfo,
     Store,
     changes_and_leases,
@@ -146,7 +147,7 @@ def test_the_scheduler_reads_a_job_again_only_when_its_learners_wrote(store: Sto
     seen = ObservedJobStore(store.r, "obs-1")
     observe(store.r, [seen])  # nothing in Redis yet: the job's empty state
     empty = (seen.generation(), seen.ready_slots(), seen.exits(), seen.progress())
-    assert empty == (0, set(), {}, ("", 0, None))
+    assert empty == (0, set(), {}, Progress("", 0, False, None))
     assert changes_and_leases(store.r, [seen], [[]]) == [False]
 
     learner.announce_ready("h.0")
@@ -155,8 +156,8 @@ def test_the_scheduler_reads_a_job_again_only_when_its_learners_wrote(store: Sto
     assert seen.ready_slots() == set()  # read in the next observation, not before
     observe(store.r, [seen])
     assert seen.ready_slots() == {"h.0"}
-    first, step, finished = seen.progress()
-    assert first and step == 1 and finished is None
+    first = seen.progress().tail
+    assert first and seen.progress() == Progress(first, 1, False, None)
     assert changes_and_leases(store.r, [seen], [[]]) == [False]
 
     # What the scheduler writes itself it knows at once, and it moves no counter.
@@ -174,7 +175,7 @@ def test_the_scheduler_reads_a_job_again_only_when_its_learners_wrote(store: Sto
     assert changes_and_leases(store.r, [seen], [[]]) == [True]
     observe(store.r, [seen])
     assert seen.adopted() == 1 and seen.exits() == {"h.1": ("t1", 0)}
-    assert seen.progress()[1:] == (2, None) and seen.progress()[0] != first
+    assert seen.progress().step == 2 and seen.progress().tail != first
     for write in (lambda: learner.report_error("h.0", "boom", ""),
                   lambda: learner.report_failure("h.0", 1, 2, "lost"),
                   lambda: learner.record_checkpoint(2)):  # fmt: skip
@@ -183,10 +184,14 @@ def test_the_scheduler_reads_a_job_again_only_when_its_learners_wrote(store: Sto
         observe(store.r, [seen])
     assert seen.errors()[0]["message"] == "boom" and seen.failures()[0]["error"] == "lost"
     assert seen.checkpoint_step() == 2
-    store.save_progress("obs-1", first, 2)  # the metrics consumer stored the done record
+    learner.emit({"type": "done", "step": 2, "time": 3.0})
     assert changes_and_leases(store.r, [seen], [[]]) == [True]
     observe(store.r, [seen])
-    assert seen.progress()[2] == 2
+    assert seen.progress().ended and seen.progress().finished is None
+    store.save_progress("obs-1", seen.progress().tail, 2)  # the consumer stored it
+    assert changes_and_leases(store.r, [seen], [[]]) == [True]
+    observe(store.r, [seen])
+    assert seen.progress() == Progress(seen.progress().tail, 2, True, 2)
 
     # Leases are read for the slots asked for, in the same MGET as the counters.
     learner.renew_lease("h.0", "t0")

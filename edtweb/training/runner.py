@@ -44,6 +44,7 @@ class JobRunner:
         self.want = 0
         self.phase = JobPhase.WAITING
         self.tail = ""  # the stream id of the learners' latest record seen
+        self.over = False  # the learners said training is over: no learner joins any more
         self.moved = False  # the last tick took a transition
         if resume:
             self._resume()
@@ -94,7 +95,7 @@ class JobRunner:
             if slot in c.joining:  # not admitted yet: call it off
                 c.joining.remove(slot)
                 self.launcher.kill(slot)
-        if joined and not c.done:  # training finished: no learner joins any more
+        if joined and not self.over:  # training finished: no learner joins any more
             c.start_joiners(list(joined))
         self.want = want
 
@@ -103,7 +104,8 @@ class JobRunner:
         as it was, on an unchanged observation, would do nothing the next time either."""
         c = self.coord
         return (self.phase, self.want, tuple(c.members), tuple(c.joining), len(c.started),
-                c.step, c.done, self.tail, c.handled_failures, len(self.launcher.gone))  # fmt: skip
+                c.step, c.done, self.tail, self.over, c.handled_failures,
+                len(self.launcher.gone))  # fmt: skip
 
     def restless(self) -> bool:
         """Its next tick depends on time alone: a failure's grace runs."""
@@ -172,16 +174,17 @@ class JobRunner:
         return None
 
     def _progress(self) -> None:
-        """The learners' step (that of their latest record) and whether training finished,
-        as the metrics consumer says once it stored every record up to the ``done`` one: a
-        job completes only with all its metrics in the database."""
-        c = self.coord
-        tail, step, finished = self.jobs.progress()
-        if tail != self.tail:  # after a restart, the step resumed until new records come
-            self.tail, c.step = tail, step
-        if finished is not None and not c.done:
-            c.step, c.done = finished, True
+        """The learners' step (that of their latest record) and whether training is over.
+        Once the learners wrote ``done`` no learner joins any more; the job completes only
+        when the metrics consumer also stored every record up to it."""
+        c, seen = self.coord, self.jobs.progress()
+        if seen.tail != self.tail:  # after a restart, the step resumed until new records come
+            self.tail, c.step = seen.tail, seen.step
+        if (seen.ended or seen.finished is not None) and not self.over:
+            self.over = True
             self.jobs.request_stop()  # learners still waiting to join go home
+        if seen.finished is not None:
+            c.step, c.done = seen.finished, True
 
     def pending(self) -> bool:
         """A step soon would move the job on: it just changed phase (the next transition
