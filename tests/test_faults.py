@@ -101,7 +101,11 @@ class FaultCluster(Cluster):
         return proc
 
     def supervise(self, *names: str) -> Supervised:
-        """Start ``names`` ("web", "scheduler") with `make run`'s own command lines."""
+        """Start ``names`` ("web", "scheduler") with `make run`'s own command lines, and
+        the metrics consumer unless one runs already (jobs complete once it stored their
+        metrics)."""
+        if self.metrics is None:
+            names = (*names, "metrics")
         self.web_port = free_port()
         opts = launcher.Options(port=self.web_port, live_port=free_port())
         commands = {k: v for k, v in launcher.processes(opts).items() if k in names}
