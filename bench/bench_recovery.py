@@ -127,8 +127,9 @@ class LiveStack:
             cwd=PROJECT, env=dict(os.environ), stdout=self.worker_log, stderr=subprocess.STDOUT,
             start_new_session=True,
         )  # fmt: skip
-        command = launcher.processes(launcher.Options(live_port=0))["scheduler"]
-        self.supervisor = Supervisor({"scheduler": command}, dict(os.environ), str(PROJECT),
+        commands = launcher.processes(launcher.Options(live_port=0))
+        wanted = {name: commands[name] for name in ("scheduler", "metrics")}  # scheduler first
+        self.supervisor = Supervisor(wanted, dict(os.environ), str(PROJECT),
                                      out=(tmp / "supervisor.log").open("w"))  # fmt: skip
         threading.Thread(target=self.supervisor.watch, daemon=True).start()
 

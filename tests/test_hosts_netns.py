@@ -255,6 +255,7 @@ def test_a_job_across_two_namespaced_hosts_survives_a_killed_and_a_partitioned_h
         hosts.start(host)
     wait_for(lambda: hosts.warm(a) and hosts.warm(b), 240, "both hosts' slots warm")
     processes.manage("edt_scheduler", env=hosts.env, log=tmp_path / "scheduler.log")
+    processes.manage("edt_metrics", env=hosts.env, log=tmp_path / "metrics.log")
     data = write_cifar10(tmp_path / "data", train=640, test=64)
     model = tmp_path / "model" / "throttled_mlp.py"
     model.parent.mkdir()
