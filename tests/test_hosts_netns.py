@@ -37,7 +37,7 @@ from scheduler.elastic import Coordinator
 from scheduler.phases import JobPhase
 from scheduler.store import ALIVE, JobStore, Store, connect
 from tests.conftest import PROJECT_DIR, Processes, wait_for
-from tests.test_faults import api_steps, completed
+from tests.test_faults import api_steps, completed, redone
 from tests.test_scheduler_live import live_env, workers_of
 from workers.learner.datasets import write_cifar10
 
@@ -325,6 +325,7 @@ def test_a_job_across_two_namespaced_hosts_survives_a_killed_and_a_partitioned_h
     wait_for(lambda: completed(job), 300, "the job to complete")
     print("timings (s):", {k: round(v, 1) for k, v in timings.items()})
     assert api_steps(job) == list(range(1, total + 1)), "a step lost or repeated"
+    assert redone(job) <= 2, f"{redone(job)} iterations redone after 2 faults"
     assert gen_alone > gen_before
     for host in (a, b):
         assert hosts.warm(host), f"host {host.name} is not serving again"
