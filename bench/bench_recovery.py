@@ -1,6 +1,6 @@
 """Recovery benchmark: time from a fault to training again, per fault.
 
-    python bench/bench_recovery.py [--pairs N]        (make bench runs it)
+    python bench/bench_recovery.py [--pairs N] [--rounds N] [--netns-rounds N]   (make bench)
 
 Faults on a job of 2 learners driven by ``workers.learner.drive`` (real learner processes,
 real gloo, a real Redis of the run's own):
@@ -10,15 +10,24 @@ real gloo, a real Redis of the run's own):
   launcher (torchrun's elastic agent) does on any worker failure, every learner restarted
   from the latest checkpoint (here: both learners killed at the same step).
 
-Then faults of the live stack: a worker host of 2 CPU slots (``edt_worker``, default restart
-delay), a scheduler under `make run`'s supervisor, SQLite, a 2-learner job submitted as a
-user does; rounds of one fault each, in turn:
+Then faults of the live stack: two worker hosts of one CPU slot each (``edt_worker``, each
+in a session of its own, as on two machines), web, scheduler and metrics consumer under
+`make run`'s supervisor, SQLite, a Redis with an append-only file, a 2-learner job (one
+learner per host) submitted as a user does; rounds of one fault each, in turn:
 
 - **learner kill -9** of one of the job's learner processes;
 - **slot worker kill -9**: the Celery worker hosting one of its learners;
+- **worker host kill -9**: a host's whole process group (its slot worker and learner); it
+  is started again once the survivor trains alone, and the job grows back;
 - **scheduler kill -9**: the active ``edt_scheduler``; the supervisor starts another, which
   takes the lease once the dead one's has expired. Learners never wait for the scheduler:
-  the time until a scheduler is active again is given beside the training's own pause.
+  the time until a scheduler is active again is given beside the training's own pause;
+- **web kill -9**: the Daphne serving pages and API; training never waits for it: the time
+  until the API answers again is given beside;
+- **Redis kill -9** for 10 s, then started again on its append-only file; and a **clean
+  Redis restart** (SIGTERM, then at once up again). The learners train on through the
+  outage and buffer their metrics: the time until the database has new steps again after
+  Redis is back is given beside.
 
 "Recovery" is the time from the fault to the next iteration's record (live: of a generation
 formed after the fault, where one is); "redone" counts the iterations trained twice (a step
@@ -38,6 +47,8 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.error
+import urllib.request
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
@@ -53,9 +64,15 @@ from workers.learner.datasets import write_cifar10  # noqa: E402
 
 MODEL = PROJECT / "examples" / "mlp.py"
 BATCH, STEPS, FAULT_AT = 64, 70, 40  # 16 iterations an epoch: the checkpoint is at step 32
-LIVE_EPOCHS = 8  # the live job: 128 iterations, the fault at step FAULT_AT
-LIVE_FAULTS = ("learner", "slot worker", "scheduler")
-Live = tuple[float, int, float]  # recovery (s), iterations redone, a scheduler back (s)
+LIVE_EPOCHS = 30  # the live job: 480 iterations, the fault at step FAULT_AT
+# Its model sleeps 50 ms a step, so the job outlasts a fault and a 10 s Redis outage whatever
+# the machine's speed (the tiny MLP alone trains 128 steps in about a second).
+LIVE_MODEL = PROJECT / "tests" / "models" / "paced_mlp.py"
+LIVE_FAULTS = ("learner", "slot worker", "worker host", "scheduler", "web", "redis 10 s",
+               "redis restart")  # fmt: skip
+NEW_GENERATION = ("learner", "slot worker", "worker host")  # a generation without the lost one
+REDIS_AWAY = 10.0
+Live = tuple[float, int, float]  # recovery (s), iterations redone, the service back (s)
 
 
 def drive(redis: str, data: Path, workdir: Path, *extra: str) -> None:
@@ -96,13 +113,14 @@ def learner_kill(redis: str, data: Path, tmp: Path, round_: int) -> dict[str, tu
 class LiveStack:
     """A worker host, a supervised scheduler, a database and a user, all of this run's own."""
 
-    def __init__(self, tmp: Path, redis_url: str) -> None:
+    def __init__(self, tmp: Path, redis: RedisServer) -> None:
         tmp.chmod(0o755)  # learners run as the sandbox's user and read the model and data
+        self.tmp, self.redis = tmp, redis
         os.environ |= {
             "EDT_DATA_DIR": str(tmp / "edt"),
             "DATABASE_URL": f"sqlite:///{tmp / 'edt.sqlite3'}",
             "DJANGO_SETTINGS_MODULE": "edtweb.settings",
-            "REDIS_URL": redis_url,
+            "REDIS_URL": redis.url,
             "PYTHONUNBUFFERED": "1",
         }
         import django
@@ -112,50 +130,75 @@ class LiveStack:
         from django.core.management import call_command
 
         from edtweb import launcher
+        from edtweb.redis_server import free_port
         from edtweb.supervisor import Supervisor
         from scheduler.store import Store, connect
 
         call_command("migrate", verbosity=0)
         self.user = get_user_model().objects.create_user("bench", password="bench-only-1")
-        self.store = Store(connect(redis_url))
+        self.store = Store(connect(redis.url))
         self.data = write_cifar10(tmp / "live-data", train=1024, test=64)
-        self.host = "bench-recovery"
-        self.worker_log = (tmp / "worker.log").open("w")
-        self.worker = subprocess.Popen(
-            [sys.executable, "manage.py", "edt_worker", "--cpu-slots", "2",
-             "--host-name", self.host],
-            cwd=PROJECT, env=dict(os.environ), stdout=self.worker_log, stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )  # fmt: skip
-        commands = launcher.processes(launcher.Options(live_port=0))
-        wanted = {name: commands[name] for name in ("scheduler", "metrics")}  # scheduler first
+        self.hosts: dict[str, subprocess.Popen[bytes]] = {}
+        for host in ("bench-host-a", "bench-host-b"):
+            self.start_host(host)
+        self.port = free_port()
+        commands = launcher.processes(launcher.Options(port=self.port, live_port=0))
+        wanted = {name: commands[name] for name in ("scheduler", "metrics", "web")}
         self.supervisor = Supervisor(wanted, dict(os.environ), str(PROJECT),
                                      out=(tmp / "supervisor.log").open("w"))  # fmt: skip
         threading.Thread(target=self.supervisor.watch, daemon=True).start()
 
+    def start_host(self, host: str) -> None:
+        log = (self.tmp / f"{host}.log").open("a")
+        self.hosts[host] = subprocess.Popen(
+            [sys.executable, "manage.py", "edt_worker", "--cpu-slots", "1",
+             "--host-name", host],
+            cwd=PROJECT, env=dict(os.environ), stdout=log, stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )  # fmt: skip
+
     def close(self) -> None:
         self.supervisor.stopping.set()
         self.supervisor.stop(grace=10)
-        os.killpg(self.worker.pid, signal.SIGTERM)
+        for worker in self.hosts.values():
+            if worker.poll() is not None:
+                continue
+            os.killpg(worker.pid, signal.SIGTERM)
+            try:
+                worker.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(worker.pid, signal.SIGKILL)
+                worker.wait()
+
+    def child_pid(self, name: str) -> int | None:
+        child = next(c for c in self.supervisor.children if c.name == name)
+        proc = child.proc
+        return proc.pid if proc is not None and proc.poll() is None else None
+
+    def api_answers(self) -> bool:
+        """Any HTTP answer from the web (a 401 too: the process serves again)."""
         try:
-            self.worker.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(self.worker.pid, signal.SIGKILL)
-            self.worker.wait()
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/api/v1/auth/me/",
+                                        timeout=10):  # fmt: skip
+                return True
+        except urllib.error.HTTPError:
+            return True
+        except OSError:
+            return False
 
     def scheduler_pid(self) -> int | None:
-        proc = self.supervisor.children[0].proc
-        return proc.pid if proc is not None and proc.poll() is None else None
+        return self.child_pid("scheduler")
 
     def warm_slots(self) -> list[Any]:
         return [s for s in self.store.list_slots()
-                if s.host == self.host and s.alive and s.telemetry.get("warm")]  # fmt: skip
+                if s.host in self.hosts and s.alive and s.telemetry.get("warm")]  # fmt: skip
 
     def ready(self) -> bool:
-        """Both slots alive and warm, and the supervised scheduler active."""
+        """Both slots alive and warm, the supervised scheduler active, the API answering."""
         pid = self.scheduler_pid()
         holder = self.store.lease_holder() or ""
-        return len(self.warm_slots()) == 2 and pid is not None and holder.endswith(f":{pid}")
+        return (len(self.warm_slots()) == 2 and pid is not None and holder.endswith(f":{pid}")
+                and self.api_answers())  # fmt: skip
 
     def learners(self) -> list[psutil.Process]:
         """Learner processes: forked from their slot's fork server."""
@@ -164,7 +207,9 @@ class LiveStack:
             return p is not None and "multiprocessing.forkserver" in " ".join(p.cmdline())
 
         found = []
-        for p in psutil.Process(self.worker.pid).children(recursive=True):
+        every = [p for w in self.hosts.values() if w.poll() is None
+                 for p in psutil.Process(w.pid).children(recursive=True)]  # fmt: skip
+        for p in every:
             try:
                 if p.status() != psutil.STATUS_ZOMBIE and forkserver(p) and forkserver(p.parent()):
                     found.append(p)
@@ -179,21 +224,31 @@ class LiveStack:
         from edtweb.training.models import Job
 
         wait(self.ready, 300, "the stack ready")
-        job = services.submit_job(self.user, name=f"{fault} killed", model_path=str(MODEL),
+        job = services.submit_job(self.user, name=f"{fault} killed", model_path=str(LIVE_MODEL),
                                   data_path=str(self.data), epochs=LIVE_EPOCHS,
                                   batch_size=BATCH, max_workers=2)  # fmt: skip
         jobs = services.job_store(job.pk)
         two = lambda: len(jobs.members(jobs.generation())) == 2 == len(self.learners())  # noqa: E731
-        wait(two, 300, "the job on 2 learners")
+        wait(lambda: two() or Job.objects.get(pk=job.pk).state not in Job.ACTIVE, 300,
+             "the job on 2 learners")  # fmt: skip
+        assert two(), f"{fault}: the job ended before it ran on 2 learners"
         wait(lambda: Job.objects.get(pk=job.pk).steps_done >= FAULT_AT, 300, "the fault's step")
         back = 0.0
+        members = jobs.members(jobs.generation())
         if fault == "learner":
             at = kill(self.learners()[-1].pid)
         elif fault == "slot worker":
-            slot = next(s for s in self.store.list_slots()
-                        if s.slot_id == jobs.members(jobs.generation())[-1])  # fmt: skip
+            slot = next(s for s in self.store.list_slots() if s.slot_id == members[-1])
             at = kill(slot.pid)
-        else:
+        elif fault == "worker host":
+            host = next(s.host for s in self.store.list_slots() if s.slot_id == members[-1])
+            at = time.time()
+            os.killpg(self.hosts[host].pid, signal.SIGKILL)
+            self.hosts[host].wait()
+            wait(lambda: host not in " ".join(jobs.members(jobs.generation())), 120,
+                 "a generation without the lost host")  # fmt: skip
+            self.start_host(host)  # the machine is back
+        elif fault == "scheduler":
             old = self.scheduler_pid()
             assert old is not None
             at = kill(old)
@@ -201,14 +256,33 @@ class LiveStack:
                 f":{self.scheduler_pid()}") and self.scheduler_pid() != old, 120,
                 "a scheduler active again")  # fmt: skip
             back = time.time() - at
+        elif fault == "web":
+            old = self.child_pid("web")
+            assert old is not None
+            at = kill(old)
+            wait(lambda: self.child_pid("web") not in (None, old) and self.api_answers(), 120,
+                 "the API answering again")  # fmt: skip
+            back = time.time() - at
+        else:  # Redis: killed for REDIS_AWAY s, or a clean restart
+            done = Job.objects.get(pk=job.pk).steps_done
+            at = time.time()
+            if fault == "redis 10 s":
+                self.redis.kill()
+                time.sleep(REDIS_AWAY)  # the fault itself
+            else:
+                self.redis.stop()
+            self.redis.start()
+            up = time.time()
+            wait(lambda: Job.objects.get(pk=job.pk).steps_done > done, 120,
+                 "new steps stored after Redis returned")  # fmt: skip
+            back = time.time() - up
         wait(lambda: Job.objects.get(pk=job.pk).state not in Job.ACTIVE, 600, "the job's end")
-        if fault == "slot worker":  # the next round starts once the host restarted it
-            wait(lambda: slot.pid not in {s.pid for s in self.warm_slots()}
-                 and len(self.warm_slots()) == 2, 300, "the slot worker restarted")  # fmt: skip
+        if fault in ("slot worker", "worker host"):  # the next round starts once it is back
+            wait(lambda: len(self.warm_slots()) == 2, 300, "both slots warm again")
         state = Job.objects.get(pk=job.pk).state
         assert state == Job.State.COMPLETED, f"{fault}: the job ended {state}"
         train = [r for _, r in jobs.read_metrics() if r["type"] == "train"]
-        return (*after_live_fault(train, at, newer_generation=fault != "scheduler"), back)
+        return (*after_live_fault(train, at, newer_generation=fault in NEW_GENERATION), back)
 
 
 def kill(pid: int) -> float:
@@ -235,8 +309,8 @@ def after_live_fault(train: list[dict[str, Any]], at: float,
     return later[0]["time"] - at, redone
 
 
-def live_faults(tmp: Path, redis_url: str, rounds: int) -> dict[str, list[Live]]:
-    stack = LiveStack(tmp, redis_url)
+def live_faults(tmp: Path, redis: RedisServer, rounds: int) -> dict[str, list[Live]]:
+    stack = LiveStack(tmp, redis)
     results: dict[str, list[Live]] = {f: [] for f in LIVE_FAULTS}
     try:
         for _ in range(rounds):
@@ -248,6 +322,49 @@ def live_faults(tmp: Path, redis_url: str, rounds: int) -> dict[str, list[Live]]
     return results
 
 
+# Hosts in network namespaces: tests/test_hosts_netns.py's job, its timings read back ------
+
+NETNS_TEST = (
+    "tests/test_hosts_netns.py::"
+    "test_a_job_across_two_namespaced_hosts_survives_a_killed_and_a_partitioned_host"
+)
+NETNS_PARTITION = 20.0
+NETNS_ROWS = (
+    ("killed: survivor trains alone", "namespaced host kill -9 (every process of it)",
+     "the survivor trains alone in a new generation"),
+    ("killed: grown back after the restart", "namespaced host back after its kill",
+     "the job on both hosts again, from the host's restart"),
+    ("partitioned: survivor trains alone", f"namespaced host cut off {NETNS_PARTITION:.0f} s",
+     "the survivor trains alone in a new generation"),
+    ("partitioned: stale learner gone after the link returned",
+     "partitioned host's stale learner", "it left, from the link's return"),
+    ("partitioned: grown back after the link returned", "namespaced host back after the cut",
+     "the job on both hosts again, from the link's return"),
+)  # fmt: skip
+
+
+def netns_round(tmp: Path, round_: int) -> dict[str, Any]:
+    """One run of the namespaced-hosts test; its timings ({} with "skipped" if it could
+    not run here, e.g. not as root)."""
+    out = tmp / f"netns-{round_}.json"
+    env = dict(os.environ, EDT_RECOVERY_TIMINGS=str(out))
+    for key in ("EDT_DATA_DIR", "DATABASE_URL", "REDIS_URL", "DJANGO_SETTINGS_MODULE"):
+        env.pop(key, None)  # the test makes its own
+    run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider",
+                          NETNS_TEST], cwd=PROJECT, env=env, capture_output=True, text=True,
+                         timeout=900)  # fmt: skip
+    tail = run.stdout.strip().splitlines()[-1:] or [run.stderr.strip()[-300:]]
+    print(f"netns round {round_}: {tail[0]}", flush=True)
+    if "skipped" in tail[0] and run.returncode == 0:
+        reason = next((line.split("SKIPPED", 1)[1].strip() for line in run.stdout.splitlines()
+                       if "SKIPPED" in line), "skipped")  # fmt: skip
+        return {"skipped": reason}
+    if run.returncode != 0:
+        raise RuntimeError(f"the namespaced-hosts test failed:\n{run.stdout[-4000:]}")
+    timings: dict[str, Any] = json.loads(out.read_text())
+    return timings
+
+
 def spread(values: list[float]) -> str:
     return f"{min(values):.2f} / {statistics.median(values):.2f} / {max(values):.2f}"
 
@@ -256,50 +373,93 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--pairs", type=int, default=5)
     parser.add_argument("--rounds", type=int, default=5, help="live rounds, one of each fault")
+    parser.add_argument(
+        "--netns-rounds",
+        type=int,
+        default=3,
+        help="runs of the namespaced-hosts test (kill, then partition)",
+    )
     args = parser.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="edt-bench-recovery-"))
     data = write_cifar10(tmp / "data", train=1024, test=128)
     server = RedisServer(tmp / "redis", appendonly=True).start()
     load_before = os.getloadavg()
+    started = time.monotonic()
     try:
         kills = [learner_kill(server.url, data, tmp, i) for i in range(args.pairs)]
+        print(f"pairs took {time.monotonic() - started:.0f} s", flush=True)
         load_live = os.getloadavg()
-        live = live_faults(tmp, server.url, args.rounds)
+        live = live_faults(tmp, server, args.rounds) if args.rounds else {}
+        print(f"pairs and live rounds took {time.monotonic() - started:.0f} s", flush=True)
     finally:
         server.stop()
-    edt = [k["edt"][0] for k in kills]
-    base = [k["restart"][0] for k in kills]
-    ratio = [b / e for e, b in zip(edt, base, strict=True)]
-    rows = [
-        ("learner kill -9: EDT, survivors go on", spread(edt),
-         spread([float(k["edt"][1]) for k in kills]), "next iteration"),
-        ("learner kill -9: baseline, restart all from checkpoint", spread(base),
-         spread([float(k["restart"][1]) for k in kills]), "next iteration"),
-    ]  # fmt: skip
-    for fault in LIVE_FAULTS:
-        runs = live[fault]
-        when = "first iteration of the generation formed without the lost learner"
-        if fault == "scheduler":
-            when = ("next iteration (training never waits for the scheduler); a scheduler "
-                    f"active again after {spread([r[2] for r in runs])} s")  # fmt: skip
-        rows.append((f"live stack, {fault} kill -9", spread([r[0] for r in runs]),
+    netns = [netns_round(tmp, i) for i in range(args.netns_rounds)]
+    rows: list[tuple[str, str, str, str]] = []
+    ratio: list[float] = []
+    if kills:
+        edt = [k["edt"][0] for k in kills]
+        base = [k["restart"][0] for k in kills]
+        ratio = [b / e for e, b in zip(edt, base, strict=True)]
+        rows += [
+            ("learner kill -9: EDT, survivors go on", spread(edt),
+             spread([float(k["edt"][1]) for k in kills]), "next iteration"),
+            ("learner kill -9: baseline, restart all from checkpoint", spread(base),
+             spread([float(k["restart"][1]) for k in kills]), "next iteration"),
+        ]  # fmt: skip
+    for fault, runs in live.items():
+        back = spread([r[2] for r in runs])
+        when = {
+            "learner": "first iteration of the generation formed without the lost learner",
+            "slot worker": "first iteration of the generation formed without the lost learner",
+            "worker host": "first iteration of the generation formed without the lost host",
+            "scheduler": "next iteration (training never waits for the scheduler); a "
+            f"scheduler active again after {back} s",
+            "web": f"next iteration (training never waits for the web); the API answers "
+            f"again after {back} s",
+            "redis 10 s": "next iteration (the learners train on through the outage); new "
+            f"steps in the database {back} s after Redis is back",
+            "redis restart": "next iteration; new steps in the database "
+            f"{back} s after Redis is back",
+        }[fault]
+        name = {
+            "redis 10 s": f"Redis kill -9, away {REDIS_AWAY:.0f} s",
+            "redis restart": "Redis clean restart",
+        }.get(fault, f"{fault} kill -9")
+        rows.append((f"live stack, {name}", spread([r[0] for r in runs]),
                      spread([float(r[1]) for r in runs]), when))  # fmt: skip
+    runs_ok = [r for r in netns if "skipped" not in r]
+    for key, label, when in NETNS_ROWS:
+        if runs_ok:
+            rows.append((label, spread([r[key] for r in runs_ok]), "",
+                         when + f" ({len(runs_ok)} of {len(netns)} runs)"))  # fmt: skip
+    skipped = sorted({r["skipped"] for r in netns if "skipped" in r})
     out = [
         "# Recovery time per fault",
         "",
-        f"`python bench/bench_recovery.py --pairs {args.pairs} --rounds {args.rounds}`: a "
-        f"2-learner job (examples/mlp.py, batch {BATCH}), fault at step {FAULT_AT}, "
-        "checkpoint every epoch (16 iterations). Recovery: fault to the next iteration's "
+        f"`python bench/bench_recovery.py --pairs {args.pairs} --rounds {args.rounds} "
+        f"--netns-rounds {args.netns_rounds}`: a "
+        f"2-learner job (examples/mlp.py, batch {BATCH}; on the live stack "
+        f"tests/models/paced_mlp.py, 50 ms a step, {LIVE_EPOCHS} epochs), fault at step "
+        f"{FAULT_AT}, checkpoint every epoch (16 iterations). Recovery: fault to the next "
+        "iteration's "
         "record, seconds, min / median / max. EDT and its baseline ran as interleaved pairs "
-        f"through `workers.learner.drive`; then {args.rounds} rounds on a live stack (worker "
-        "host of 2 CPU slots, scheduler under `make run`'s supervisor), one job per fault.",
+        f"through `workers.learner.drive`; then {args.rounds} rounds on a live stack (two "
+        "worker hosts of one CPU slot each, web, scheduler and metrics consumer under "
+        "`make run`'s supervisor, Redis with an append-only file), one job per fault. "
+        f"Then {args.netns_rounds} runs of tests/test_hosts_netns.py's job across two "
+        "worker hosts in network namespaces of their own (one host killed, then the other "
+        f"cut off for {NETNS_PARTITION:.0f} s), timed by the test (it polls every 0.1 s).",
+        *([f"Namespaced hosts not run: {'; '.join(skipped)}."] if skipped else []),
         "",
         "| fault | recovery (s) | iterations redone | recovered at |",
         "|---|---|---|---|",
         *[f"| {a} | {b} | {c} | {d} |" for a, b, c, d in rows],
         "",
-        f"Baseline / EDT recovery time ratio over {args.pairs} pairs: {spread(ratio)}.",
-        "",
+        *(
+            [f"Baseline / EDT recovery time ratio over {args.pairs} pairs: {spread(ratio)}.", ""]
+            if ratio
+            else []
+        ),
         "Load average (1, 5, 15 min) before: "
         f"{', '.join(f'{x:.2f}' for x in load_before)}; before the live rounds: "
         f"{', '.join(f'{x:.2f}' for x in load_live)}; after: "

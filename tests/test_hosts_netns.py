@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import ipaddress
+import json
 import os
 import re
 import secrets
@@ -324,6 +325,8 @@ def test_a_job_across_two_namespaced_hosts_survives_a_killed_and_a_partitioned_h
     pace.write_text("0")
     wait_for(lambda: completed(job), 300, "the job to complete")
     print("timings (s):", {k: round(v, 1) for k, v in timings.items()})
+    if os.environ.get("EDT_RECOVERY_TIMINGS"):  # bench/bench_recovery.py tabulates them
+        Path(os.environ["EDT_RECOVERY_TIMINGS"]).write_text(json.dumps(timings))
     assert api_steps(job) == list(range(1, total + 1)), "a step lost or repeated"
     assert redone(job) <= 2, f"{redone(job)} iterations redone after 2 faults"
     assert gen_alone > gen_before
