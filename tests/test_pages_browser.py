@@ -149,11 +149,20 @@ def test_a_waiting_job_says_why_in_words(live: LiveEdt) -> None:
         wait_for(lambda: priority(page, url) == 5001, 10, "the priority to apply")
         clone = page.get_attribute("#clone-job", "href") or ""
         assert "min_workers=3" in clone and "max_workers=4" in clone
+        page.wait_for_selector("#live", state="visible")  # a waiting job's page is live
         stop_job(page, url)
+        # Ended, nothing on its page is live: the badge goes when the state changes, and a
+        # fresh page shows none, its socket open or not.
+        page.wait_for_selector("#live", state="hidden")
+        page.reload()
+        page.wait_for_selector("#live[data-socket=open]", state="attached")
+        page.wait_for_selector("#chart-loss[data-empty]", state="attached")
+        assert not page.is_visible("#live"), page.inner_text("#live")
         # Stopped, it offers Resume: it waits again (from its latest checkpoint, if any).
         page.click("#resume-job")
         page.wait_for_selector("#waiting")
         assert page.inner_text("#job-state") == "suspended"
+        page.wait_for_selector("#live", state="visible")
         stop_job(page, url)
         page.goto(live.url + clone)
         assert page.input_value("#id_min_workers") == "3"
