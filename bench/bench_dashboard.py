@@ -79,8 +79,8 @@ _names = itertools.count()
 def start(*args: str, **extra: str) -> subprocess.Popen[bytes]:
     """A Python process of the layout, its output in ``LOGS`` (name: its command)."""
     env = dict(os.environ, PYTHONUNBUFFERED="1", **extra)
-    words = [Path(a).stem for a in args if not a.startswith("-")][:2]
-    what = "-".join(w for w in words if w != "manage")
+    words = list(args[1:] if args[0] == "-m" else args)  # a script or module, then its command
+    what = "-".join(Path(w).stem for w in words[:2] if not w.startswith("-") and w != "manage.py")
     with (LOGS / f"{next(_names):02d}-{what}.log").open("wb") as log:
         return subprocess.Popen(
             [sys.executable, *args],
