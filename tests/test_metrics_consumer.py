@@ -20,7 +20,7 @@ from edtweb.training.models import Job, Metric
 from edtweb.training.runner import JobRunner
 from scheduler.phases import JobPhase
 from scheduler.store import LEARNER_PATIENCE, WAKE_KEY, JobStore, Store, connect
-from tests.conftest import Processes, subprocess_env, wait_for
+from tests.conftest import Processes, load_factor, subprocess_env, wait_for
 from tests.test_scheduler_live import Cluster, submit, workers_of
 from workers.learner.datasets import write_cifar10
 
@@ -221,3 +221,56 @@ def test_a_steadily_training_job_wakes_the_decision_loop_only_on_the_slow_tick(
     # One wait per step: about one step a second (it was 20 a second while a job ran).
     assert waits <= 12, f"{waits} decision steps in 5 s"
     print(f"{waits} decision steps in 5 s of training")
+
+
+def test_records_reach_the_job_page_socket_and_a_step_sent_again_is_not_pushed(
+    redis_server: RedisServer, processes: Processes, alice: Any, tmp_path: Path
+) -> None:
+    """A learner's records go through a real ``edt_metrics`` to a job page's WebSocket with
+    their sequence numbers; records of steps already stored (a retry, a redone iteration)
+    are neither stored nor pushed again, and what follows them still arrives."""
+    import asyncio
+
+    from channels.testing import WebsocketCommunicator
+    from django.test import Client
+
+    from edtweb.asgi import application
+
+    job = new_job(alice)
+    client = Client()
+    client.force_login(alice)
+    headers = [(b"origin", b"http://127.0.0.1:8000"), (b"host", b"127.0.0.1:8000"),
+               (b"cookie", f"sessionid={client.cookies['sessionid'].value}".encode())]  # fmt: skip
+    jobs = JobStore(connect(redis_server.url), str(job.pk))
+    start_consumer(processes, redis_server, tmp_path, "consumer")
+
+    async def pushed(page: WebsocketCommunicator, count: int) -> list[dict[str, Any]]:
+        """The metrics messages until ``count`` records came (the consumer may batch)."""
+        messages: list[dict[str, Any]] = []
+        while sum(len(m["records"]) for m in messages) < count:
+            message = await page.receive_json_from(timeout=30 * load_factor())
+            if message["type"] == "metrics":
+                messages.append(message)
+        return messages
+
+    async def scenario() -> tuple[list[dict[str, Any]], list[dict[str, Any]], bool]:
+        page = WebsocketCommunicator(application, f"/ws/jobs/{job.pk}/", headers=headers)
+        assert (await page.connect(timeout=5))[0]
+        for step in range(1, 6):
+            jobs.emit(record(step))
+        first = await pushed(page, 5)
+        for step in range(3, 9):  # 3 to 5 again, then 6 to 8
+            jobs.emit(record(step))
+        second = await pushed(page, 3)
+        quiet = await page.receive_nothing(timeout=1.0)
+        await page.disconnect()
+        return first, second, quiet
+
+    first, second, quiet = asyncio.run(scenario())
+    steps = lambda messages: [r["step"] for m in messages for r in m["records"]]  # noqa: E731
+    assert steps(first) == [1, 2, 3, 4, 5]
+    assert (first[0]["from"], first[-1]["to"]) == (0, 5)
+    assert steps(second) == [6, 7, 8], "a step stored already was pushed again"
+    assert (second[0]["from"], second[-1]["to"]) == (5, 8)
+    assert quiet, "more came than the new records"
+    assert stored_steps(job) == [1, 2, 3, 4, 5, 6, 7, 8]

@@ -72,7 +72,9 @@ def test_every_page_fits_a_phone_passes_axe_and_is_photographed(live: LiveEdt) -
     ARTIFACTS.mkdir(exist_ok=True)
     with browser_page() as page:
         plotly: list[dict[str, str]] = []
-        page.on("response", lambda r: plotly.append(r.headers) if "plotly.min" in r.url else None)
+        page.on(
+            "response", lambda r: plotly.append(r.headers) if "plotly-basic.min" in r.url else None
+        )
         log_in(page, live.url, live.data_dir)
         # The Cluster page as it first looks (on a fresh EDT: no jobs yet, first steps).
         page.set_viewport_size({"width": 1440, "height": 900})
@@ -114,7 +116,7 @@ def test_every_page_fits_a_phone_passes_axe_and_is_photographed(live: LiveEdt) -
                     found[f"{name} at {size}"] = bad
         stop_job(page, waiting)
         stop_job(page, running)
-        # plotly.js (4.8 MB) goes out gzipped, under a hashed name cached for good.
+        # plotly.js (its basic bundle: 1.2 MB) goes out gzipped, hashed, cached for good.
         assert plotly and plotly[0].get("content-encoding") == "gzip", plotly[:1]
         assert "immutable" in plotly[0].get("cache-control", "")
         page.context.clear_cookies()
@@ -149,11 +151,20 @@ def test_a_waiting_job_says_why_in_words(live: LiveEdt) -> None:
         wait_for(lambda: priority(page, url) == 5001, 10, "the priority to apply")
         clone = page.get_attribute("#clone-job", "href") or ""
         assert "min_workers=3" in clone and "max_workers=4" in clone
+        page.wait_for_selector("#live", state="visible")  # a waiting job's page is live
         stop_job(page, url)
+        # Ended, nothing on its page is live: the badge goes when the state changes, and a
+        # fresh page shows none, its socket open or not.
+        page.wait_for_selector("#live", state="hidden")
+        page.reload()
+        page.wait_for_selector("#live[data-socket=open]", state="attached")
+        page.wait_for_selector("#chart-loss[data-empty]", state="attached")
+        assert not page.is_visible("#live"), page.inner_text("#live")
         # Stopped, it offers Resume: it waits again (from its latest checkpoint, if any).
         page.click("#resume-job")
         page.wait_for_selector("#waiting")
         assert page.inner_text("#job-state") == "suspended"
+        page.wait_for_selector("#live", state="visible")
         stop_job(page, url)
         page.goto(live.url + clone)
         assert page.input_value("#id_min_workers") == "3"

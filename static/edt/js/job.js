@@ -1,6 +1,8 @@
 // A job's page: history over HTTP, then live deltas over /ws/jobs/<id>/ with sequence
 // numbers (a gap or a reconnect reloads the history, one reload at a time); redraws are
-// coalesced to a few per second.
+// coalesced to a few per second. A running job's history is fetched once its socket is
+// open (nothing falls between them); an ended job's at once, and its page shows no "live"
+// badge: nothing about it is live any more.
 (function () {
   "use strict";
   const root = document.getElementById("job");
@@ -117,15 +119,29 @@
     }
   }
 
-  let retry = 500;
+  // The socket's state, on the badge (data-socket: open or closed); shown while the job
+  // is queued, running or suspended only.
+  function badge(socket, cls, text) {
+    liveEl.dataset.socket = socket;
+    liveEl.className = "live " + cls;
+    liveEl.textContent = text;
+    liveEl.hidden = ended();
+  }
+
+  let retry = 500, loadedEarly = false;
   function connect() {
     const port = document.body.dataset.livePort; // live updates may come from a process of their own
     const host = port ? location.hostname + ":" + port : location.host;
     const ws = new WebSocket((location.protocol === "https:" ? "wss://" : "ws://") + host + "/ws/jobs/" + jobId + "/");
-    ws.onopen = () => { retry = 500; liveEl.className = "live up"; liveEl.textContent = "live"; reload(); };
+    ws.onopen = () => {
+      retry = 500;
+      badge("open", "up", "live");
+      if (loadedEarly) loadedEarly = false; // the first open of an ended job's page: loaded already
+      else reload();
+    };
     ws.onmessage = onMessage;
     ws.onclose = () => {
-      liveEl.className = "live down"; liveEl.textContent = "reconnecting…";
+      badge("closed", "down", "reconnecting…");
       setTimeout(connect, retry); retry = Math.min(retry * 2, 10000);
     };
   }
@@ -240,9 +256,10 @@
       p.className = "error"; p.id = "job-error"; p.setAttribute("role", "alert"); p.textContent = error;
       root.after(p);
     }
-    const badge = document.getElementById("job-state");
-    badge.textContent = state.toLowerCase();
-    badge.className = "badge " + state.toLowerCase();
+    const stateEl = document.getElementById("job-state");
+    stateEl.textContent = state.toLowerCase();
+    stateEl.className = "badge " + state.toLowerCase();
+    liveEl.hidden = ended();
     if (!ended()) return;
     document.getElementById("workers").textContent = 0;
     document.getElementById("throughput").textContent = 0;
@@ -261,6 +278,9 @@
     document.getElementById("resume-form").hidden = !["STOPPED", "FAILED"].includes(state);
   }
 
+  // An ended job's history does not wait for the socket (a record that still comes in
+  // shows as a gap in the sequence, and reloads it).
+  if (ended()) { loadedEarly = true; reload(); }
   connect();
   tail();
   slots();
