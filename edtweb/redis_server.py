@@ -10,6 +10,7 @@ The password goes through a config file (mode 0600), never through the command l
 from __future__ import annotations
 
 import os
+import random
 import secrets
 import shutil
 import socket
@@ -75,10 +76,39 @@ def redacted(url: str) -> str:
     return f"{scheme}://{user}:***@{host}"
 
 
+def port_range() -> tuple[int, int] | None:
+    """``EDT_PORT_RANGE`` (``LOW-HIGH``): where EDT picks the ports it listens on when none
+    is given (a firewall's opening; the test suite gives each of its parallel runners its
+    own range, so two never pick the same port). Unset: any free port the system gives."""
+    text = os.environ.get("EDT_PORT_RANGE", "").strip()
+    if not text:
+        return None
+    try:
+        low, high = (int(part) for part in text.split("-"))
+    except ValueError:
+        raise ValueError(f"EDT_PORT_RANGE={text!r}: write LOW-HIGH, e.g. 20000-20999") from None
+    if not 1024 <= low <= high <= 65535:
+        raise ValueError(f"EDT_PORT_RANGE={text!r}: ports from 1024 to 65535, LOW <= HIGH")
+    return low, high
+
+
 def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return int(s.getsockname()[1])
+    """A port on ``host`` that nothing listens on now, from ``EDT_PORT_RANGE`` if set."""
+    span = port_range()
+    if span is None:
+        with socket.socket() as s:
+            s.bind((host, 0))
+            return int(s.getsockname()[1])
+    ports = list(range(span[0], span[1] + 1))
+    random.shuffle(ports)  # not the port that was just handed out and may not be bound yet
+    for port in ports:
+        with socket.socket() as s:
+            try:
+                s.bind((host, port))
+            except OSError:
+                continue
+            return port
+    raise OSError(f"no free port in EDT_PORT_RANGE={span[0]}-{span[1]} on {host}")
 
 
 class RedisServer:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import socket
 import subprocess
 import urllib.request
 from pathlib import Path
@@ -134,3 +135,34 @@ def test_a_child_that_dies_is_restarted_and_the_others_go_on(
     assert login_page_answers(port)
     assert proc.poll() is None
     stop_and_check_nothing_left(processes, proc, log)
+
+
+def test_listening_ports_come_from_edt_port_range_when_it_is_set(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A port in the range that something holds is skipped; a full range says so; a
+    malformed one is refused by name."""
+    for _ in range(20):  # three consecutive ports that nothing holds now
+        monkeypatch.delenv("EDT_PORT_RANGE", raising=False)
+        low = free_port()
+        if low + 2 > 65535:
+            continue
+        monkeypatch.setenv("EDT_PORT_RANGE", f"{low}-{low + 2}")
+        with contextlib.ExitStack() as held:
+            try:
+                for port in (low, low + 1):
+                    s = held.enter_context(socket.socket())
+                    s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            assert free_port() == low + 2
+            s = held.enter_context(socket.socket())
+            s.bind(("127.0.0.1", low + 2))
+            with pytest.raises(OSError, match=f"EDT_PORT_RANGE={low}-{low + 2}"):
+                free_port()
+            break
+    else:
+        pytest.fail("no three free consecutive ports found to test with")
+    monkeypatch.setenv("EDT_PORT_RANGE", "20000")
+    with pytest.raises(ValueError, match="LOW-HIGH"):
+        free_port()
