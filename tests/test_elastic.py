@@ -27,6 +27,7 @@ from workers.learner.partition import iterations_per_epoch, permutation
 from workers.learner.spec import JobSpec
 
 MLP = PROJECT_DIR / "examples" / "mlp.py"
+PACED_TWIN = PROJECT_DIR / "tests" / "models" / "paced_twin_mlp.py"  # MLP, 0.1 s a step
 BATCH, STEPS, LR, SEED = 64, 100, 0.01, 0
 SMALL_BUCKETS = ("--bucket-bytes", "65536")  # the MLP's gradients in several buckets
 
@@ -36,10 +37,11 @@ def dataset(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return write_cifar10(tmp_path_factory.mktemp("data"), train=1024, test=256)
 
 
-def drive(redis: RedisServer, tmp: Path, data: Path, schedule: str, *extra: str) -> Path:
+def drive(redis: RedisServer, tmp: Path, data: Path, schedule: str, *extra: str,
+          model: Path = MLP) -> Path:  # fmt: skip
     workdir = tmp / f"run-{schedule.replace(':', '_').replace(',', '-')}"
     cmd = [
-        sys.executable, "-m", "workers.learner.drive", "--model", str(MLP), "--data", str(data),
+        sys.executable, "-m", "workers.learner.drive", "--model", str(model), "--data", str(data),
         "--schedule", schedule, "--batch-size", str(BATCH), "--max-steps", str(STEPS),
         "--epochs", "100", "--lr", str(LR), "--seed", str(SEED), "--workdir", str(workdir),
         "--deadline", "240", *extra,
@@ -103,7 +105,10 @@ def worker_sequence(records: list[dict[str, Any]]) -> list[int]:
 def test_resizing_1_3_2_3_1_gives_the_single_process_updates(
     redis_server: RedisServer, tmp_path: Path, dataset: Path
 ) -> None:
-    workdir = drive(redis_server, tmp_path, dataset, "0:1,20:3,40:2,60:3,80:1", *SMALL_BUCKETS)
+    # Paced so that the driver, polling every 50 ms on a busy machine, resizes between one
+    # entry of the schedule and the next; the updates are examples/mlp.py's.
+    workdir = drive(redis_server, tmp_path, dataset, "0:1,20:3,40:2,60:3,80:1", *SMALL_BUCKETS,
+                    model=PACED_TWIN)  # fmt: skip
     assert worker_sequence(train_records(workdir)) == [1, 3, 2, 3, 1]
     losses, params = reference_run(dataset)
     assert losses[-1] < losses[0]  # it learns
