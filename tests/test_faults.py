@@ -17,7 +17,7 @@ import time
 import urllib.error
 import urllib.request
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -195,9 +195,9 @@ class Watch(threading.Thread):
     """Samples the job twice a second while a fault plays out: the longest stretch it was
     RUNNING with no learner process alive."""
 
-    def __init__(self, job: Job, cluster: FaultCluster) -> None:
+    def __init__(self, job: Job, learners: Callable[[], Collection[object]]) -> None:
         super().__init__(name="fault-watch", daemon=True)
-        self.job_id, self.cluster = job.pk, cluster
+        self.job_id, self.learners = job.pk, learners
         self.longest = 0.0
         self.stopping = threading.Event()
         self.start()
@@ -207,7 +207,7 @@ class Watch(threading.Thread):
         try:
             while not self.stopping.wait(0.5):
                 running = Job.objects.filter(pk=self.job_id, state=Job.State.RUNNING).exists()
-                if running and not self.cluster.learners():
+                if running and not self.learners():
                     since = since or time.monotonic()
                     self.longest = max(self.longest, time.monotonic() - since)
                 else:
@@ -226,7 +226,7 @@ def watch(cluster: FaultCluster) -> Iterator[Callable[[Job], Watch]]:
     watches: list[Watch] = []
 
     def start(job: Job) -> Watch:
-        watches.append(Watch(job, cluster))
+        watches.append(Watch(job, cluster.learners))
         return watches[-1]
 
     yield start

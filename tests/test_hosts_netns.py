@@ -38,7 +38,7 @@ from scheduler.elastic import Coordinator
 from scheduler.phases import JobPhase
 from scheduler.store import ALIVE, JobStore, Store, connect
 from tests.conftest import PROJECT_DIR, Processes, wait_for
-from tests.test_faults import api_steps, completed, redone
+from tests.test_faults import Watch, api_steps, completed, redone
 from tests.test_scheduler_live import live_env, workers_of
 from workers.learner.datasets import write_cifar10
 
@@ -255,8 +255,8 @@ def test_a_job_across_two_namespaced_hosts_survives_a_killed_and_a_partitioned_h
     for host in (a, b):
         hosts.start(host)
     wait_for(lambda: hosts.warm(a) and hosts.warm(b), 240, "both hosts' slots warm")
-    processes.manage("edt_scheduler", env=hosts.env, log=tmp_path / "scheduler.log")
-    processes.manage("edt_metrics", env=hosts.env, log=tmp_path / "metrics.log")
+    scheduler = processes.manage("edt_scheduler", env=hosts.env, log=tmp_path / "scheduler.log")
+    metrics = processes.manage("edt_metrics", env=hosts.env, log=tmp_path / "metrics.log")
     data = write_cifar10(tmp_path / "data", train=640, test=64)
     model = tmp_path / "model" / "throttled_mlp.py"
     model.parent.mkdir()
@@ -273,6 +273,7 @@ def test_a_job_across_two_namespaced_hosts_survives_a_killed_and_a_partitioned_h
     assert on(a, members(job)) and on(b, members(job)), members(job)
     start = steps_done(job)
     wait_for(lambda: steps_done(job) >= start + 5, 120, "5 steps across the hosts")
+    watch = Watch(job, lambda: learners_in(a) | learners_in(b))  # RUNNING with no learner
     timings: dict[str, float] = {}
 
     # (a) Host a dies: every process in its namespace, kill -9.
@@ -324,6 +325,8 @@ def test_a_job_across_two_namespaced_hosts_survives_a_killed_and_a_partitioned_h
 
     pace.write_text("0")
     wait_for(lambda: completed(job), 300, "the job to complete")
+    longest = watch.stop()
+    assert longest <= 60, f"the job was RUNNING without a learner for {longest:.0f} s"
     print("timings (s):", {k: round(v, 1) for k, v in timings.items()})
     if os.environ.get("EDT_RECOVERY_TIMINGS"):  # bench/bench_recovery.py tabulates them
         Path(os.environ["EDT_RECOVERY_TIMINGS"]).write_text(json.dumps(timings))
@@ -332,6 +335,7 @@ def test_a_job_across_two_namespaced_hosts_survives_a_killed_and_a_partitioned_h
     assert gen_alone > gen_before
     for host in (a, b):
         assert hosts.warm(host), f"host {host.name} is not serving again"
+    assert scheduler.poll() is None and metrics.poll() is None, "a platform process died"
 
 
 # The scheduler's side of a lost host, without namespaces -----------------------------------
