@@ -26,8 +26,10 @@ $(DEV): requirements-dev.txt $(RUNTIME)
 run: $(RUNTIME)
 	@$(PY) manage.py edt_run
 
+# Parallel runners: most of a live test's time is spent waiting on its processes.
+TEST_WORKERS ?= 3
 test: $(DEV)
-	$(PY) -m pytest
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile
 
 lint: $(DEV)
 	$(PY) -m ruff check .

@@ -84,8 +84,10 @@ def bob(django_user_model: Any) -> Any:
 
 def subprocess_env(data_dir: Path, **extra: str) -> dict[str, str]:
     env = dict(os.environ)
-    # Static files are collected once for all the launchers the tests start.
-    static = str(PROJECT_DIR / "var" / "test-staticfiles")
+    # Static files are collected once for all the launchers the tests start (once per
+    # pytest-xdist worker: two collectstatic runs must not write the same files).
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
+    static = str(PROJECT_DIR / "var" / f"test-staticfiles-{worker}")
     env.update(EDT_DATA_DIR=str(data_dir), EDT_STATIC_ROOT=static, PYTHONUNBUFFERED="1")
     env.update(extra)
     return env
