@@ -13,16 +13,19 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from edtweb.redis_server import RedisServer
+from edtweb.training import scheduling
 from edtweb.training.models import Job, JobEvent
 from edtweb.training.scheduling import LiveScheduler
 from scheduler.store import (
     ALIVE,
+    CHANGED_KEY,
     AllocationRecord,
     JobStore,
     SlotInfo,
     Store,
     connect,
     queue_for,
+    take_changed,
 )
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -66,10 +69,12 @@ def test_a_step_reads_every_job_at_once_and_writes_its_events_together(
     live.step(alive)
     before = commands(client)
     live.step(alive)  # nothing changed: no job is read again, no runner ticks
-    assert commands(client) - before <= 4  # INFO, MGET (and this INFO)
+    # INFO, the script taking the changed set (its SMEMBERS and DEL count too), the leases'
+    # MGET, this INFO: the same few whatever the number of jobs.
+    assert commands(client) - before <= 6
     assert not live.dirty
 
-    # A learner's write moves its job's counter: that job alone is read and ticked.
+    # A learner's write marks its job changed: that job alone is read and ticked.
     job = min(live.runners)
     runner = live.runners[job]
     slot = runner.coord.joining[0]
@@ -101,3 +106,107 @@ def test_live_las_admits_the_job_with_less_attained_service_and_counts_its_own(
     live.step(slots(1))
     elapsed = time.monotonic() - started
     assert 0 < live.allocations().attained[new.pk] <= elapsed
+
+
+# The changed-jobs set: which jobs a step reads again ------------------------------------------
+
+
+def _running(alice: Any, count: int) -> tuple[LiveScheduler, list[SlotInfo]]:
+    """A scheduler that sent one joiner to each of ``count`` jobs and took the set since."""
+    Job.objects.bulk_create(
+        [Job(owner=alice, name=f"c{n}", model_path="m.py", data_path="d") for n in range(count)]
+    )
+    alive = slots(count)
+    live = LiveScheduler()
+    live.step(alive)
+    live.step(alive)
+    assert not live.dirty
+    return live, alive
+
+
+def _exit_first_joiner(client: redis.Redis, live: LiveScheduler) -> tuple[int, str]:
+    """The learner of the lowest job's joiner exits (its slot task reports it)."""
+    job = min(live.runners)
+    runner = live.runners[job]
+    slot = runner.coord.joining[0]
+    JobStore(client, str(job)).report_exit(slot, 1, runner.launcher.tokens[slot])
+    return job, slot
+
+
+def test_a_write_during_a_step_is_read_at_the_next(
+    client: redis.Redis, alice: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The learner writes after the step took the set: that step does not see it, the next
+    one does."""
+    live, alive = _running(alice, 4)
+    taken: list[tuple[int, str]] = []
+
+    def take_then_write(c: redis.Redis) -> set[str]:
+        ids = take_changed(c)
+        taken.append(_exit_first_joiner(client, live))
+        return ids
+
+    monkeypatch.setattr(scheduling, "take_changed", take_then_write)
+    live.step(alive)
+    [(job, slot)] = taken
+    assert slot in live.runners[job].coord.joining  # not read in this step
+    monkeypatch.undo()
+    live.step(alive)
+    assert slot not in live.runners[job].coord.joining
+
+
+def test_a_step_that_fails_after_taking_the_set_loses_no_change(
+    client: redis.Redis, alice: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    live, alive = _running(alice, 4)
+    job, slot = _exit_first_joiner(client, live)
+
+    def away(c: redis.Redis, stores: list[Any]) -> None:
+        raise redis.ConnectionError("Redis went away mid-step")
+
+    monkeypatch.setattr(scheduling, "observe", away)
+    with pytest.raises(redis.ConnectionError):
+        live.step(alive)
+    assert not client.smembers(CHANGED_KEY)  # the mark was taken
+    monkeypatch.undo()
+    live.step(alive)
+    assert slot not in live.runners[job].coord.joining
+
+
+def test_after_a_redis_restart_every_job_is_read_again_once(
+    client: redis.Redis, private_redis: RedisServer, alice: Any
+) -> None:
+    """A restarted Redis lost the set (and maybe a mark): the first step after it reads every
+    job, the next ones only the marked."""
+    live, alive = _running(alice, 4)
+    private_redis.kill()
+    private_redis.start()
+    joiners = {pk: runner.coord.joining[0] for pk, runner in live.runners.items()}
+    for pk, slot in joiners.items():  # READY with no mark: only a full read finds it
+        client.sadd(f"edt:job:{pk}:ready", slot)
+    live.step(alive)
+    assert {pk: r.coord.members for pk, r in live.runners.items()} == {
+        pk: [slot] for pk, slot in joiners.items()
+    }  # each admitted its READY joiner
+    before = commands(client)
+    live.step(alive)
+    assert commands(client) - before <= 6  # nothing read again
+
+
+def test_a_new_scheduler_reads_every_job_even_if_the_last_took_the_marks(
+    client: redis.Redis, alice: Any
+) -> None:
+    live, alive = _running(alice, 4)
+    job, slot = _exit_first_joiner(client, live)
+    tokens = {pk: dict(r.launcher.tokens) for pk, r in live.runners.items()}
+    Job.objects.filter(pk__in=live.runners).update(state=Job.State.RUNNING)
+    take_changed(client)  # the last scheduler took the set, then died
+    successor = LiveScheduler()
+    successor.step(alive)
+    # It saw the exit: a new learner replaces the one that ended, the others stay.
+    now = {pk: r.launcher.tokens for pk, r in successor.runners.items()}
+    assert now[job][slot] != tokens[job][slot]
+    assert {pk: t for pk, t in now.items() if pk != job} == {
+        pk: t for pk, t in tokens.items() if pk != job
+    }
+

@@ -24,13 +24,15 @@ from scheduler.placement import Slot, place
 from scheduler.policies import Decision, JobView, Snapshot, decide, las, tiresias
 from scheduler.policies.las import SPEEDUP_POLICY
 from scheduler.store import (
+    REDIS_DOWN,
     Allocation,
     AllocationRecord,
     ObservedJobStore,
     SlotInfo,
     Store,
-    changes_and_leases,
     observe,
+    read_leases,
+    take_changed,
 )
 
 log = logging.getLogger("edt.scheduler")
@@ -43,9 +45,9 @@ BY_SERVICE = {las.POLICY, las.SPEEDUP_POLICY, tiresias.POLICY}
 
 
 class LiveScheduler:
-    """Each step reads the state of every job in Redis at once (one ``MGET`` of the jobs'
-    change counters and their learners' leases, then one pipeline for the jobs whose counter
-    moved), decides, places, and ticks only the runners whose inputs changed. A step's
+    """Each step reads again, in one script, the jobs that Redis' changed-jobs set names
+    (their learners wrote since), and every 0.25 s the learners' leases in one ``MGET``;
+    it decides, places, and ticks only the runners whose inputs changed. A step's
     events are written in one transaction and its page pushes sent once, merged, at its
     end (``services.batched``); its learner starts go out together (``Dispatches``)."""
 
@@ -57,6 +59,7 @@ class LiveScheduler:
         self.announced: dict[str, str] = {}  # job -> the last allocation change recorded
         self.redis_run: str | None = None  # the Redis server whose ACL users we granted
         self.dirty: set[int] = set()  # runners to tick: their inputs changed since
+        self.stale: set[int] = set()  # jobs to read again from Redis at the next step
         self.dispatches: Dispatches | None = None
         # Slot-seconds of training per job (policies by attained service): None until read
         # from the last allocation record, so a new scheduler goes on where the last stood.
@@ -160,20 +163,29 @@ class LiveScheduler:
         redis_acl.grant_all(client, settings.REDIS_URL, ids, settings.SECRET_KEY)
         if self.redis_run is not None:
             log.info("Redis restarted: granted the ACL users of %d jobs again", len(self.runners))
-            for runner in self.runners.values():
-                runner_store(runner).observed = False
+            self.stale.update(self.runners)
         self.redis_run = run_id
 
     def _observe(self, client: Any, look: bool) -> None:
-        """Every job's change counter (and when it is time to ``look``, its pending learners'
-        leases) in one ``MGET``; the jobs whose counter moved read again in one script,
-        their runners to be ticked."""
-        pks = list(self.runners)
-        stores = [runner_store(self.runners[pk]) for pk in pks]
-        pending = [self.runners[pk].launcher.pending() if look else [] for pk in pks]
-        moved = changes_and_leases(client, stores, pending)
-        observe(client, [store for store, m in zip(stores, moved, strict=True) if m])
-        self.dirty.update(pk for pk, m in zip(pks, moved, strict=True) if m)
+        """Read again, in one script, the jobs marked changed since the last step, their
+        runners to be ticked; when it is time to ``look``, every pending learner's lease in
+        one ``MGET``. A step that fails on the way reads them at the next one; one whose
+        answer from Redis was lost (the mark taken, maybe) reads every job again."""
+        try:
+            changed = take_changed(client)
+        except REDIS_DOWN:
+            self.stale.update(self.runners)
+            raise
+        # Ids only a learner could have written wrongly are not the scheduler's concern.
+        self.stale.update(int(pk) for pk in changed if pk.isdigit())
+        stale = [pk for pk in self.stale if pk in self.runners]
+        observe(client, [runner_store(self.runners[pk]) for pk in stale])
+        self.stale.clear()
+        self.dirty.update(stale)
+        if look:
+            runners = list(self.runners.values())
+            pending = [runner.launcher.pending() for runner in runners]
+            read_leases(client, [runner_store(runner) for runner in runners], pending)
 
     def _usable(self, alive: list[SlotInfo], holding: dict[int, list[str]]) -> list[Slot]:
         """Alive slots, less those where a leaving learner has not exited yet."""
