@@ -14,7 +14,7 @@ from django.test.utils import CaptureQueriesContext
 
 from edtweb.redis_server import RedisServer
 from edtweb.training import scheduling
-from edtweb.training.models import Job, JobEvent
+from edtweb.training.models import Job, JobEvent, JobRow
 from edtweb.training.scheduling import LiveScheduler
 from scheduler.store import (
     ALIVE,
@@ -210,3 +210,22 @@ def test_a_new_scheduler_reads_every_job_even_if_the_last_took_the_marks(
         pk: t for pk, t in tokens.items() if pk != job
     }
 
+
+def test_job_rows_read_the_submission_time_of_new_jobs_alone(alice: Any) -> None:
+    first = Job.objects.create(owner=alice, name="first", model_path="m.py", data_path="d")
+    created: dict[int, Any] = {}
+    assert {r.pk: r.created_at for r in JobRow.of(Job.objects.all(), created)} == {
+        first.pk: first.created_at
+    }
+    second = Job.objects.create(owner=alice, name="second", model_path="m.py", data_path="d")
+    with CaptureQueriesContext(connection) as queries:
+        rows = JobRow.of(Job.objects.all(), created)
+    assert {r.pk: r.created_at for r in rows} == {
+        first.pk: first.created_at,
+        second.pk: second.created_at,
+    }
+    [_, times] = [q["sql"] for q in queries]
+    assert '"created_at"' in times and " IN (" in times  # the new job's alone
+    with CaptureQueriesContext(connection) as queries:
+        JobRow.of(Job.objects.all(), created)
+    assert len(queries) == 1  # nothing new: the rows alone

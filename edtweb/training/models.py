@@ -108,6 +108,9 @@ class Job(models.Model):
         )  # fmt: skip
 
 
+NEW_BY_ID = 500  # at most this many new jobs' times are read by id; more: every job's
+
+
 class JobRow(NamedTuple):
     """The fields of a job the scheduler reads on every step, as one row: thousands of jobs
     per step are read without building a model instance for each."""
@@ -124,14 +127,17 @@ class JobRow(NamedTuple):
     @classmethod
     def of(cls, jobs: Any, created: dict[int, datetime] | None = None) -> list[JobRow]:
         """The rows of the queryset ``jobs``. With ``created`` (a cache kept between calls:
-        a job's submission time never changes), the times are read, and parsed, only on a
-        call that meets a job not in it yet."""
+        a job's submission time never changes), only the times of the jobs not in it yet
+        are read, and parsed; those of jobs no longer in ``jobs`` are dropped now and then."""
         if created is None:
             return [cls(*row) for row in jobs.values_list(*cls._fields)]
         rows = list(jobs.values_list(*cls._fields[:-1]))
-        if any(row[0] not in created for row in rows):  # every active job's, afresh
-            created.clear()
+        new = [row[0] for row in rows if row[0] not in created]
+        if len(new) > NEW_BY_ID or len(created) > 2 * len(rows) + NEW_BY_ID:
+            created.clear()  # every active job's, afresh
             created.update(jobs.values_list("pk", "created_at"))
+        elif new:
+            created.update(jobs.filter(pk__in=new).values_list("pk", "created_at"))
         return [cls(*row, created[row[0]]) for row in rows if row[0] in created]  # type: ignore[call-arg]
 
 
