@@ -3,6 +3,7 @@ slot worker (learners are dispatched, none runs): what one step reads and writes
 
 from __future__ import annotations
 
+import gc
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -229,3 +230,27 @@ def test_job_rows_read_the_submission_time_of_new_jobs_alone(alice: Any) -> None
     with CaptureQueriesContext(connection) as queries:
         JobRow.of(Job.objects.all(), created)
     assert len(queries) == 1  # nothing new: the rows alone
+
+
+def test_the_garbage_collector_waits_for_the_end_of_a_step(
+    client: redis.Redis, alice: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    Job.objects.create(owner=alice, name="gc", model_path="m.py", data_path="d")
+    during: list[bool] = []
+    decide = scheduling.decide
+
+    def deciding(*args: Any) -> Any:
+        during.append(gc.isenabled())
+        return decide(*args)
+
+    monkeypatch.setattr(scheduling, "decide", deciding)
+    assert gc.isenabled()
+    LiveScheduler().step(slots(1))
+    assert during == [False] and gc.isenabled()
+    gc.disable()  # a process that runs without it keeps it off
+    try:
+        with scheduling.collector_paused():
+            assert not gc.isenabled()
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
