@@ -341,6 +341,32 @@ def _slot_from(slot_id: str, desc: dict[str, str], hb: str | None) -> SlotInfo:
 # job's id to edt:scheduler:changed, in the same round trip and after the write: the
 # scheduler takes that set at each step and reads again only those jobs (ObservedJobStore).
 
+# A learner to start: its job id, slot and token, then the Celery queue list to push its
+# task's message to, and that message ("" and "": no message).
+Start = tuple[str, str, str, str, str]
+
+# For each learner (five ARGV after the key prefix, as in ``Start``): its token written, a
+# READY or kill request an earlier learner left on its slot cleared, then its message pushed
+# as Celery's Redis transport does (LPUSH; the worker pops the other end). Atomic: no
+# message is in a queue before its token.
+_SEND_STARTS = """
+for i = 2, #ARGV, 5 do
+  local k = ARGV[1] .. ARGV[i] .. ':'
+  redis.call('HSET', k .. 'dispatch', ARGV[i + 1], ARGV[i + 2])
+  redis.call('SREM', k .. 'ready', ARGV[i + 1])
+  redis.call('HDEL', k .. 'kill', ARGV[i + 1])
+  if ARGV[i + 3] ~= '' then redis.call('LPUSH', ARGV[i + 3], ARGV[i + 4]) end
+end
+return 0
+"""
+
+
+def send_starts(client: redis.Redis, starts: list[Start]) -> None:
+    """Write the learners' tokens and push their messages, in one script."""
+    if starts:
+        client.eval(_SEND_STARTS, 0, PREFIX + "job:", *(v for start in starts for v in start))
+
+
 LEARNER_PATIENCE = 600.0  # seconds a learner or slot task keeps retrying while Redis is away
 LEASE_TTL_MS = 4000  # a learner that stopped renewing for this long is gone
 LEASE_RENEW = 1.0  # seconds between renewals
@@ -507,17 +533,17 @@ class JobStore:
 
     # Dispatch to slots (Celery) -------------------------------------------------------------
 
-    def set_dispatch(self, slot_id: str, token: str, pipe: Any = None) -> None:
+    def set_dispatch(self, slot_id: str, token: str, batch: list[Start] | None = None,
+                     queue: str = "", message: str = "") -> None:  # fmt: skip
         """The token a learner task for this slot must carry; older tasks exit at once.
-        A READY left by an earlier learner on the slot no longer counts. With ``pipe``, the
-        writes are queued there (the caller executes it before sending the task)."""
-        own = pipe is None
-        pipe = self.r.pipeline() if own else pipe
-        pipe.hset(self.key("dispatch"), slot_id, token)
-        pipe.srem(self.key("ready"), slot_id)
-        pipe.hdel(self.key("kill"), slot_id)
-        if own:
-            pipe.execute()
+        A READY left by an earlier learner on the slot no longer counts. With ``queue`` and
+        ``message``, the task's message is pushed to the queue's list after the token. With
+        ``batch``, all that is added there (the caller sends the batch: :func:`send_starts`)."""
+        start = (self.job_id, slot_id, token, queue, message)
+        if batch is None:
+            send_starts(self.r, [start])
+        else:
+            batch.append(start)
 
     @patient
     def dispatch_token(self, slot_id: str) -> str | None:
@@ -768,8 +794,9 @@ class ObservedJobStore(JobStore):
         self.seen.generation = gen
         return gen
 
-    def set_dispatch(self, slot_id: str, token: str, pipe: Any = None) -> None:
-        super().set_dispatch(slot_id, token, pipe)
+    def set_dispatch(self, slot_id: str, token: str, batch: list[Start] | None = None,
+                     queue: str = "", message: str = "") -> None:  # fmt: skip
+        super().set_dispatch(slot_id, token, batch, queue, message)
         self.seen.dispatch[slot_id] = token
         self.seen.ready.discard(slot_id)
 

@@ -3,7 +3,10 @@ slot worker (learners are dispatched, none runs): what one step reads and writes
 
 from __future__ import annotations
 
+import base64
 import gc
+import json
+import os
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -13,10 +16,12 @@ import redis
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
+from edtweb.celery import app as celery_app
 from edtweb.redis_server import RedisServer
 from edtweb.training import scheduling
 from edtweb.training.models import Job, JobEvent, JobRow
 from edtweb.training.scheduling import LiveScheduler
+from scheduler.dispatch import SEND, TASK, LearnerMessages
 from scheduler.store import (
     ALIVE,
     CHANGED_KEY,
@@ -254,3 +259,28 @@ def test_the_garbage_collector_waits_for_the_end_of_a_step(
         assert not gc.isenabled()
     finally:
         gc.enable()
+
+
+DRAWN = [("headers", "id"), ("headers", "root_id"), ("properties", "correlation_id"),
+         ("properties", "delivery_tag")]  # fmt: skip
+
+
+def test_a_learner_message_is_the_one_celery_would_send(redis_server: RedisServer) -> None:
+    """Celery's own message and ours for the same task, read back from the broker's queue
+    list: equal but for what each message draws afresh (its id and delivery tag)."""
+    broker = connect(redis_server.url)
+    queue = queue_for(f"msg-{os.getpid()}.0")
+    broker.delete(queue)
+    args = [12, "h.3", "token-1"]
+    with celery_app.producer_or_acquire() as producer:
+        celery_app.send_task(TASK, args=args, queue=queue, producer=producer, declare=[], **SEND)
+    [theirs] = [json.loads(m) for m in broker.lrange(queue, 0, -1)]
+    ours = json.loads(LearnerMessages(celery_app).message(args, queue))
+    broker.delete(queue)
+    for message in (theirs, ours):
+        task_id = message["headers"]["id"]
+        assert message["headers"]["root_id"] == message["properties"]["correlation_id"] == task_id
+        for part, key in DRAWN:
+            message[part][key] = "drawn afresh"
+    assert ours == theirs
+    assert json.loads(base64.b64decode(ours["body"]))[0] == args
