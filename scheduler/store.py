@@ -838,24 +838,25 @@ def _pairs(flat: list[Any]) -> dict[str, str]:
 # Every key the coordinator reads of each job, atomically: ARGV is the key prefix, then the
 # jobs' ids. Of the metrics stream only its last entry: the metrics consumer reads the
 # records, the scheduler needs the learners' step and whether they are done. A job with
-# nothing in Redis (never ran) answers 0. Keys are built here from the ids: one standalone
-# Redis, never a cluster.
+# none of these keys (never ran) answers 0 after one EXISTS. Keys are built here from the
+# ids: one standalone Redis, never a cluster.
 _OBSERVE = """
+local names = {'gen', 'adopted', 'ready', 'failures', 'errors', 'exits', 'checkpoint',
+               'dispatch', 'finished', 'metrics'}
 local out = {}
 for i = 2, #ARGV do
   local k = ARGV[1] .. ARGV[i] .. ':'
-  local reply = {
-    redis.call('GET', k .. 'gen'), redis.call('GET', k .. 'adopted'),
-    redis.call('SMEMBERS', k .. 'ready'), redis.call('LRANGE', k .. 'failures', 0, -1),
-    redis.call('LRANGE', k .. 'errors', 0, -1), redis.call('HGETALL', k .. 'exits'),
-    redis.call('GET', k .. 'checkpoint'), redis.call('HGETALL', k .. 'dispatch'),
-    redis.call('GET', k .. 'finished'),
-    redis.call('XREVRANGE', k .. 'metrics', '+', '-', 'COUNT', 1)}
-  local empty = #reply[3] + #reply[4] + #reply[5] + #reply[6] + #reply[8] + #reply[10] == 0
-  for _, j in ipairs({1, 2, 7, 9}) do
-    if reply[j] then empty = false end
+  local keys = {}
+  for j, name in ipairs(names) do keys[j] = k .. name end
+  if redis.call('EXISTS', unpack(keys)) == 0 then
+    out[#out + 1] = 0
+  else
+    out[#out + 1] = {
+      redis.call('GET', keys[1]), redis.call('GET', keys[2]), redis.call('SMEMBERS', keys[3]),
+      redis.call('LRANGE', keys[4], 0, -1), redis.call('LRANGE', keys[5], 0, -1),
+      redis.call('HGETALL', keys[6]), redis.call('GET', keys[7]), redis.call('HGETALL', keys[8]),
+      redis.call('GET', keys[9]), redis.call('XREVRANGE', keys[10], '+', '-', 'COUNT', 1)}
   end
-  if empty then out[#out + 1] = 0 else out[#out + 1] = reply end
 end
 return out
 """
