@@ -284,3 +284,16 @@ def test_a_learner_message_is_the_one_celery_would_send(redis_server: RedisServe
             message[part][key] = "drawn afresh"
     assert ours == theirs
     assert json.loads(base64.b64decode(ours["body"]))[0] == args
+
+
+def test_a_priority_change_reaches_the_next_decision(client: redis.Redis, alice: Any) -> None:
+    """The seeds' split, decided from views kept between steps: B's new priority is seen."""
+    a, b = (Job.objects.create(owner=alice, name=n, model_path="m.py", data_path="d",
+                               max_workers=8) for n in "AB")  # fmt: skip
+    live = LiveScheduler()
+    live.step(slots(8))
+    live.step(slots(8))  # the same again: the views of the jobs holding 4 slots each kept
+    assert (live.runners[a.pk].want, live.runners[b.pk].want) == (4, 4)
+    Job.objects.filter(pk=b.pk).update(priority=10_000)
+    live.step(slots(8))
+    assert (live.runners[a.pk].want, live.runners[b.pk].want) == (3, 5)

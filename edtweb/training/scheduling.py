@@ -42,6 +42,8 @@ log = logging.getLogger("edt.scheduler")
 # Seconds between two looks at the learners' leases: a lapse is judged after LEASE_GRACE
 # (2 s) without one, so looking more often than this tells nothing sooner worth its cost.
 LEASE_LOOK_EVERY = 0.25
+Speedups = dict[int, tuple[float, ...]]  # job -> its speedup curve
+ViewInputs = tuple[JobRow, int, tuple[float, ...], float]  # row, held, speedup, attained
 # The policies that order jobs by attained service (they read JobView.attained).
 BY_SERVICE = {las.POLICY, las.SPEEDUP_POLICY, tiresias.POLICY}
 
@@ -70,6 +72,8 @@ class LiveScheduler:
         self.leases_at = 0.0  # when the learners' leases were last looked at
         self.created: dict[int, datetime] = {}  # job -> its submission time (JobRow.of)
         self.decided: tuple[object, ...] | None = None  # the inputs of the last decision
+        self.views: dict[int, tuple[ViewInputs, JobView]] = {}  # job -> made of, view
+        self.slots: dict[str, Slot] = {}  # slot id -> the placement's Slot, made once
 
     def step(self, alive: list[SlotInfo]) -> bool:
         """One decision and one protocol step for every job; True when a job wants another
@@ -102,14 +106,32 @@ class LiveScheduler:
         inputs = None if (attained or speedups) else (list(jobs.values()), usable, held)
         if inputs is None or inputs != self.decided:
             self.decided = None
-            decision = decide(snapshot(jobs.values(), self.capacity, held, speedups=speedups,
-                                       attained=attained), self.policy)  # fmt: skip
+            decision = decide(self._snapshot(jobs, held, speedups, attained), self.policy)
             try:
                 self._apply(jobs, usable, decision, holding)
             finally:
                 self.dispatches.send()
             self.decided = inputs
         return self._advance({s.slot_id for s in alive}, look)
+
+    def _snapshot(self, jobs: dict[int, JobRow], held: dict[int, int], speedups: Speedups,
+                  attained: dict[int, float]) -> Snapshot:  # fmt: skip
+        """The policy's input (as :func:`snapshot` makes it), each job's view kept from the
+        last decision while what it is made of is the same: at 10k jobs building every view
+        costs tens of milliseconds, checking them a few."""
+        views, kept = [], {}
+        for pk, job in jobs.items():
+            current, speedup, served = held.get(pk, 0), speedups.get(pk, ()), attained.get(pk, 0.0)
+            made_of: ViewInputs = (job, current, speedup, served)
+            last = self.views.get(pk)
+            if last is not None and last[0] == made_of:
+                view = last[1]
+            else:
+                view = job_view(job, current, job.priority, speedup, served)
+            kept[pk] = (made_of, view)
+            views.append(view)
+        self.views = kept
+        return Snapshot(self.capacity, views)
 
     def allocations(self) -> AllocationRecord:
         """The allocation record: the slots each job holds, the usable capacity and the
@@ -198,7 +220,13 @@ class LiveScheduler:
                 busy.update(s for s in runner.coord.started.difference(holding[pk])
                             if not runner.launcher.exited(s))  # fmt: skip
         busy -= held
-        return [Slot(s.slot_id, s.host, s.index) for s in alive if s.slot_id not in busy]
+        return [self._slot(s) for s in alive if s.slot_id not in busy]
+
+    def _slot(self, info: SlotInfo) -> Slot:
+        slot = self.slots.get(info.slot_id)
+        if slot is None:  # an id names one host and index for ever
+            slot = self.slots[info.slot_id] = Slot(info.slot_id, info.host, info.index)
+        return slot
 
     def _apply(self, jobs: dict[int, JobRow], usable: list[Slot], decision: Decision,
                holding: dict[int, list[str]]) -> None:  # fmt: skip
@@ -300,24 +328,31 @@ def snapshot(jobs: Iterable[Job | JobRow], capacity: int, held: dict[int, int],
     """The policy's input: the active ``jobs`` with the slots each holds now (``held``,
     members and joiners), over ``capacity`` usable slots, and the slot-seconds each has
     trained (``attained``). The scheduler and the priority preview (with ``priorities``
-    overriding some jobs') both build it here."""
+    overriding some jobs') both build it from :func:`job_view`."""
     priorities, speedups, attained = priorities or {}, speedups or {}, attained or {}
     views = [
-        JobView(
-            id=str(job.pk),
-            max_workers=job.max_workers,
-            submitted=job.created_at.timestamp(),
-            priority=priorities.get(job.pk, job.priority),
-            min_workers=min(job.min_workers, job.max_workers),
-            current=held.get(job.pk, 0),
-            state=job.state,
-            name=job.name,
-            speedup=speedups.get(job.pk, ()),
-            attained=attained.get(job.pk, 0.0),
-        )
+        job_view(job, held.get(job.pk, 0), priorities.get(job.pk, job.priority),
+                 speedups.get(job.pk, ()), attained.get(job.pk, 0.0))
         for job in jobs
-    ]
+    ]  # fmt: skip
     return Snapshot(capacity, views)
+
+
+def job_view(job: Job | JobRow, current: int, priority: int, speedup: tuple[float, ...],
+             attained: float) -> JobView:  # fmt: skip
+    """One job as the policy sees it."""
+    return JobView(
+        id=str(job.pk),
+        max_workers=job.max_workers,
+        submitted=job.created_at.timestamp(),
+        priority=priority,
+        min_workers=min(job.min_workers, job.max_workers),
+        current=current,
+        state=job.state,
+        name=job.name,
+        speedup=speedup,
+        attained=attained,
+    )
 
 
 def schedulable_jobs() -> Any:
