@@ -7,6 +7,7 @@ import base64
 import gc
 import json
 import os
+import random
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -22,6 +23,8 @@ from edtweb.training import scheduling
 from edtweb.training.models import Job, JobEvent, JobRow
 from edtweb.training.scheduling import LiveScheduler
 from scheduler.dispatch import SEND, TASK, LearnerMessages
+from scheduler.placement import Slot, place
+from scheduler.policies import JobView, Snapshot, decide
 from scheduler.store import (
     ALIVE,
     CHANGED_KEY,
@@ -297,3 +300,25 @@ def test_a_priority_change_reaches_the_next_decision(client: redis.Redis, alice:
     Job.objects.filter(pk=b.pk).update(priority=10_000)
     live.step(slots(8))
     assert (live.runners[a.pk].want, live.runners[b.pk].want) == (3, 5)
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_placing_the_moving_jobs_alone_places_as_placing_every_job(seed: int) -> None:
+    """Random holdings (some slots lost) and a fairshare decision over them: the live
+    scheduler's placement of the jobs that move gives every job the slots it would get from
+    a placement over every job."""
+    rng = random.Random(seed)
+    alive = [Slot(s.slot_id, s.host, s.index) for s in slots(48)]
+    ids = [s.id for s in alive] + ["gone.0", "gone.1"]
+    rng.shuffle(ids)
+    holding: dict[int, list[str]] = {}
+    for pk in range(1, 13):
+        holding[pk] = [ids.pop() for _ in range(rng.randint(0, 4))]
+    usable = [s for s in alive if rng.random() > 0.1 or any(s.id in h for h in holding.values())]
+    views = [JobView(str(pk), rng.randint(1, 8), float(pk), rng.choice([5000, 10_000]),
+                     current=len(held)) for pk, held in holding.items()]  # fmt: skip
+    decision = decide(Snapshot(len(usable), views))
+    full = place(usable, {str(pk): s for pk, s in holding.items()}, decision.targets)
+    part = LiveScheduler()._place(usable, holding, decision)
+    for what in ("joined", "left", "lost"):
+        assert getattr(part, what) == getattr(full, what), what

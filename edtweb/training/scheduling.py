@@ -22,7 +22,7 @@ from edtweb.training.runner import JobRunner
 from edtweb.training.speedups import Curves
 from scheduler import redis_acl
 from scheduler.dispatch import Dispatches
-from scheduler.placement import Slot, place
+from scheduler.placement import Placement, Slot, place
 from scheduler.policies import Decision, JobView, Snapshot, decide, las, tiresias
 from scheduler.policies.las import SPEEDUP_POLICY
 from scheduler.store import (
@@ -230,8 +230,7 @@ class LiveScheduler:
 
     def _apply(self, jobs: dict[int, JobRow], usable: list[Slot], decision: Decision,
                holding: dict[int, list[str]]) -> None:  # fmt: skip
-        current = {str(pk): slots for pk, slots in holding.items()}
-        placement = place(usable, current, decision.targets)
+        placement = self._place(usable, holding, decision)
         if decision.reasons:  # the decision's totals once; each event only its job's slice
             summary = decision.summary()
             views = {view.id: view for view in decision.snapshot.jobs}
@@ -253,6 +252,25 @@ class LiveScheduler:
             if target != runner.want or joined or left:
                 runner.apply(target, joined, left)
                 self.dirty.add(pk)
+
+    def _place(self, usable: list[Slot], holding: dict[int, list[str]],
+               decision: Decision) -> Placement:  # fmt: skip
+        """Sticky placement (:func:`place`) of the jobs whose slots move: those whose count
+        changes and those holding a slot that is not usable any more. Every other job keeps
+        exactly its slots, so they are simply not free: the same placement as over every
+        job, without passes over thousands of settled ones. Slots held twice: the full
+        placement, which says so."""
+        held = set().union(*holding.values())
+        if len(held) != sum(map(len, holding.values())):
+            return place(usable, {str(pk): s for pk, s in holding.items()}, decision.targets)
+        moving = set(decision.reasons)
+        gone = held.difference(slot.id for slot in usable)
+        if gone:
+            moving.update(str(pk) for pk, slots in holding.items() if not gone.isdisjoint(slots))
+        current = {key: holding[int(key)] for key in moving if int(key) in holding}
+        settled = held.difference(*current.values())
+        free = [slot for slot in usable if slot.id not in settled]
+        return place(free, current, {key: decision.targets.get(key, 0) for key in moving})
 
     def _start(self, jobs: list[JobRow]) -> None:
         """Runners for jobs that get slots and had none."""
