@@ -16,6 +16,7 @@ import pytest
 import redis
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
 
 from edtweb.celery import app as celery_app
 from edtweb.redis_server import RedisServer
@@ -71,7 +72,8 @@ def test_a_step_reads_every_job_at_once_and_writes_its_events_together(
     live = LiveScheduler()
     with CaptureQueriesContext(connection) as queries:
         live.step(alive)  # every job gets a slot
-    inserts = [q["sql"] for q in queries if q["sql"].startswith('INSERT INTO "training_jobevent"')]
+    # One statement (an executemany is logged as "<rows> times: INSERT ...").
+    inserts = [q["sql"] for q in queries if 'INSERT INTO "training_jobevent"' in q["sql"]]
     assert JobEvent.objects.filter(kind="scaled").count() == JOBS and len(inserts) == 1
     assert all(len(r.coord.joining) == 1 for r in live.runners.values())
 
@@ -322,3 +324,15 @@ def test_placing_the_moving_jobs_alone_places_as_placing_every_job(seed: int) ->
     part = LiveScheduler()._place(usable, holding, decision)
     for what in ("joined", "left", "lost"):
         assert getattr(part, what) == getattr(full, what), what
+
+
+def test_events_written_together_read_back_as_recorded(alice: Any) -> None:
+    job = Job.objects.create(owner=alice, name="ev", model_path="m.py", data_path="d")
+    recorded = [
+        JobEvent(job_id=job.pk, at=timezone.now(), kind="scaled", message="0→1: «why»",
+                 data={"workers": 1, "shares": {"1": [1, 2.5]}, "note": None}),
+        JobEvent(job_id=job.pk, at=timezone.now(), kind="generation", message="now 1", data={}),
+    ]  # fmt: skip
+    JobEvent.insert_many(recorded)
+    back = [(e.job_id, e.at, e.kind, e.message, e.data) for e in JobEvent.objects.filter(job=job)]
+    assert back == [(e.job_id, e.at, e.kind, e.message, e.data) for e in recorded]
