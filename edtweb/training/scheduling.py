@@ -80,7 +80,7 @@ class LiveScheduler:
         step soon (it changed phase, or a failure waits out its grace): otherwise the next
         comes with an event (READY, adopted, exit, failure, finished, submit...) or the
         slow tick."""
-        with services.batched(), collector_paused():
+        with collector_paused(), services.batched():
             return self._step([s for s in alive if s.alive])
 
     def _step(self, alive: list[SlotInfo]) -> bool:
@@ -319,11 +319,12 @@ class LiveScheduler:
 
 @contextmanager
 def collector_paused() -> Iterator[None]:
-    """Python's cyclic garbage collector waits for the end of the block. A step's many
-    short-lived objects (rows, views, slots: tens of thousands at 10k jobs) are freed by
-    reference counting within it; collected during it, they would be promoted to the old
-    generation and trigger full collections, each a scan of every runner (about 0.2 s at
-    10k jobs). After it, the collector finds only what outlives the step."""
+    """Python's cyclic garbage collector waits for the end of the block (a whole step, its
+    event writes and pushes included). A step's many short-lived objects (rows, views,
+    slots: tens of thousands at 10k jobs) are freed by reference counting within it;
+    collected during it, they would be promoted to the old generation and trigger full
+    collections, each a scan of every runner (about 0.2 s at 10k jobs). After it, the
+    collector finds only what outlives the step (after a cold start, every new runner)."""
     if not gc.isenabled():
         yield
         return
