@@ -4,8 +4,8 @@ A learner never sees the platform's Redis credential. Its slot grants it, before
 an ACL user of its own job, ``edt-job-<id>``, that may run only the commands a learner
 runs, on that job's keys and channels alone (``edt:job:<id>:*``: generations, READY,
 failures, errors, stop flag, checkpoint step, metrics stream, rendezvous), plus appending a
-wake-up to the scheduler's list (write-only on Redis 7). No ``KEYS``, ``SCAN``, ``CONFIG``,
-``FLUSHALL``, ``CLIENT LIST``... and no other job's key.
+wake-up to the scheduler's list and marking its job changed (both write-only on Redis 7).
+No ``KEYS``, ``SCAN``, ``CONFIG``, ``FLUSHALL``, ``CLIENT LIST``... and no other job's key.
 
 The user's password is an HMAC of the platform's secret and the job id: every platform
 process that holds the secret derives it, none stores it, and the learner cannot derive it
@@ -25,7 +25,7 @@ from urllib.parse import quote, urlsplit, urlunsplit
 
 import redis
 
-from scheduler.store import PREFIX, WAKE_KEY
+from scheduler.store import CHANGED_KEY, PREFIX, WAKE_KEY
 
 log = logging.getLogger("edt.redis_acl")
 
@@ -51,9 +51,10 @@ def job_password(secret: str, job_id: str) -> str:
 def rules(job_id: str, password: str, redis_major: int) -> list[str]:
     """``ACL SETUSER`` rules: only the learner's commands, only the job's keys and channels."""
     own = f"{PREFIX}job:{job_id}:*"
-    wake = f"%W~{WAKE_KEY}" if redis_major >= 7 else f"~{WAKE_KEY}"
+    write_only = "%W~" if redis_major >= 7 else "~"
+    scheduler = [f"{write_only}{key}" for key in (WAKE_KEY, CHANGED_KEY)]
     allowed = [f"+{command}" for command in COMMANDS]
-    return ["reset", "on", f">{password}", f"~{own}", wake, "resetchannels", f"&{own}",
+    return ["reset", "on", f">{password}", f"~{own}", *scheduler, "resetchannels", f"&{own}",
             "-@all", *allowed]  # fmt: skip
 
 

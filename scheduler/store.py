@@ -54,6 +54,9 @@ LEASE_KEY = PREFIX + "scheduler:lease"
 METRICS_LEASE_KEY = PREFIX + "metrics:lease"  # held by the one active metrics consumer
 WAKE_KEY = PREFIX + "scheduler:wake"
 ALLOCATIONS_KEY = PREFIX + "scheduler:allocations"  # the allocation record (see below)
+# The ids of the jobs whose learners, slot tasks or metrics consumer wrote something the
+# scheduler reads, since it last took the set (:func:`take_changed`).
+CHANGED_KEY = PREFIX + "scheduler:changed"
 
 # Extend the lease only if we still hold it (atomic compare-and-expire).
 _RENEW = """
@@ -292,7 +295,7 @@ class Store:
         pipe.set(_job_key(job_id, "cursor"), cursor)
         if finished is not None:
             pipe.set(_job_key(job_id, "finished"), finished)
-            pipe.incrby(_job_key(job_id, "changes"), 1)  # the scheduler observes it again
+            pipe.sadd(CHANGED_KEY, job_id)  # the scheduler observes it again
             pipe.rpush(WAKE_KEY, f"finished {job_id}")
         pipe.execute()
 
@@ -333,10 +336,36 @@ def _slot_from(slot_id: str, desc: dict[str, str], hb: str | None) -> SlotInfo:
 # edt:job:<id>:metrics        stream of per-iteration and per-epoch records
 # edt:job:<id>:cursor         the last record of that stream stored in the database
 # edt:job:<id>:finished       the step of the learners' ``done`` record, once it is stored
-# edt:job:<id>:changes        a counter every learner and slot task write above (and the
-#                             metrics consumer's finished) moves, in the same round trip and
-#                             after the write: the scheduler reads again only the jobs whose
-#                             counter moved (ObservedJobStore)
+#
+# Every learner and slot task write above (and the metrics consumer's finished) adds the
+# job's id to edt:scheduler:changed, in the same round trip and after the write: the
+# scheduler takes that set at each step and reads again only those jobs (ObservedJobStore).
+
+# A learner to start: its job id, slot and token, then the Celery queue list to push its
+# task's message to, and that message ("" and "": no message).
+Start = tuple[str, str, str, str, str]
+
+# For each learner (five ARGV after the key prefix, as in ``Start``): its token written, a
+# READY or kill request an earlier learner left on its slot cleared, then its message pushed
+# as Celery's Redis transport does (LPUSH; the worker pops the other end). Atomic: no
+# message is in a queue before its token.
+_SEND_STARTS = """
+for i = 2, #ARGV, 5 do
+  local k = ARGV[1] .. ARGV[i] .. ':'
+  redis.call('HSET', k .. 'dispatch', ARGV[i + 1], ARGV[i + 2])
+  redis.call('SREM', k .. 'ready', ARGV[i + 1])
+  redis.call('HDEL', k .. 'kill', ARGV[i + 1])
+  if ARGV[i + 3] ~= '' then redis.call('LPUSH', ARGV[i + 3], ARGV[i + 4]) end
+end
+return 0
+"""
+
+
+def send_starts(client: redis.Redis, starts: list[Start]) -> None:
+    """Write the learners' tokens and push their messages, in one script."""
+    if starts:
+        client.eval(_SEND_STARTS, 0, PREFIX + "job:", *(v for start in starts for v in start))
+
 
 LEARNER_PATIENCE = 600.0  # seconds a learner or slot task keeps retrying while Redis is away
 LEASE_TTL_MS = 4000  # a learner that stopped renewing for this long is gone
@@ -391,10 +420,10 @@ class JobStore:
         return _job_key(self.job_id, suffix)
 
     def _changed(self, write: Callable[[Any], object]) -> None:
-        """``write`` (on a pipeline), then the job's change counter, in one round trip."""
+        """``write`` (on a pipeline), then mark the job changed, in one round trip."""
         pipe = self.r.pipeline(transaction=False)
         write(pipe)
-        pipe.incrby(self.key("changes"), 1)
+        pipe.sadd(CHANGED_KEY, self.job_id)
         pipe.execute()
 
     @property
@@ -443,7 +472,7 @@ class JobStore:
         """The generation's process group formed; the scheduler may change it again."""
         pipe = self.r.pipeline(transaction=False)
         pipe.set(self.key("adopted"), gen)
-        pipe.incrby(self.key("changes"), 1)
+        pipe.sadd(CHANGED_KEY, self.job_id)
         pipe.rpush(WAKE_KEY, f"adopted {self.job_id} {gen}")
         pipe.execute()
 
@@ -457,7 +486,7 @@ class JobStore:
     def announce_ready(self, slot_id: str) -> None:
         pipe = self.r.pipeline(transaction=False)
         pipe.sadd(self.key("ready"), slot_id)
-        pipe.incrby(self.key("changes"), 1)
+        pipe.sadd(CHANGED_KEY, self.job_id)
         pipe.rpush(WAKE_KEY, f"ready {self.job_id} {slot_id}")
         pipe.execute()
 
@@ -472,7 +501,7 @@ class JobStore:
         report = {"slot": slot_id, "gen": gen, "step": step, "error": error, "at": time.time()}
         pipe = self.r.pipeline(transaction=False)
         pipe.rpush(self.key("failures"), json.dumps(report))
-        pipe.incrby(self.key("changes"), 1)
+        pipe.sadd(CHANGED_KEY, self.job_id)
         pipe.rpush(WAKE_KEY, f"failure {self.job_id} {slot_id}")
         pipe.execute()
 
@@ -504,17 +533,17 @@ class JobStore:
 
     # Dispatch to slots (Celery) -------------------------------------------------------------
 
-    def set_dispatch(self, slot_id: str, token: str, pipe: Any = None) -> None:
+    def set_dispatch(self, slot_id: str, token: str, batch: list[Start] | None = None,
+                     queue: str = "", message: str = "") -> None:  # fmt: skip
         """The token a learner task for this slot must carry; older tasks exit at once.
-        A READY left by an earlier learner on the slot no longer counts. With ``pipe``, the
-        writes are queued there (the caller executes it before sending the task)."""
-        own = pipe is None
-        pipe = self.r.pipeline() if own else pipe
-        pipe.hset(self.key("dispatch"), slot_id, token)
-        pipe.srem(self.key("ready"), slot_id)
-        pipe.hdel(self.key("kill"), slot_id)
-        if own:
-            pipe.execute()
+        A READY left by an earlier learner on the slot no longer counts. With ``queue`` and
+        ``message``, the task's message is pushed to the queue's list after the token. With
+        ``batch``, all that is added there (the caller sends the batch: :func:`send_starts`)."""
+        start = (self.job_id, slot_id, token, queue, message)
+        if batch is None:
+            send_starts(self.r, [start])
+        else:
+            batch.append(start)
 
     @patient
     def dispatch_token(self, slot_id: str) -> str | None:
@@ -548,7 +577,7 @@ class JobStore:
         pipe = self.r.pipeline(transaction=False)
         pipe.hset(self.key("exits"), slot_id, f"{token}:{code}")
         pipe.delete(self.key(f"lease:{slot_id}"))
-        pipe.incrby(self.key("changes"), 1)
+        pipe.sadd(CHANGED_KEY, self.job_id)
         pipe.rpush(WAKE_KEY, f"exit {self.job_id} {slot_id}")
         pipe.execute()
 
@@ -629,7 +658,7 @@ class JobStore:
             pipe.xadd(self.key("metrics"), {"json": item}, maxlen=1_000_000)
         if self.unsaved_checkpoint is not None:
             pipe.set(self.key("checkpoint"), self.unsaved_checkpoint)
-        pipe.incrby(self.key("changes"), 1)
+        pipe.sadd(CHANGED_KEY, self.job_id)
         pipe.execute()
         self.outbox.clear()
         self.unsaved_checkpoint = None
@@ -699,7 +728,6 @@ class LeaseKeeper(threading.Thread):
 class JobState:
     """What the coordinator reads of one job, as one observation read it."""
 
-    changes: str | None = None  # the job's change counter at the read
     generation: int = 0
     adopted: int = 0
     ready: set[str] = field(default_factory=set)
@@ -715,19 +743,17 @@ class JobState:
 
 class ObservedJobStore(JobStore):
     """The scheduler's ``JobStore``: its reads answer from the job's state as the step's
-    observation read it (:func:`observe`, one pipeline for every job whose change counter
-    moved, and :func:`changes_and_leases`, one ``MGET`` for every job), its writes go to
-    Redis and into that state. Learners and slot tasks move the counter with each write
-    the coordinator reads; what the scheduler writes itself it knows.
+    observation read it (:func:`observe`, one script for every job :func:`take_changed`
+    names, and :func:`read_leases`, one ``MGET`` for the learners' leases), its writes go
+    to Redis and into that state. Learners and slot tasks mark the job changed with each
+    write the coordinator reads; what the scheduler writes itself it knows.
 
     ``members`` and the writes keep reading and writing Redis at once.
     """
 
     def __init__(self, client: redis.Redis, job_id: str) -> None:
         super().__init__(client, job_id)
-        self.changes_key = self.key("changes")
         self.seen = JobState()
-        self.observed = False  # read at least once
 
     # Reads: from the observation --------------------------------------------------------
 
@@ -768,8 +794,9 @@ class ObservedJobStore(JobStore):
         self.seen.generation = gen
         return gen
 
-    def set_dispatch(self, slot_id: str, token: str, pipe: Any = None) -> None:
-        super().set_dispatch(slot_id, token, pipe)
+    def set_dispatch(self, slot_id: str, token: str, batch: list[Start] | None = None,
+                     queue: str = "", message: str = "") -> None:  # fmt: skip
+        super().set_dispatch(slot_id, token, batch, queue, message)
         self.seen.dispatch[slot_id] = token
         self.seen.ready.discard(slot_id)
 
@@ -785,12 +812,11 @@ class ObservedJobStore(JobStore):
     def _take(self, reply: Any) -> None:
         """One job's part of the :data:`_OBSERVE` script's answer (0: nothing in Redis)."""
         if not reply:
-            reply = [None, None, None, [], [], [], [], None, [], None, []]
-        changes, gen, adopted, ready, failures, errors, exits, checkpoint, dispatch = reply[:9]
-        finished, tail = reply[9], reply[10]
+            reply = [None, None, [], [], [], [], None, [], None, []]
+        gen, adopted, ready, failures, errors, exits, checkpoint, dispatch = reply[:8]
+        finished, tail = reply[8], reply[9]
         pairs = {str(k): str(v).rpartition(":") for k, v in _pairs(exits).items()}
         self.seen = JobState(
-            changes=None if changes is None else str(changes),
             generation=int(gen) if gen is not None else 0,
             adopted=int(adopted) if adopted is not None else 0,
             ready={str(r) for r in ready},
@@ -803,7 +829,6 @@ class ObservedJobStore(JobStore):
             finished=None if finished is None else str(finished),
             leases=self.seen.leases,
         )
-        self.observed = True
 
 
 def _pairs(flat: list[Any]) -> dict[str, str]:
@@ -813,24 +838,25 @@ def _pairs(flat: list[Any]) -> dict[str, str]:
 # Every key the coordinator reads of each job, atomically: ARGV is the key prefix, then the
 # jobs' ids. Of the metrics stream only its last entry: the metrics consumer reads the
 # records, the scheduler needs the learners' step and whether they are done. A job with
-# nothing in Redis (never ran) answers 0. Keys are built here from the ids: one standalone
-# Redis, never a cluster.
+# none of these keys (never ran) answers 0 after one EXISTS. Keys are built here from the
+# ids: one standalone Redis, never a cluster.
 _OBSERVE = """
+local names = {'gen', 'adopted', 'ready', 'failures', 'errors', 'exits', 'checkpoint',
+               'dispatch', 'finished', 'metrics'}
 local out = {}
 for i = 2, #ARGV do
   local k = ARGV[1] .. ARGV[i] .. ':'
-  local reply = {
-    redis.call('GET', k .. 'changes'), redis.call('GET', k .. 'gen'),
-    redis.call('GET', k .. 'adopted'), redis.call('SMEMBERS', k .. 'ready'),
-    redis.call('LRANGE', k .. 'failures', 0, -1), redis.call('LRANGE', k .. 'errors', 0, -1),
-    redis.call('HGETALL', k .. 'exits'), redis.call('GET', k .. 'checkpoint'),
-    redis.call('HGETALL', k .. 'dispatch'), redis.call('GET', k .. 'finished'),
-    redis.call('XREVRANGE', k .. 'metrics', '+', '-', 'COUNT', 1)}
-  local empty = #reply[4] + #reply[5] + #reply[6] + #reply[7] + #reply[9] + #reply[11] == 0
-  for j = 1, 10 do
-    if j ~= 4 and j ~= 5 and j ~= 6 and j ~= 7 and j ~= 9 and reply[j] then empty = false end
+  local keys = {}
+  for j, name in ipairs(names) do keys[j] = k .. name end
+  if redis.call('EXISTS', unpack(keys)) == 0 then
+    out[#out + 1] = 0
+  else
+    out[#out + 1] = {
+      redis.call('GET', keys[1]), redis.call('GET', keys[2]), redis.call('SMEMBERS', keys[3]),
+      redis.call('LRANGE', keys[4], 0, -1), redis.call('LRANGE', keys[5], 0, -1),
+      redis.call('HGETALL', keys[6]), redis.call('GET', keys[7]), redis.call('HGETALL', keys[8]),
+      redis.call('GET', keys[9]), redis.call('XREVRANGE', keys[10], '+', '-', 'COUNT', 1)}
   end
-  if empty then out[#out + 1] = 0 else out[#out + 1] = reply end
 end
 return out
 """
@@ -848,27 +874,31 @@ def observe(client: redis.Redis, stores: list[ObservedJobStore]) -> None:
         store._take(reply)
 
 
-def changes_and_leases(
+_TAKE = """
+local ids = redis.call('SMEMBERS', KEYS[1])
+redis.call('DEL', KEYS[1])
+return ids
+"""
+
+
+def take_changed(client: redis.Redis) -> set[str]:
+    """The ids of the jobs marked changed since the last call, and the mark cleared, in one
+    script (atomic): a write that lands after it marks its job again for the next call."""
+    ids: Any = client.eval(_TAKE, 1, CHANGED_KEY)
+    return {str(i) for i in ids}
+
+
+def read_leases(
     client: redis.Redis, stores: list[ObservedJobStore], pending: list[list[str]]
-) -> list[bool]:
-    """One ``MGET``: each job's change counter and the leases of its ``pending`` slots (one
-    list per store), stored into each store's observation (an empty list leaves the leases
-    last read). True for each store whose
-    counter moved since it was last observed (or that was never observed)."""
-    keys = [s.changes_key for s in stores]
+) -> None:
+    """One ``MGET`` of the leases of each store's ``pending`` slots (one list per store),
+    stored into each store's observation: afterwards it knows the leases of those slots
+    alone."""
+    keys = [store.key(f"lease:{slot}") for store, slots in zip(stores, pending, strict=True)
+            for slot in slots]  # fmt: skip
+    values = client.mget(keys) if keys else []
+    at = 0
     for store, slots in zip(stores, pending, strict=True):
-        keys += [store.key(f"lease:{slot}") for slot in slots]
-    if not keys:
-        return []
-    values = client.mget(keys)
-    moved = []
-    at = len(stores)
-    for i, (store, slots) in enumerate(zip(stores, pending, strict=True)):
-        counter = values[i]
-        moved.append(not store.observed or (None if counter is None else str(counter))
-                     != store.seen.changes)  # fmt: skip
-        if slots:
-            found = values[at : at + len(slots)]
-            at += len(slots)
-            store.seen.leases = {s: str(v) for s, v in zip(slots, found, strict=True) if v}
-    return moved
+        found = values[at : at + len(slots)]
+        at += len(slots)
+        store.seen.leases = {s: str(v) for s, v in zip(slots, found, strict=True) if v}

@@ -9,7 +9,7 @@ import redis
 
 from edtweb.redis_server import RedisServer
 from scheduler import redis_acl
-from scheduler.store import WAKE_KEY, JobStore, Store, connect
+from scheduler.store import CHANGED_KEY, WAKE_KEY, JobStore, Store, connect
 from workers.learner.rendezvous import RedisStore
 
 SECRET = "platform-secret"
@@ -55,6 +55,7 @@ def test_a_learner_runs_its_job_protocol_with_its_credential(
     platform = JobStore(store.r, "41")
     assert platform.ready_slots() == {"h.0"} and platform.errors()[0]["message"] == "boom"
     assert "ready 41 h.0" in store.r.lrange(WAKE_KEY, 0, -1)
+    assert store.r.sismember(CHANGED_KEY, "41")
 
 
 @pytest.mark.parametrize(
@@ -66,6 +67,7 @@ def test_a_learner_runs_its_job_protocol_with_its_credential(
         ("DEL", "edt:job:42:errors"),
         ("SET", "edt:scheduler:lease", "me"),
         ("LRANGE", WAKE_KEY, "0", "-1"),
+        ("SMEMBERS", CHANGED_KEY),
         ("KEYS", "*"),
         ("SCAN", "0"),
         ("CONFIG", "GET", "dir"),

@@ -3,6 +3,11 @@ slot worker (learners are dispatched, none runs): what one step reads and writes
 
 from __future__ import annotations
 
+import base64
+import gc
+import json
+import os
+import random
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -11,18 +16,26 @@ import pytest
 import redis
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
 
+from edtweb.celery import app as celery_app
 from edtweb.redis_server import RedisServer
-from edtweb.training.models import Job, JobEvent
+from edtweb.training import scheduling
+from edtweb.training.models import Job, JobEvent, JobRow
 from edtweb.training.scheduling import LiveScheduler
+from scheduler.dispatch import SEND, TASK, LearnerMessages
+from scheduler.placement import Slot, place
+from scheduler.policies import JobView, Snapshot, decide
 from scheduler.store import (
     ALIVE,
+    CHANGED_KEY,
     AllocationRecord,
     JobStore,
     SlotInfo,
     Store,
     connect,
     queue_for,
+    take_changed,
 )
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -59,17 +72,20 @@ def test_a_step_reads_every_job_at_once_and_writes_its_events_together(
     live = LiveScheduler()
     with CaptureQueriesContext(connection) as queries:
         live.step(alive)  # every job gets a slot
-    inserts = [q["sql"] for q in queries if q["sql"].startswith('INSERT INTO "training_jobevent"')]
+    # One statement (an executemany is logged as "<rows> times: INSERT ...").
+    inserts = [q["sql"] for q in queries if 'INSERT INTO "training_jobevent"' in q["sql"]]
     assert JobEvent.objects.filter(kind="scaled").count() == JOBS and len(inserts) == 1
     assert all(len(r.coord.joining) == 1 for r in live.runners.values())
 
     live.step(alive)
     before = commands(client)
     live.step(alive)  # nothing changed: no job is read again, no runner ticks
-    assert commands(client) - before <= 4  # INFO, MGET (and this INFO)
+    # INFO, the script taking the changed set (its SMEMBERS and DEL count too), the leases'
+    # MGET, this INFO: the same few whatever the number of jobs.
+    assert commands(client) - before <= 6
     assert not live.dirty
 
-    # A learner's write moves its job's counter: that job alone is read and ticked.
+    # A learner's write marks its job changed: that job alone is read and ticked.
     job = min(live.runners)
     runner = live.runners[job]
     slot = runner.coord.joining[0]
@@ -101,3 +117,222 @@ def test_live_las_admits_the_job_with_less_attained_service_and_counts_its_own(
     live.step(slots(1))
     elapsed = time.monotonic() - started
     assert 0 < live.allocations().attained[new.pk] <= elapsed
+
+
+# The changed-jobs set: which jobs a step reads again ------------------------------------------
+
+
+def _running(alice: Any, count: int) -> tuple[LiveScheduler, list[SlotInfo]]:
+    """A scheduler that sent one joiner to each of ``count`` jobs and took the set since."""
+    Job.objects.bulk_create(
+        [Job(owner=alice, name=f"c{n}", model_path="m.py", data_path="d") for n in range(count)]
+    )
+    alive = slots(count)
+    live = LiveScheduler()
+    live.step(alive)
+    live.step(alive)
+    assert not live.dirty
+    return live, alive
+
+
+def _exit_first_joiner(client: redis.Redis, live: LiveScheduler) -> tuple[int, str]:
+    """The learner of the lowest job's joiner exits (its slot task reports it)."""
+    job = min(live.runners)
+    runner = live.runners[job]
+    slot = runner.coord.joining[0]
+    JobStore(client, str(job)).report_exit(slot, 1, runner.launcher.tokens[slot])
+    return job, slot
+
+
+def test_a_write_during_a_step_is_read_at_the_next(
+    client: redis.Redis, alice: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The learner writes after the step took the set: that step does not see it, the next
+    one does."""
+    live, alive = _running(alice, 4)
+    taken: list[tuple[int, str]] = []
+
+    def take_then_write(c: redis.Redis) -> set[str]:
+        ids = take_changed(c)
+        taken.append(_exit_first_joiner(client, live))
+        return ids
+
+    monkeypatch.setattr(scheduling, "take_changed", take_then_write)
+    live.step(alive)
+    [(job, slot)] = taken
+    assert slot in live.runners[job].coord.joining  # not read in this step
+    monkeypatch.undo()
+    live.step(alive)
+    assert slot not in live.runners[job].coord.joining
+
+
+def test_a_step_that_fails_after_taking_the_set_loses_no_change(
+    client: redis.Redis, alice: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    live, alive = _running(alice, 4)
+    job, slot = _exit_first_joiner(client, live)
+
+    def away(c: redis.Redis, stores: list[Any]) -> None:
+        raise redis.ConnectionError("Redis went away mid-step")
+
+    monkeypatch.setattr(scheduling, "observe", away)
+    with pytest.raises(redis.ConnectionError):
+        live.step(alive)
+    assert not client.smembers(CHANGED_KEY)  # the mark was taken
+    monkeypatch.undo()
+    live.step(alive)
+    assert slot not in live.runners[job].coord.joining
+
+
+def test_after_a_redis_restart_every_job_is_read_again_once(
+    client: redis.Redis, private_redis: RedisServer, alice: Any
+) -> None:
+    """A restarted Redis lost the set (and maybe a mark): the first step after it reads every
+    job, the next ones only the marked."""
+    live, alive = _running(alice, 4)
+    private_redis.kill()
+    private_redis.start()
+    joiners = {pk: runner.coord.joining[0] for pk, runner in live.runners.items()}
+    for pk, slot in joiners.items():  # READY with no mark: only a full read finds it
+        client.sadd(f"edt:job:{pk}:ready", slot)
+    live.step(alive)
+    assert {pk: r.coord.members for pk, r in live.runners.items()} == {
+        pk: [slot] for pk, slot in joiners.items()
+    }  # each admitted its READY joiner
+    before = commands(client)
+    live.step(alive)
+    assert commands(client) - before <= 6  # nothing read again
+
+
+def test_a_new_scheduler_reads_every_job_even_if_the_last_took_the_marks(
+    client: redis.Redis, alice: Any
+) -> None:
+    live, alive = _running(alice, 4)
+    job, slot = _exit_first_joiner(client, live)
+    tokens = {pk: dict(r.launcher.tokens) for pk, r in live.runners.items()}
+    Job.objects.filter(pk__in=live.runners).update(state=Job.State.RUNNING)
+    take_changed(client)  # the last scheduler took the set, then died
+    successor = LiveScheduler()
+    successor.step(alive)
+    # It saw the exit: a new learner replaces the one that ended, the others stay.
+    now = {pk: r.launcher.tokens for pk, r in successor.runners.items()}
+    assert now[job][slot] != tokens[job][slot]
+    assert {pk: t for pk, t in now.items() if pk != job} == {
+        pk: t for pk, t in tokens.items() if pk != job
+    }
+
+
+def test_job_rows_read_the_submission_time_of_new_jobs_alone(alice: Any) -> None:
+    first = Job.objects.create(owner=alice, name="first", model_path="m.py", data_path="d")
+    created: dict[int, Any] = {}
+    assert {r.pk: r.created_at for r in JobRow.of(Job.objects.all(), created)} == {
+        first.pk: first.created_at
+    }
+    second = Job.objects.create(owner=alice, name="second", model_path="m.py", data_path="d")
+    with CaptureQueriesContext(connection) as queries:
+        rows = JobRow.of(Job.objects.all(), created)
+    assert {r.pk: r.created_at for r in rows} == {
+        first.pk: first.created_at,
+        second.pk: second.created_at,
+    }
+    [_, times] = [q["sql"] for q in queries]
+    assert '"created_at"' in times and " IN (" in times  # the new job's alone
+    with CaptureQueriesContext(connection) as queries:
+        JobRow.of(Job.objects.all(), created)
+    assert len(queries) == 1  # nothing new: the rows alone
+
+
+def test_the_garbage_collector_waits_for_the_end_of_a_step(
+    client: redis.Redis, alice: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    Job.objects.create(owner=alice, name="gc", model_path="m.py", data_path="d")
+    during: list[bool] = []
+    decide = scheduling.decide
+
+    def deciding(*args: Any) -> Any:
+        during.append(gc.isenabled())
+        return decide(*args)
+
+    monkeypatch.setattr(scheduling, "decide", deciding)
+    assert gc.isenabled()
+    LiveScheduler().step(slots(1))
+    assert during == [False] and gc.isenabled()
+    gc.disable()  # a process that runs without it keeps it off
+    try:
+        with scheduling.collector_paused():
+            assert not gc.isenabled()
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
+
+
+DRAWN = [("headers", "id"), ("headers", "root_id"), ("properties", "correlation_id"),
+         ("properties", "delivery_tag")]  # fmt: skip
+
+
+def test_a_learner_message_is_the_one_celery_would_send(redis_server: RedisServer) -> None:
+    """Celery's own message and ours for the same task, read back from the broker's queue
+    list: equal but for what each message draws afresh (its id and delivery tag)."""
+    broker = connect(redis_server.url)
+    queue = queue_for(f"msg-{os.getpid()}.0")
+    broker.delete(queue)
+    args = [12, "h.3", "token-1"]
+    with celery_app.producer_or_acquire() as producer:
+        celery_app.send_task(TASK, args=args, queue=queue, producer=producer, declare=[], **SEND)
+    [theirs] = [json.loads(m) for m in broker.lrange(queue, 0, -1)]
+    ours = json.loads(LearnerMessages(celery_app).message(args, queue))
+    broker.delete(queue)
+    for message in (theirs, ours):
+        task_id = message["headers"]["id"]
+        assert message["headers"]["root_id"] == message["properties"]["correlation_id"] == task_id
+        for part, key in DRAWN:
+            message[part][key] = "drawn afresh"
+    assert ours == theirs
+    assert json.loads(base64.b64decode(ours["body"]))[0] == args
+
+
+def test_a_priority_change_reaches_the_next_decision(client: redis.Redis, alice: Any) -> None:
+    """The seeds' split, decided from views kept between steps: B's new priority is seen."""
+    a, b = (Job.objects.create(owner=alice, name=n, model_path="m.py", data_path="d",
+                               max_workers=8) for n in "AB")  # fmt: skip
+    live = LiveScheduler()
+    live.step(slots(8))
+    live.step(slots(8))  # the same again: the views of the jobs holding 4 slots each kept
+    assert (live.runners[a.pk].want, live.runners[b.pk].want) == (4, 4)
+    Job.objects.filter(pk=b.pk).update(priority=10_000)
+    live.step(slots(8))
+    assert (live.runners[a.pk].want, live.runners[b.pk].want) == (3, 5)
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_placing_the_moving_jobs_alone_places_as_placing_every_job(seed: int) -> None:
+    """Random holdings (some slots lost) and a fairshare decision over them: the live
+    scheduler's placement of the jobs that move gives every job the slots it would get from
+    a placement over every job."""
+    rng = random.Random(seed)
+    alive = [Slot(s.slot_id, s.host, s.index) for s in slots(48)]
+    ids = [s.id for s in alive] + ["gone.0", "gone.1"]
+    rng.shuffle(ids)
+    holding: dict[int, list[str]] = {}
+    for pk in range(1, 13):
+        holding[pk] = [ids.pop() for _ in range(rng.randint(0, 4))]
+    usable = [s for s in alive if rng.random() > 0.1 or any(s.id in h for h in holding.values())]
+    views = [JobView(str(pk), rng.randint(1, 8), float(pk), rng.choice([5000, 10_000]),
+                     current=len(held)) for pk, held in holding.items()]  # fmt: skip
+    decision = decide(Snapshot(len(usable), views))
+    full = place(usable, {str(pk): s for pk, s in holding.items()}, decision.targets)
+    part = LiveScheduler()._place(usable, holding, decision)
+    for what in ("joined", "left", "lost"):
+        assert getattr(part, what) == getattr(full, what), what
+
+
+def test_events_written_together_read_back_as_recorded(alice: Any) -> None:
+    job = Job.objects.create(owner=alice, name="ev", model_path="m.py", data_path="d")
+    recorded = [
+        JobEvent(job_id=job.pk, at=timezone.now(), kind="scaled", message="0→1: «why»",
+                 data={"workers": 1, "shares": {"1": [1, 2.5]}, "note": None}),
+        JobEvent(job_id=job.pk, at=timezone.now(), kind="generation", message="now 1", data={}),
+    ]  # fmt: skip
+    JobEvent.insert_many(recorded)
+    back = [(e.job_id, e.at, e.kind, e.message, e.data) for e in JobEvent.objects.filter(job=job)]
+    assert back == [(e.job_id, e.at, e.kind, e.message, e.data) for e in recorded]

@@ -18,9 +18,10 @@ from scheduler.store import (
     Progress,
     SlotInfo,
     Store,
-    changes_and_leases,
     connect,
     observe,
+    read_leases,
+    take_changed,
 )
 from tests.conftest import wait_for
 
@@ -141,6 +142,11 @@ def test_a_learner_keeps_its_metrics_while_redis_is_away_and_writes_them_once_ba
     private_redis.stop()
 
 
+def _marked(store: Store, job_id: str) -> bool:
+    """Take the changed-jobs set as a scheduler step does: is ``job_id`` in it?"""
+    return job_id in take_changed(store.r)
+
+
 def test_the_scheduler_reads_a_job_again_only_when_its_learners_wrote(store: Store) -> None:
     learner = JobStore(store.r, "obs-1")
     learner.forget()
@@ -148,31 +154,32 @@ def test_the_scheduler_reads_a_job_again_only_when_its_learners_wrote(store: Sto
     observe(store.r, [seen])  # nothing in Redis yet: the job's empty state
     empty = (seen.generation(), seen.ready_slots(), seen.exits(), seen.progress())
     assert empty == (0, set(), {}, Progress("", 0, False, None))
-    assert changes_and_leases(store.r, [seen], [[]]) == [False]
+    take_changed(store.r)
+    assert not _marked(store, "obs-1")
 
     learner.announce_ready("h.0")
     learner.emit({"type": "train", "step": 1, "time": 1.0})
-    assert changes_and_leases(store.r, [seen], [[]]) == [True]
+    assert _marked(store, "obs-1")
+    assert not _marked(store, "obs-1")  # taking the set clears it
     assert seen.ready_slots() == set()  # read in the next observation, not before
     observe(store.r, [seen])
     assert seen.ready_slots() == {"h.0"}
     first = seen.progress().tail
     assert first and seen.progress() == Progress(first, 1, False, None)
-    assert changes_and_leases(store.r, [seen], [[]]) == [False]
 
-    # What the scheduler writes itself it knows at once, and it moves no counter.
+    # What the scheduler writes itself it knows at once, and it marks nothing.
     assert seen.publish_generation(["h.0"]) == 1 and seen.generation() == 1
     seen.set_dispatch("h.1", "t1")
-    assert seen.dispatches() == {"h.1": "t1"}
+    seen.clear_ready("h.0")
+    assert seen.dispatches() == {"h.1": "t1"} and seen.ready_slots() == set()
     assert JobStore(store.r, "obs-1").dispatches() == {"h.1": "t1"}
-    assert changes_and_leases(store.r, [seen], [[]]) == [False]
 
-    # Each write a learner or slot task makes moves it; of the metrics the observation reads
+    # Each write a learner or slot task makes marks it; of the metrics the observation reads
     # the last record alone (the metrics consumer reads them all).
     learner.adopt(1)
     learner.emit({"type": "train", "step": 2, "time": 2.0})
     learner.report_exit("h.1", 0, "t1")
-    assert changes_and_leases(store.r, [seen], [[]]) == [True]
+    assert _marked(store, "obs-1")
     observe(store.r, [seen])
     assert seen.adopted() == 1 and seen.exits() == {"h.1": ("t1", 0)}
     assert seen.progress().step == 2 and seen.progress().tail != first
@@ -180,20 +187,22 @@ def test_the_scheduler_reads_a_job_again_only_when_its_learners_wrote(store: Sto
                   lambda: learner.report_failure("h.0", 1, 2, "lost"),
                   lambda: learner.record_checkpoint(2)):  # fmt: skip
         write()
-        assert changes_and_leases(store.r, [seen], [[]]) == [True]
+        assert _marked(store, "obs-1")
         observe(store.r, [seen])
     assert seen.errors()[0]["message"] == "boom" and seen.failures()[0]["error"] == "lost"
     assert seen.checkpoint_step() == 2
     learner.emit({"type": "done", "step": 2, "time": 3.0})
-    assert changes_and_leases(store.r, [seen], [[]]) == [True]
+    assert _marked(store, "obs-1")
     observe(store.r, [seen])
     assert seen.progress().ended and seen.progress().finished is None
     store.save_progress("obs-1", seen.progress().tail, 2)  # the consumer stored it
-    assert changes_and_leases(store.r, [seen], [[]]) == [True]
+    assert _marked(store, "obs-1")
     observe(store.r, [seen])
     assert seen.progress() == Progress(seen.progress().tail, 2, True, 2)
 
-    # Leases are read for the slots asked for, in the same MGET as the counters.
+    # Leases are read for the slots asked for, in one MGET.
     learner.renew_lease("h.0", "t0")
-    changes_and_leases(store.r, [seen], [["h.0", "h.2"]])
+    read_leases(store.r, [seen], [["h.0", "h.2"]])
     assert seen.leases(["h.0", "h.2"]) == {"h.0": "t0"}
+    read_leases(store.r, [seen], [[]])
+    assert seen.leases(["h.0"]) == {}

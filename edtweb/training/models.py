@@ -6,7 +6,7 @@ from typing import Any, NamedTuple
 
 from django.conf import settings
 from django.core.validators import MaxValueValidator, MinValueValidator
-from django.db import models
+from django.db import connections, models, router
 from django.utils import timezone
 
 from edtweb.training.validation import BOUNDS, DEFAULTS
@@ -108,6 +108,9 @@ class Job(models.Model):
         )  # fmt: skip
 
 
+NEW_BY_ID = 500  # at most this many new jobs' times are read by id; more: every job's
+
+
 class JobRow(NamedTuple):
     """The fields of a job the scheduler reads on every step, as one row: thousands of jobs
     per step are read without building a model instance for each."""
@@ -124,14 +127,17 @@ class JobRow(NamedTuple):
     @classmethod
     def of(cls, jobs: Any, created: dict[int, datetime] | None = None) -> list[JobRow]:
         """The rows of the queryset ``jobs``. With ``created`` (a cache kept between calls:
-        a job's submission time never changes), the times are read, and parsed, only on a
-        call that meets a job not in it yet."""
+        a job's submission time never changes), only the times of the jobs not in it yet
+        are read, and parsed; those of jobs no longer in ``jobs`` are dropped now and then."""
         if created is None:
             return [cls(*row) for row in jobs.values_list(*cls._fields)]
         rows = list(jobs.values_list(*cls._fields[:-1]))
-        if any(row[0] not in created for row in rows):  # every active job's, afresh
-            created.clear()
+        new = [row[0] for row in rows if row[0] not in created]
+        if len(new) > NEW_BY_ID or len(created) > 2 * len(rows) + NEW_BY_ID:
+            created.clear()  # every active job's, afresh
             created.update(jobs.values_list("pk", "created_at"))
+        elif new:
+            created.update(jobs.filter(pk__in=new).values_list("pk", "created_at"))
         return [cls(*row, created[row[0]]) for row in rows if row[0] in created]  # type: ignore[call-arg]
 
 
@@ -147,6 +153,21 @@ class JobEvent(models.Model):
 
     class Meta:
         ordering = ["at", "pk"]
+
+    @classmethod
+    def insert_many(cls, events: list[JobEvent]) -> None:
+        """Write ``events`` in one statement, as ``bulk_create`` does (their ids are not
+        set), each value adapted by the database's own operations for its field type but
+        without Django's per-object path: a cold start records an event per job, 10,000 at
+        once at 10k jobs (about 0.1 s this way, 0.3 s through ``bulk_create``)."""
+        db = connections[router.db_for_write(cls)]
+        ops, at, data = db.ops, db.ops.adapt_datetimefield_value, db.ops.adapt_json_value
+        rows = [(e.job_id, at(e.at), e.kind, e.message, data(e.data, None)) for e in events]
+        names = ("job", "at", "kind", "message", "data")
+        columns = ", ".join(ops.quote_name(cls._meta.get_field(n).column) for n in names)  # type: ignore[union-attr]
+        table = ops.quote_name(cls._meta.db_table)
+        with db.cursor() as cursor:
+            cursor.executemany(f"INSERT INTO {table} ({columns}) VALUES (%s, %s, %s, %s, %s)", rows)
 
 
 class Metric(models.Model):

@@ -5,9 +5,11 @@ contract"). Called by the scheduler service on every wake-up and tick, while it 
 
 from __future__ import annotations
 
+import gc
 import logging
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from datetime import datetime
 from typing import Any
 
@@ -20,17 +22,19 @@ from edtweb.training.runner import JobRunner
 from edtweb.training.speedups import Curves
 from scheduler import redis_acl
 from scheduler.dispatch import Dispatches
-from scheduler.placement import Slot, place
+from scheduler.placement import Placement, Slot, place
 from scheduler.policies import Decision, JobView, Snapshot, decide, las, tiresias
 from scheduler.policies.las import SPEEDUP_POLICY
 from scheduler.store import (
+    REDIS_DOWN,
     Allocation,
     AllocationRecord,
     ObservedJobStore,
     SlotInfo,
     Store,
-    changes_and_leases,
     observe,
+    read_leases,
+    take_changed,
 )
 
 log = logging.getLogger("edt.scheduler")
@@ -38,14 +42,16 @@ log = logging.getLogger("edt.scheduler")
 # Seconds between two looks at the learners' leases: a lapse is judged after LEASE_GRACE
 # (2 s) without one, so looking more often than this tells nothing sooner worth its cost.
 LEASE_LOOK_EVERY = 0.25
+Speedups = dict[int, tuple[float, ...]]  # job -> its speedup curve
+ViewInputs = tuple[JobRow, int, tuple[float, ...], float]  # row, held, speedup, attained
 # The policies that order jobs by attained service (they read JobView.attained).
 BY_SERVICE = {las.POLICY, las.SPEEDUP_POLICY, tiresias.POLICY}
 
 
 class LiveScheduler:
-    """Each step reads the state of every job in Redis at once (one ``MGET`` of the jobs'
-    change counters and their learners' leases, then one pipeline for the jobs whose counter
-    moved), decides, places, and ticks only the runners whose inputs changed. A step's
+    """Each step reads again, in one script, the jobs that Redis' changed-jobs set names
+    (their learners wrote since), and every 0.25 s the learners' leases in one ``MGET``;
+    it decides, places, and ticks only the runners whose inputs changed. A step's
     events are written in one transaction and its page pushes sent once, merged, at its
     end (``services.batched``); its learner starts go out together (``Dispatches``)."""
 
@@ -57,6 +63,7 @@ class LiveScheduler:
         self.announced: dict[str, str] = {}  # job -> the last allocation change recorded
         self.redis_run: str | None = None  # the Redis server whose ACL users we granted
         self.dirty: set[int] = set()  # runners to tick: their inputs changed since
+        self.stale: set[int] = set()  # jobs to read again from Redis at the next step
         self.dispatches: Dispatches | None = None
         # Slot-seconds of training per job (policies by attained service): None until read
         # from the last allocation record, so a new scheduler goes on where the last stood.
@@ -65,13 +72,15 @@ class LiveScheduler:
         self.leases_at = 0.0  # when the learners' leases were last looked at
         self.created: dict[int, datetime] = {}  # job -> its submission time (JobRow.of)
         self.decided: tuple[object, ...] | None = None  # the inputs of the last decision
+        self.views: dict[int, tuple[ViewInputs, JobView]] = {}  # job -> made of, view
+        self.slots: dict[str, Slot] = {}  # slot id -> the placement's Slot, made once
 
     def step(self, alive: list[SlotInfo]) -> bool:
         """One decision and one protocol step for every job; True when a job wants another
         step soon (it changed phase, or a failure waits out its grace): otherwise the next
         comes with an event (READY, adopted, exit, failure, finished, submit...) or the
         slow tick."""
-        with services.batched():
+        with collector_paused(), services.batched():
             return self._step([s for s in alive if s.alive])
 
     def _step(self, alive: list[SlotInfo]) -> bool:
@@ -97,14 +106,32 @@ class LiveScheduler:
         inputs = None if (attained or speedups) else (list(jobs.values()), usable, held)
         if inputs is None or inputs != self.decided:
             self.decided = None
-            decision = decide(snapshot(jobs.values(), self.capacity, held, speedups=speedups,
-                                       attained=attained), self.policy)  # fmt: skip
+            decision = decide(self._snapshot(jobs, held, speedups, attained), self.policy)
             try:
                 self._apply(jobs, usable, decision, holding)
             finally:
                 self.dispatches.send()
             self.decided = inputs
         return self._advance({s.slot_id for s in alive}, look)
+
+    def _snapshot(self, jobs: dict[int, JobRow], held: dict[int, int], speedups: Speedups,
+                  attained: dict[int, float]) -> Snapshot:  # fmt: skip
+        """The policy's input (as :func:`snapshot` makes it), each job's view kept from the
+        last decision while what it is made of is the same: at 10k jobs building every view
+        costs tens of milliseconds, checking them a few."""
+        views, kept = [], {}
+        for pk, job in jobs.items():
+            current, speedup, served = held.get(pk, 0), speedups.get(pk, ()), attained.get(pk, 0.0)
+            made_of: ViewInputs = (job, current, speedup, served)
+            last = self.views.get(pk)
+            if last is not None and last[0] == made_of:
+                view = last[1]
+            else:
+                view = job_view(job, current, job.priority, speedup, served)
+            kept[pk] = (made_of, view)
+            views.append(view)
+        self.views = kept
+        return Snapshot(self.capacity, views)
 
     def allocations(self) -> AllocationRecord:
         """The allocation record: the slots each job holds, the usable capacity and the
@@ -160,20 +187,29 @@ class LiveScheduler:
         redis_acl.grant_all(client, settings.REDIS_URL, ids, settings.SECRET_KEY)
         if self.redis_run is not None:
             log.info("Redis restarted: granted the ACL users of %d jobs again", len(self.runners))
-            for runner in self.runners.values():
-                runner_store(runner).observed = False
+            self.stale.update(self.runners)
         self.redis_run = run_id
 
     def _observe(self, client: Any, look: bool) -> None:
-        """Every job's change counter (and when it is time to ``look``, its pending learners'
-        leases) in one ``MGET``; the jobs whose counter moved read again in one script,
-        their runners to be ticked."""
-        pks = list(self.runners)
-        stores = [runner_store(self.runners[pk]) for pk in pks]
-        pending = [self.runners[pk].launcher.pending() if look else [] for pk in pks]
-        moved = changes_and_leases(client, stores, pending)
-        observe(client, [store for store, m in zip(stores, moved, strict=True) if m])
-        self.dirty.update(pk for pk, m in zip(pks, moved, strict=True) if m)
+        """Read again, in one script, the jobs marked changed since the last step, their
+        runners to be ticked; when it is time to ``look``, every pending learner's lease in
+        one ``MGET``. A step that fails on the way reads them at the next one; one whose
+        answer from Redis was lost (the mark taken, maybe) reads every job again."""
+        try:
+            changed = take_changed(client)
+        except REDIS_DOWN:
+            self.stale.update(self.runners)
+            raise
+        # Ids only a learner could have written wrongly are not the scheduler's concern.
+        self.stale.update(int(pk) for pk in changed if pk.isdigit())
+        stale = [pk for pk in self.stale if pk in self.runners]
+        observe(client, [runner_store(self.runners[pk]) for pk in stale])
+        self.stale.clear()
+        self.dirty.update(stale)
+        if look:
+            runners = list(self.runners.values())
+            pending = [runner.launcher.pending() for runner in runners]
+            read_leases(client, [runner_store(runner) for runner in runners], pending)
 
     def _usable(self, alive: list[SlotInfo], holding: dict[int, list[str]]) -> list[Slot]:
         """Alive slots, less those where a leaving learner has not exited yet."""
@@ -184,12 +220,17 @@ class LiveScheduler:
                 busy.update(s for s in runner.coord.started.difference(holding[pk])
                             if not runner.launcher.exited(s))  # fmt: skip
         busy -= held
-        return [Slot(s.slot_id, s.host, s.index) for s in alive if s.slot_id not in busy]
+        return [self._slot(s) for s in alive if s.slot_id not in busy]
+
+    def _slot(self, info: SlotInfo) -> Slot:
+        slot = self.slots.get(info.slot_id)
+        if slot is None:  # an id names one host and index for ever
+            slot = self.slots[info.slot_id] = Slot(info.slot_id, info.host, info.index)
+        return slot
 
     def _apply(self, jobs: dict[int, JobRow], usable: list[Slot], decision: Decision,
                holding: dict[int, list[str]]) -> None:  # fmt: skip
-        current = {str(pk): slots for pk, slots in holding.items()}
-        placement = place(usable, current, decision.targets)
+        placement = self._place(usable, holding, decision)
         if decision.reasons:  # the decision's totals once; each event only its job's slice
             summary = decision.summary()
             views = {view.id: view for view in decision.snapshot.jobs}
@@ -211,6 +252,25 @@ class LiveScheduler:
             if target != runner.want or joined or left:
                 runner.apply(target, joined, left)
                 self.dirty.add(pk)
+
+    def _place(self, usable: list[Slot], holding: dict[int, list[str]],
+               decision: Decision) -> Placement:  # fmt: skip
+        """Sticky placement (:func:`place`) of the jobs whose slots move: those whose count
+        changes and those holding a slot that is not usable any more. Every other job keeps
+        exactly its slots, so they are simply not free: the same placement as over every
+        job, without passes over thousands of settled ones. Slots held twice: the full
+        placement, which says so."""
+        held = set().union(*holding.values())
+        if len(held) != sum(map(len, holding.values())):
+            return place(usable, {str(pk): s for pk, s in holding.items()}, decision.targets)
+        moving = set(decision.reasons)
+        gone = held.difference(slot.id for slot in usable)
+        if gone:
+            moving.update(str(pk) for pk, slots in holding.items() if not gone.isdisjoint(slots))
+        current = {key: holding[int(key)] for key in moving if int(key) in holding}
+        settled = held.difference(*current.values())
+        free = [slot for slot in usable if slot.id not in settled]
+        return place(free, current, {key: decision.targets.get(key, 0) for key in moving})
 
     def _start(self, jobs: list[JobRow]) -> None:
         """Runners for jobs that get slots and had none."""
@@ -257,6 +317,24 @@ class LiveScheduler:
         redis_acl.revoke(runner.jobs.r, str(pk))
 
 
+@contextmanager
+def collector_paused() -> Iterator[None]:
+    """Python's cyclic garbage collector waits for the end of the block (a whole step, its
+    event writes and pushes included). A step's many short-lived objects (rows, views,
+    slots: tens of thousands at 10k jobs) are freed by reference counting within it;
+    collected during it, they would be promoted to the old generation and trigger full
+    collections, each a scan of every runner (about 0.2 s at 10k jobs). After it, the
+    collector finds only what outlives the step (after a cold start, every new runner)."""
+    if not gc.isenabled():
+        yield
+        return
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
+
+
 def runner_store(runner: JobRunner) -> ObservedJobStore:
     assert isinstance(runner.jobs, ObservedJobStore)
     return runner.jobs
@@ -269,24 +347,31 @@ def snapshot(jobs: Iterable[Job | JobRow], capacity: int, held: dict[int, int],
     """The policy's input: the active ``jobs`` with the slots each holds now (``held``,
     members and joiners), over ``capacity`` usable slots, and the slot-seconds each has
     trained (``attained``). The scheduler and the priority preview (with ``priorities``
-    overriding some jobs') both build it here."""
+    overriding some jobs') both build it from :func:`job_view`."""
     priorities, speedups, attained = priorities or {}, speedups or {}, attained or {}
     views = [
-        JobView(
-            id=str(job.pk),
-            max_workers=job.max_workers,
-            submitted=job.created_at.timestamp(),
-            priority=priorities.get(job.pk, job.priority),
-            min_workers=min(job.min_workers, job.max_workers),
-            current=held.get(job.pk, 0),
-            state=job.state,
-            name=job.name,
-            speedup=speedups.get(job.pk, ()),
-            attained=attained.get(job.pk, 0.0),
-        )
+        job_view(job, held.get(job.pk, 0), priorities.get(job.pk, job.priority),
+                 speedups.get(job.pk, ()), attained.get(job.pk, 0.0))
         for job in jobs
-    ]
+    ]  # fmt: skip
     return Snapshot(capacity, views)
+
+
+def job_view(job: Job | JobRow, current: int, priority: int, speedup: tuple[float, ...],
+             attained: float) -> JobView:  # fmt: skip
+    """One job as the policy sees it."""
+    return JobView(
+        id=str(job.pk),
+        max_workers=job.max_workers,
+        submitted=job.created_at.timestamp(),
+        priority=priority,
+        min_workers=min(job.min_workers, job.max_workers),
+        current=current,
+        state=job.state,
+        name=job.name,
+        speedup=speedup,
+        attained=attained,
+    )
 
 
 def schedulable_jobs() -> Any:

@@ -153,7 +153,7 @@ def batched() -> Iterator[None]:
             _batch.reset(token)
             if events:
                 with transaction.atomic():
-                    JobEvent.objects.bulk_create(events)
+                    JobEvent.insert_many(events)
 
 
 def transition(job_id: int, to: str, allowed: Iterable[str], **fields: Any) -> bool:
