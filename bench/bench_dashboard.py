@@ -56,7 +56,6 @@ from django.contrib.auth import get_user_model  # noqa: E402
 from django.core.management import call_command  # noqa: E402
 from playwright.sync_api import Page, sync_playwright  # noqa: E402
 
-from edtweb.launcher import UNSERVED  # noqa: E402
 from edtweb.training import services  # noqa: E402
 from edtweb.training.models import Job, Metric  # noqa: E402
 from scheduler.store import JobStore, Store, connect  # noqa: E402
@@ -308,7 +307,7 @@ def serve_both() -> tuple[Layout, Layout, list[subprocess.Popen[bytes]]]:
     and EDT's layout (collected static files; a second Daphne for WebSockets)."""
     ports = [free_port() for _ in range(3)]
     procs = [daphne(ports[0], EDT_DATA_DIR=str(TMP / "baseline-data"))]
-    call_command("collectstatic", interactive=False, verbosity=0, ignore_patterns=UNSERVED)
+    call_command("collectstatic", interactive=False, verbosity=0)
     procs += [daphne(ports[1], EDT_LIVE_PORT=str(ports[2])), daphne(ports[2])]
     urls = [f"http://127.0.0.1:{p}" for p in ports]
     return Layout("one Daphne", urls[0], urls[0]), Layout("EDT", urls[1], urls[2]), procs

@@ -32,7 +32,6 @@ from edtweb.redis_server import (
 from edtweb.supervisor import Supervisor
 
 ADMIN_USER = "admin"
-UNSERVED = ["datasets", "templates", "widgetbundle*"]  # plotly's package data beside plotly.js
 DEFAULT_PROBE = "redis://127.0.0.1:6379/0"
 
 
@@ -112,7 +111,7 @@ def static_is_current() -> bool:
         return False
     collected = manifest.stat().st_mtime
     for finder in finders.get_finders():
-        for path, storage in finder.list(UNSERVED):
+        for path, storage in finder.list([]):
             if Path(storage.path(path)).stat().st_mtime > collected:
                 return False
     return True
@@ -123,8 +122,7 @@ def collect_static() -> subprocess.Popen[bytes] | None:
     the collected files are current."""
     if static_is_current():
         return None
-    ignore = [arg for pattern in UNSERVED for arg in ("--ignore", pattern)]
-    command = [sys.executable, "manage.py", "collectstatic", "--noinput", "-v0", *ignore]
+    command = [sys.executable, "manage.py", "collectstatic", "--noinput", "-v0"]
     return subprocess.Popen(command, cwd=settings.BASE_DIR, env=dict(os.environ))
 
 

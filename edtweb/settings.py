@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import Any
 
 import dj_database_url
-import plotly
 
 from edtweb.env import envbool, envint, envlist, envpath, envstr
 
@@ -144,12 +143,8 @@ USE_TZ = True
 
 STATIC_URL = "static/"
 # No CDN: EDT works offline. The pages use plotly.js's basic bundle (scatter, bar, pie:
-# 1.2 MB; static/vendor/plotly-basic, from npm's plotly.js-basic-dist-min of the same
-# version as the plotly package's full bundle, which stays served as vendor/plotly).
-STATICFILES_DIRS = [
-    BASE_DIR / "static",
-    ("vendor/plotly", Path(plotly.__file__).resolve().parent / "package_data"),
-]
+# 1.2 MB; static/vendor/plotly-basic, from npm's plotly.js-basic-dist-min v4.1.1).
+STATICFILES_DIRS = [BASE_DIR / "static"]
 # `collectstatic` (the launcher runs it when a source file changed) fills it.
 STATIC_ROOT = envpath("EDT_STATIC_ROOT", EDT_DATA_DIR / "staticfiles")
 STATIC_ROOT.mkdir(parents=True, exist_ok=True)

@@ -36,7 +36,8 @@ window.JobCharts = (function () {
 
   // On a phone, fewer time ticks: they stay level instead of tilting over the axis title.
   const ticks = () => (window.innerWidth < 600 ? 3 : 0);
-  const base = (y, x) => ({ margin: { l: 60, r: 20, t: 10, b: 50 }, height: 250, showlegend: false,
+  const HEIGHT = 250, PLOT = HEIGHT - 10 - 50;
+  const base = (y, x) => ({ margin: { l: 60, r: 20, t: 10, b: 50 }, height: HEIGHT, showlegend: false,
     xaxis: x === "time" ? { type: "date", title: { text: "time" }, nticks: ticks() } : { title: { text: "iteration" } },
     yaxis: { title: { text: y } } });
 
@@ -59,6 +60,14 @@ window.JobCharts = (function () {
     l.legend = { orientation: "h", x: 0, y: 1.02, yanchor: "bottom" };
     l.shapes = marks();
     return l;
+  }
+
+  // A legend above a chart takes its rows (one; up to three on a narrow card) from the plot:
+  // the chart grows by as much, so its plot keeps the height of the others.
+  function keepPlotHeight(el) {
+    const full = el._fullLayout;
+    const short = full && full._size ? PLOT - full._size.h : 0;
+    if (Math.abs(short) > 1) return Plotly.relayout(el, { height: full.height + short });
   }
 
   function showEmpty() {
@@ -99,7 +108,7 @@ window.JobCharts = (function () {
       { x: c.x, y: c.loss, name: "train loss" + (opts.smooth ? " (smoothed)" : ""), mode: "lines" },
       { x: c.testX, y: c.testLoss, name: "test loss", mode: "lines+markers" },
       { x: c.testX, y: c.testAcc, name: "test accuracy", mode: "lines+markers", yaxis: "y2" },
-    ], lossLayout(), config);
+    ], lossLayout(), config).then(keepPlotHeight);
     const time = tailTime(c);
     Plotly.react(ids.workers, [{ x: time, y: tail(c, "workers"), name: "workers", mode: "lines", line: { shape: "hv" }, fill: "tozeroy" }],
       Object.assign(base("workers", "time"), { yaxis: { title: { text: "workers" }, dtick: 1,
@@ -109,7 +118,8 @@ window.JobCharts = (function () {
       { x: time, y: tail(c, "rate"), name: "each iteration", mode: "lines", line: { color: "#d0d5dd", width: 1 } },
       { x: time, y: tail(c, "rateSmooth"), name: "smoothed", mode: "lines", line: { color: "#2457c5" } },
     ], Object.assign(base("samples/s", "time"), { showlegend: true, margin: { l: 60, r: 20, t: 30, b: 50 },
-      legend: { orientation: "h", x: 0, y: 1.02, yanchor: "bottom" }, yaxis: { title: { text: "samples/s" }, rangemode: "tozero" } }), config);
+      legend: { orientation: "h", x: 0, y: 1.02, yanchor: "bottom" }, yaxis: { title: { text: "samples/s" }, rangemode: "tozero" } }), config)
+      .then(keepPlotHeight);
     drawn = true;
   }
 
