@@ -304,7 +304,9 @@ def after_live_fault(train: list[dict[str, Any]], at: float,
     """(fault to the next iteration, of a later generation if asked; iterations redone)."""
     gen = max(r["gen"] for r in train if r["time"] <= at)
     later = [r for r in train if r["time"] > at and (r["gen"] > gen or not newer_generation)]
-    times = {(r["step"], r["time"]) for r in train}  # a record written twice has one time
+    # A record written twice has one time; a new rank 0's copy of the last step (replay)
+    # is no second training.
+    times = {(r["step"], r["time"]) for r in train if not r.get("replay")}
     redone = sum(n - 1 for n in Counter(step for step, _ in times).values())
     return later[0]["time"] - at, redone
 

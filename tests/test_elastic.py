@@ -55,8 +55,16 @@ def drive(redis: RedisServer, tmp: Path, data: Path, schedule: str, *extra: str,
 
 
 def train_records(workdir: Path) -> list[dict[str, Any]]:
+    """The job's train records as readers keep them: a new rank 0's copy of a step
+    (``replay``) counts only where no record of that step came before it."""
     records = [json.loads(line) for line in (workdir / "metrics.jsonl").read_text().splitlines()]
-    return [r for r in records if r["type"] == "train"]
+    kept: list[dict[str, Any]] = []
+    steps: set[int] = set()
+    for r in records:
+        if r["type"] == "train" and not (r.get("replay") and r["step"] in steps):
+            kept.append(r)
+            steps.add(r["step"])
+    return kept
 
 
 def reference_run(data: Path) -> tuple[list[float], dict[str, torch.Tensor]]:
@@ -314,3 +322,18 @@ def test_bf16_autocast_trains_close_to_fp32(
     spec = JobSpec(job_id="j", model="m.py", data="d", workdir=str(tmp_path), precision="fp8")
     with pytest.raises(ValueError, match="fp32, bf16, fp16"):
         spec.validate()
+
+
+def test_a_rank_0_killed_between_its_all_reduce_and_its_record_loses_no_step(
+    redis_server: RedisServer, tmp_path: Path, dataset: Path
+) -> None:
+    """The survivor took step 30 with the dead rank 0; as the next rank 0 it writes that
+    step's record again, so steps 1..100 each reach the job once, with the plain updates."""
+    model = PROJECT_DIR / "tests" / "models" / "rank0_dies_after_allreduce.py"
+    workdir = drive(redis_server, tmp_path, dataset, "0:2", *SMALL_BUCKETS, model=model)
+    records = train_records(workdir)
+    replays = [r for r in records if r.get("replay")]
+    assert [r["step"] for r in replays] == [30], "the lost step was not written again"
+    assert replays[0]["workers"] == 2  # trained by both, before the rank 0 died
+    losses, params = reference_run(dataset)
+    assert_same_training(workdir, losses, params)

@@ -281,10 +281,11 @@ def api_steps(job: Job, get: Get | None = None) -> list[int]:
 def redone(job: Job) -> int:
     """Iterations trained twice: steps the learners recorded more than once, at different
     times, in the job's stream (the database keeps the first; a record written twice by a
-    retry has one time). The iteration in flight at a fault, never recorded, is the one a
-    fault may cost."""
+    retry has one time; a new rank 0's copy of the last step, ``replay``, is no second
+    training). The iteration in flight at a fault, never recorded, is the one a fault may
+    cost."""
     times = {(r["step"], r["time"]) for _, r in services.job_store(job.pk).read_metrics()
-             if r.get("type") == "train"}  # fmt: skip
+             if r.get("type") == "train" and not r.get("replay")}  # fmt: skip
     return sum(n - 1 for n in Counter(step for step, _ in times).values())
 
 

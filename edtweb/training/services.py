@@ -21,6 +21,7 @@ from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.db.models import F
+from django.db.models.functions import Greatest
 from django.utils import timezone
 
 from edtweb.training import live
@@ -287,8 +288,8 @@ def store_metrics(job_id: int, records: list[dict[str, Any]]) -> tuple[int, list
         Metric.objects.bulk_create([Metric.from_record(job_id, r) for r in kept])
         changes: dict[str, Any] = {"metrics_count": F("metrics_count") + len(kept)}
         steps = [r["step"] for r in kept if r["type"] == "train"]
-        if steps:
-            changes["steps_done"] = max(steps)
+        if steps:  # never back: a new rank 0's copy of a step whose record was lost is older
+            changes["steps_done"] = Greatest(F("steps_done"), max(steps))
         totals = [r["total_steps"] for r in kept if r.get("total_steps")]
         if totals:  # counted by the learner on the datasets the model's code returned
             changes["total_steps"] = totals[-1]

@@ -147,6 +147,12 @@ class Learner:
         self._orders: dict[int, list[int]] = {}
         self._saved_step = -1
         self._unrecorded_checkpoint: int | None = None
+        # Every member builds the record of each step it trains (the loss and right answers
+        # are the global batch's, from the all-reduce); rank 0 writes it. A rank 0 killed
+        # after the all-reduce but before its write takes the step's record with it, while
+        # the others have taken the step: whoever is rank 0 next writes its own copy again.
+        self._last_train: dict[str, Any] | None = None
+        self._written_step = 0
         self.watch = ControlWatch(jobs, slot)
         self.prefetch = Prefetcher()
         self.precision = spec.precision
@@ -350,6 +356,7 @@ class Learner:
             self.watch.latest = (gen, False)
             self.watch.active.set()
             self.jobs.adopt(gen)
+            self._write_unwritten_step()
         else:
             self.watch.active.clear()
         log.info("%s: generation %d, rank %d of %d (%.2f s after READY)", self.slot, gen,
@@ -458,9 +465,11 @@ class Learner:
             raise UserCodeError(f"the loss is {loss} at epoch {epoch}, iteration {iteration}")
         self._apply()
         self._advance()
+        accuracy = 100.0 * correct / self.spec.batch_size
+        self._last_train = self._train_record(loss, accuracy, time.perf_counter() - started)
         if self.rank == 0:
-            accuracy = 100.0 * correct / self.spec.batch_size
-            self._emit_train(loss, accuracy, time.perf_counter() - started)
+            self._emit_train(self._last_train)
+            self._driver_log("log_train_metrics", loss, accuracy, self.counters["step"], 0)
         return Agreement(gen=int(tail[2]), stop=bool(tail[3] > 0))
 
     def _agreement_tail(self, correct: float, loss_part: float) -> list[float]:
@@ -581,7 +590,7 @@ class Learner:
         self.counters["iteration"] += 1
         self.counters["step"] += 1
 
-    def _emit_train(self, loss: float, accuracy: float, seconds: float) -> None:
+    def _train_record(self, loss: float, accuracy: float, seconds: float) -> dict[str, Any]:
         c = self.counters
         record = {
             "type": "train", "step": c["step"], "epoch": c["epoch"],
@@ -592,8 +601,19 @@ class Learner:
         }  # fmt: skip
         if math.isfinite(accuracy):  # a classifier's (JSON has no NaN for the pages)
             record["accuracy"] = accuracy / 100.0
+        return record
+
+    def _emit_train(self, record: dict[str, Any]) -> None:
         self.jobs.emit(record)
-        self._driver_log("log_train_metrics", loss, accuracy, c["step"], self.rank)
+        self._written_step = int(record["step"])
+
+    def _write_unwritten_step(self) -> None:
+        """As the new rank 0: the last step this learner trained, if another rank 0 was to
+        write its record. Readers keep the first record of a step, so where the old rank 0
+        did write it, this copy (marked ``replay``) changes nothing."""
+        last = self._last_train
+        if last is not None and last["step"] == self.counters["step"] > self._written_step:
+            self._emit_train({**last, "replay": True})
 
     def _every_rank(self, name: str, *args: Any) -> None:
         """A WMLA ``Callback`` hook, in every learner (it may change the optimizer)."""
