@@ -215,11 +215,13 @@ class WarmLauncher:
 
     def __init__(self, spec_path: Path, logs: Path, redis_url: str) -> None:
         self.spec_path, self.logs, self.redis_url = spec_path, logs, redis_url
+        spec = JobSpec.load(spec_path)
+        self.paths = host.JobPaths(Path(spec.data), Path(spec.model), Path(spec.workdir))
         self.procs: dict[str, Any] = {}
         host.prewarm()
 
     def start(self, slot: str) -> None:
-        self.procs[slot] = host.fork_learner(self.spec_path, slot, self.redis_url,
+        self.procs[slot] = host.fork_learner(self.spec_path, self.paths, slot, self.redis_url,
                                              self.logs / f"{slot}.log")  # fmt: skip
 
     def kill(self, slot: str, sig: int = signal.SIGKILL) -> None:
