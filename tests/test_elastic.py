@@ -171,8 +171,11 @@ def test_when_every_learner_dies_the_job_resumes_from_its_checkpoint(
 ) -> None:
     workdir = drive(redis_server, tmp_path, dataset, "0:2", "--kill", "40:KILL:all")
     restart = next(e for e in events_of(workdir) if e["kind"] == "restart")
-    assert restart["from_step"] == 32  # 16 iterations per epoch, a checkpoint each epoch
-    assert restart["iterations_lost"] == restart["step"] - 32 > 0
+    # 16 iterations an epoch, a checkpoint at each epoch's end: the kill is sent once the
+    # driver has read step 40, but on a busy machine the learners may be a checkpoint
+    # further when it lands. They resume from the last checkpoint recorded before it.
+    assert restart["from_step"] % 16 == 0 and 32 <= restart["from_step"] <= restart["step"]
+    assert restart["iterations_lost"] == restart["step"] - restart["from_step"]
     losses, params = reference_run(dataset)
     assert_same_training(workdir, losses, params, replayed=True)
 
