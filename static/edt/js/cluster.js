@@ -142,7 +142,7 @@
       Plotly.react(chart, traces, { margin: { l: 50, r: 10, t: 10, b: narrow ? 40 : 40 }, height: narrow ? 320 : 260,
         yaxis: { title: { text: "slots" }, rangemode: "tozero", dtick: 1 },
         xaxis: { type: "date", range: [new Date(from * 1000), new Date(now * 1000)] },
-        showlegend: true, legend }, { displayModeBar: false, responsive: true });
+        showlegend: true, legend }, { displayModeBar: false, responsive: true, showLink: false, showSendToCloud: false, topojsonURL: "/static/vendor/plotly-basic/" /* nothing from a CDN */ });
     }
     const ol = document.getElementById("decisions");
     if (!decisions.length) {

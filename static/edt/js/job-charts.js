@@ -3,7 +3,7 @@
 // live records (add); a chart without data says so instead of drawing empty axes.
 window.JobCharts = (function () {
   "use strict";
-  const config = { displayModeBar: false, responsive: true };
+  const config = { displayModeBar: false, responsive: true, showLink: false, showSendToCloud: false, topojsonURL: "/static/vendor/plotly-basic/" /* nothing from a CDN */ };
   const THROUGHPUT_SMOOTHING = 0.9;
   const ids = { loss: "chart-loss", workers: "chart-workers", steps: "chart-steps", throughput: "chart-throughput" };
   const opts = { smooth: 0.6, log: false, axis: "step" };
