@@ -14,10 +14,10 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import re
 import signal
 import time
-import uuid
 from typing import Any
 
 from scheduler.store import JobStore, Start, queue_for, send_starts
@@ -67,16 +67,28 @@ class LearnerMessages:
     def message(self, args: list[Any], queue: str) -> str:
         body = base64.b64encode(json.dumps([args, {}, self.embed]).encode()).decode()
         values = {  # as JSON strings; a uuid and base64 need no escaping
-            "id": f'"{uuid.uuid4()}"',
+            "id": f'"{uuid4_text()}"',
             "argsrepr": json.dumps(repr(args)),
             "body": f'"{body}"',
             "queue": json.dumps(queue),
-            "tag": f'"{uuid.uuid4()}"',
+            "tag": f'"{uuid4_text()}"',
         }
         out = [self.texts[0]]
         for field, text in zip(self.fields, self.texts[1:], strict=True):
             out += [values[field], text]
         return "".join(out)
+
+
+_VERSION_VARIANT_MASK = 0xF000 << 64 | 0xC000 << 48
+_VERSION_4_VARIANT_RFC = 0x4000 << 64 | 0x8000 << 48
+
+
+def uuid4_text() -> str:
+    """``str(uuid.uuid4())`` without building a ``UUID`` (a cold start at 10k jobs makes
+    20k of these): 122 random bits, the version and variant bits set as RFC 4122 says."""
+    n = int.from_bytes(os.urandom(16)) & ~_VERSION_VARIANT_MASK | _VERSION_4_VARIANT_RFC
+    h = f"{n:032x}"
+    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
 
 
 class Dispatches:
@@ -114,7 +126,7 @@ class CeleryLauncher:
         self.looked_at = 0.0
 
     def start(self, slot: str) -> None:
-        token = uuid.uuid4().hex
+        token = os.urandom(16).hex()
         self.tokens[slot] = token
         self.sent_at[slot] = time.monotonic()
         self.leased.discard(slot)

@@ -19,7 +19,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from typing import Any, Concatenate, ParamSpec, TypeVar
+from typing import Any, Concatenate, NamedTuple, ParamSpec, TypeVar
 
 import redis
 
@@ -874,18 +874,26 @@ def observe(client: redis.Redis, stores: list[ObservedJobStore]) -> None:
         store._take(reply)
 
 
+# The changed-jobs set, taken and cleared, and the Redis server's ``run_id`` (a restarted
+# Redis has a new one and has forgotten the jobs' ACL users): one round trip per step.
 _TAKE = """
 local ids = redis.call('SMEMBERS', KEYS[1])
 redis.call('DEL', KEYS[1])
-return ids
+local run = string.match(redis.call('INFO', 'server'), 'run_id:(%w+)') or ''
+return {run, ids}
 """
 
 
-def take_changed(client: redis.Redis) -> set[str]:
+class Changed(NamedTuple):
+    ids: set[str]  # the jobs marked changed since the last take
+    redis_run: str  # the Redis server's run_id
+
+
+def take_changed(client: redis.Redis) -> Changed:
     """The ids of the jobs marked changed since the last call, and the mark cleared, in one
     script (atomic): a write that lands after it marks its job again for the next call."""
-    ids: Any = client.eval(_TAKE, 1, CHANGED_KEY)
-    return {str(i) for i in ids}
+    reply: Any = client.eval(_TAKE, 1, CHANGED_KEY)
+    return Changed({str(i) for i in reply[1]}, str(reply[0]))
 
 
 def read_leases(

@@ -9,6 +9,7 @@ import json
 import os
 import random
 import time
+import uuid
 from collections.abc import Iterator
 from typing import Any
 
@@ -30,6 +31,7 @@ from scheduler.store import (
     ALIVE,
     CHANGED_KEY,
     AllocationRecord,
+    Changed,
     JobStore,
     SlotInfo,
     Store,
@@ -80,8 +82,8 @@ def test_a_step_reads_every_job_at_once_and_writes_its_events_together(
     live.step(alive)
     before = commands(client)
     live.step(alive)  # nothing changed: no job is read again, no runner ticks
-    # INFO, the script taking the changed set (its SMEMBERS and DEL count too), the leases'
-    # MGET, this INFO: the same few whatever the number of jobs.
+    # The script taking the changed set and Redis' run_id (its SMEMBERS, DEL and INFO
+    # count too), the leases' MGET, this INFO: the same few whatever the number of jobs.
     assert commands(client) - before <= 6
     assert not live.dirty
 
@@ -152,10 +154,10 @@ def test_a_write_during_a_step_is_read_at_the_next(
     live, alive = _running(alice, 4)
     taken: list[tuple[int, str]] = []
 
-    def take_then_write(c: redis.Redis) -> set[str]:
-        ids = take_changed(c)
+    def take_then_write(c: redis.Redis) -> Changed:
+        changed = take_changed(c)
         taken.append(_exit_first_joiner(client, live))
-        return ids
+        return changed
 
     monkeypatch.setattr(scheduling, "take_changed", take_then_write)
     live.step(alive)
@@ -285,6 +287,10 @@ def test_a_learner_message_is_the_one_celery_would_send(redis_server: RedisServe
     for message in (theirs, ours):
         task_id = message["headers"]["id"]
         assert message["headers"]["root_id"] == message["properties"]["correlation_id"] == task_id
+        for part, key in DRAWN:  # drawn afresh as version 4 uuids, as Celery draws them
+            drawn = uuid.UUID(message[part][key])
+            assert (str(drawn), drawn.version) == (message[part][key], 4)
+            assert drawn.variant == uuid.RFC_4122
         for part, key in DRAWN:
             message[part][key] = "drawn afresh"
     assert ours == theirs

@@ -144,7 +144,7 @@ def test_a_learner_keeps_its_metrics_while_redis_is_away_and_writes_them_once_ba
 
 def _marked(store: Store, job_id: str) -> bool:
     """Take the changed-jobs set as a scheduler step does: is ``job_id`` in it?"""
-    return job_id in take_changed(store.r)
+    return job_id in take_changed(store.r).ids
 
 
 def test_the_scheduler_reads_a_job_again_only_when_its_learners_wrote(store: Store) -> None:

@@ -89,7 +89,7 @@ class LiveScheduler:
             self.dispatches = Dispatches(client, celery_app)
         jobs = {job.pk: job for job in JobRow.of(schedulable_jobs(), self.created)}
         self._sync_runners(jobs)
-        self._regrant(client)
+        self._regrant(client, self._take(client))
         look = time.monotonic() - self.leases_at >= LEASE_LOOK_EVERY
         self._observe(client, look)
         if self.curves:
@@ -174,13 +174,25 @@ class LiveScheduler:
             self.runners.update(self._runners(taken, resume=True))
             self.dirty.update(j.pk for j in taken)
 
-    def _regrant(self, client: Any) -> None:
+    def _take(self, client: Any) -> str:
+        """Take the jobs marked changed since the last step, to be read again (at this step
+        or, if it fails on the way, the next); returns Redis' ``run_id``. If Redis' answer
+        is lost (the marks taken, maybe), every job is read again."""
+        try:
+            changed = take_changed(client)
+        except REDIS_DOWN:
+            self.stale.update(self.runners)
+            raise
+        # Ids only a learner could have written wrongly are not the scheduler's concern.
+        self.stale.update(int(pk) for pk in changed.ids if pk.isdigit())
+        return changed.redis_run
+
+    def _regrant(self, client: Any, run_id: str) -> None:
         """A restarted Redis has forgotten its ACL users (``ACL SETUSER`` is not in the
         append-only file): grant every running job's again at once, before its learners'
-        leases lapse. Redis' ``run_id`` tells a restart; one ``INFO`` per step. Every job
-        is observed afresh then. On the first step, the jobs taken over from another
+        leases lapse. Redis' ``run_id`` (read with the changed jobs) tells a restart. Every
+        job is observed afresh then. On the first step, the jobs taken over from another
         scheduler are granted (this one's own are granted by the slots that start them)."""
-        run_id = str(client.info("server").get("run_id", ""))
         if run_id == self.redis_run:
             return
         ids = [str(pk) for pk in self.runners]
@@ -191,17 +203,9 @@ class LiveScheduler:
         self.redis_run = run_id
 
     def _observe(self, client: Any, look: bool) -> None:
-        """Read again, in one script, the jobs marked changed since the last step, their
-        runners to be ticked; when it is time to ``look``, every pending learner's lease in
-        one ``MGET``. A step that fails on the way reads them at the next one; one whose
-        answer from Redis was lost (the mark taken, maybe) reads every job again."""
-        try:
-            changed = take_changed(client)
-        except REDIS_DOWN:
-            self.stale.update(self.runners)
-            raise
-        # Ids only a learner could have written wrongly are not the scheduler's concern.
-        self.stale.update(int(pk) for pk in changed if pk.isdigit())
+        """Read again, in one script, the jobs taken as changed (and any a failed step or a
+        Redis restart left to read), their runners to be ticked; when it is time to
+        ``look``, every pending learner's lease in one ``MGET``."""
         stale = [pk for pk in self.stale if pk in self.runners]
         observe(client, [runner_store(self.runners[pk]) for pk in stale])
         self.stale.clear()
