@@ -242,7 +242,11 @@ class WarmLauncher:
 
 
 def sized_model(tmp: Path, hidden: tuple[int, ...]) -> Path:
-    path = tmp / f"mlp_{'_'.join(map(str, hidden))}.py"
+    """The model file where the platform keeps a registered model's code (its own directory
+    under the data directory's ``models/``: a learner's sandbox exposes that directory)."""
+    code = tmp / "models" / f"mlp_{'_'.join(map(str, hidden))}" / "code"
+    code.mkdir(parents=True, exist_ok=True)
+    path = code / "mlp.py"
     text = WIDE.read_text().replace("HIDDEN = (4096, 2048)", f"HIDDEN = {hidden!r}")
     path.write_text(text)
     return path
@@ -259,7 +263,7 @@ class Session:
 
     def __init__(self, redis_url: str, model: Path, data: Path, tmp: Path, warm: bool) -> None:
         job = f"resize-{uuid.uuid4().hex[:8]}"
-        work = tmp / job
+        work = tmp / "jobs" / job
         (work / "logs").mkdir(parents=True)
         spec = JobSpec(job_id=job, model=str(model), data=str(data), workdir=str(work),
                        batch_size=RESIZE_BATCH, epochs=1000, checkpoint_every=1000,
@@ -490,8 +494,13 @@ def main() -> None:
         f"on {os.cpu_count()} cores (shared with other work: the 1-minute load average is "
         "in every table), CPU, one torch thread per process, gloo.", ""]  # fmt: skip
     with tempfile.TemporaryDirectory(prefix="edt-bench-") as tmpdir:
+        # The run's data directory, laid out as the platform's: datasets/, models/, jobs/.
+        # A warm-forked learner's sandbox hides it all but the job's own paths (it would
+        # otherwise hide the default, <project>/var, inside the read-only project tree).
         tmp = Path(tmpdir)
-        data = write_cifar10(tmp / "data", train=4096, test=256)
+        tmp.chmod(0o755)  # the learners' unprivileged user reads the dataset and model code
+        os.environ["EDT_DATA_DIR"] = tmpdir
+        data = write_cifar10(tmp / "datasets" / "cifar10", train=4096, test=256)
         redis = RedisServer(tmp / "redis", appendonly=False).start()
         try:
             if a.only in (None, "throughput"):
