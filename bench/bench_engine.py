@@ -75,9 +75,10 @@ class Setup:
 
 
 SETUPS = [
-    Setup("small CNN (examples/cnn.py, 0.55 M parameters)", CNN, 64, 10, 40, 0.99),
+    Setup("small CNN (examples/cnn.py, 0.55 M parameters)", CNN, 64, 20, 200, 0.99),
     Setup("wide MLP (bench/wide_mlp.py, 21.0 M parameters)", WIDE, 64, 3, 12, 0.98),
 ]
+MODEL_KEYS = ["cnn", "wide"]  # SETUPS' names on the command line
 # model+optimizer state (weights and SGD momentum, fp32) of ~0.1 GB and ~1 GB
 RESIZE_MODELS = {"0.1 GB": (4096,), "1.0 GB": (10240, 9216)}
 RESIZE_BATCH = 8
@@ -182,10 +183,10 @@ def ddp_run(agent: AgentStore, s: Setup, workers: int, data: Path) -> dict[str, 
 
 
 def throughput(redis_url: str, data: Path, tmp: Path, pairs: int,
-               sizes: list[int]) -> list[dict[str, Any]]:  # fmt: skip
+               sizes: list[int], models: list[str]) -> list[dict[str, Any]]:  # fmt: skip
     agent = AgentStore()
     rows = []
-    for s in SETUPS:
+    for s in (s for s, key in zip(SETUPS, MODEL_KEYS, strict=True) if key in models):
         for workers in sizes:
             runs: list[dict[str, Any]] = []
             for i in range(pairs):
@@ -485,6 +486,8 @@ def main() -> None:
     p.add_argument("--repeats", type=int, default=2, help="resize and restart repetitions")
     p.add_argument("--only", choices=["throughput", "resize"], default=None)
     p.add_argument("--workers", type=int, nargs="+", default=[2, 4], help="group sizes")
+    p.add_argument("--models", nargs="+", choices=MODEL_KEYS, default=MODEL_KEYS,
+                   help="throughput: which models")  # fmt: skip
     a = p.parse_args()
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))  # stopped: clean up on the way out
     started = time.time()
@@ -500,12 +503,15 @@ def main() -> None:
         tmp = Path(tmpdir)
         tmp.chmod(0o755)  # the learners' unprivileged user reads the dataset and model code
         os.environ["EDT_DATA_DIR"] = tmpdir
-        data = write_cifar10(tmp / "datasets" / "cifar10", train=4096, test=256)
+        # 256 iterations per epoch at batch 64: the CNN's window (200 steps) has no epoch end
+        data = write_cifar10(tmp / "datasets" / "cifar10", train=16384, test=256)
         redis = RedisServer(tmp / "redis", appendonly=False).start()
         try:
             if a.only in (None, "throughput"):
                 sections.append(
-                    report_throughput(throughput(redis.url, data, tmp, a.pairs, a.workers))
+                    report_throughput(
+                        throughput(redis.url, data, tmp, a.pairs, a.workers, a.models)
+                    )
                 )
             if a.only in (None, "resize"):
                 bandwidth = broadcast_bandwidth(tmp)

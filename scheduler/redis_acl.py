@@ -34,7 +34,7 @@ USER_PREFIX = "edt-job-"
 COMMANDS = [
     *("get", "set", "incrby", "exists", "del"),
     *("sadd", "smembers", "srem", "rpush", "lrange", "hget", "hset", "hdel", "hgetall"),
-    *("xadd", "xrange", "ping", "multi", "exec", "discard"),
+    *("xadd", "xrange", "ping", "multi", "exec", "discard", "subscribe", "unsubscribe"),
 ]
 
 

@@ -438,6 +438,7 @@ class JobStore:
         gen = self.generation() + 1
         self.r.set(self.key(f"gen:{gen}"), json.dumps(members))
         self.r.set(self.key("gen"), gen)
+        self.r.publish(self.key("control"), "gen")  # rank 0's watch reads it again
         return gen
 
     @patient
@@ -623,6 +624,7 @@ class JobStore:
 
     def request_stop(self) -> None:
         self.r.set(self.key("stop"), 1)
+        self.r.publish(self.key("control"), "stop")
 
     @patient
     def stop_requested(self) -> bool:
@@ -653,15 +655,20 @@ class JobStore:
         return True
 
     def _write_outbox(self) -> None:
-        pipe = self.r.pipeline(transaction=False)
-        for item in self.outbox:
-            pipe.xadd(self.key("metrics"), {"json": item}, maxlen=1_000_000)
-        if self.unsaved_checkpoint is not None:
-            pipe.set(self.key("checkpoint"), self.unsaved_checkpoint)
-        pipe.sadd(CHANGED_KEY, self.job_id)
-        pipe.execute()
+        self.write_records(self.outbox, self.unsaved_checkpoint)
         self.outbox.clear()
         self.unsaved_checkpoint = None
+
+    def write_records(self, items: list[str], checkpoint: int | None = None) -> None:
+        """Append ``items`` (JSON records) to the metrics stream, in order, and then say the
+        checkpoint of step ``checkpoint`` is on disk: one round trip, no retry."""
+        pipe = self.r.pipeline(transaction=False)
+        for item in items:
+            pipe.xadd(self.key("metrics"), {"json": item}, maxlen=1_000_000)
+        if checkpoint is not None:
+            pipe.set(self.key("checkpoint"), checkpoint)
+        pipe.sadd(CHANGED_KEY, self.job_id)
+        pipe.execute()
 
     def read_metrics(self, after: str = "0-0") -> list[tuple[str, dict[str, Any]]]:
         """Records after stream id ``after``, oldest first, with their ids."""

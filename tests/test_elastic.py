@@ -7,6 +7,7 @@ import datetime
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -267,6 +268,30 @@ def test_the_generation_watch_rides_out_a_redis_outage(tmp_path: Path) -> None:
         assert watch.outage_since is None
         jobs.request_stop()
         wait_for(lambda: watch.latest == (2, True), 10, "the stop flag")
+    finally:
+        server.stop()
+
+
+def test_the_generation_watch_waits_on_the_channel_not_on_a_poll(tmp_path: Path) -> None:
+    """Rank 0's watch reads Redis when a change is announced, not every few milliseconds:
+    a new generation reaches it well within its fallback interval, and while nothing
+    changes it reads about once per interval."""
+    server = RedisServer(tmp_path / "redis", appendonly=False).start()
+    try:
+        jobs = JobStore(connect(server.url, timeout=1.0), "quiet")
+        jobs.publish_generation(["a"])
+        watch = ControlWatch(jobs, "a", interval=30.0)
+        watch.active.set()
+        watch.start()
+        wait_for(lambda: watch.latest == (1, False), 10, "the watch to read generation 1")
+        reads = watch.reads
+        started = time.monotonic()
+        jobs.publish_generation(["a", "b"])
+        wait_for(lambda: watch.latest == (2, False), 10, "generation 2")
+        assert time.monotonic() - started < 5.0  # announced, not found by the 30 s re-read
+        jobs.request_stop()
+        wait_for(lambda: watch.latest == (2, True), 10, "the stop flag")
+        assert watch.reads - reads <= 3  # a read per announcement (a poll would make dozens)
     finally:
         server.stop()
 
