@@ -461,6 +461,10 @@ def pollux_section(parts: dict[str, list[str]]) -> list[str]:
         "for its fixed batch, never paused: no policy that keeps the users' batch sizes can "
         "have a lower average JCT.",
         "",
+        "Why the goal (≤ Pollux) is out of reach with fixed batch sizes, by how much choosing "
+        "the batch helps each application and the cluster's GPU-hours: "
+        "bench/results/pollux-why.md (`python bench/pollux_goodput.py`).",
+        "",
         *parts["pollux_tables"],
         "Per application, the best EDT policy against Pollux (avg JCT h over the 8 workloads):",
         "",
