@@ -186,8 +186,10 @@ def stack(live: LiveEdt, tmp_path_factory: pytest.TempPathFactory) -> Iterator[d
     dave_data = dave.dataset(folder / "dave", "dave-data")
     mlp = dave.model("dave-mlp", (PROJECT_DIR / "examples" / "mlp.py").read_text())
     assert dave.checked(mlp)["status"] == "VALID"
+    # The longest job the API takes: 10,000 epochs of one-sample steps (an MLP's step
+    # is about a millisecond; at batch 32 it would be done within minutes).
     body = {"name": "dave's long job", "model": mlp, "dataset": dave_data, "epochs": 10_000,
-            "max_workers": 1, "batch_size": 32}  # fmt: skip
+            "max_workers": 1, "batch_size": 1}  # fmt: skip
     victim = int(dave.post("jobs/", json=body)["id"])
     wait_for(lambda: dave.job(victim)["steps_done"] > 0, 180, "dave's job to train", step=0.5)
     mallory = Api(live, ATTACKER)
