@@ -56,16 +56,17 @@ def drive(redis: RedisServer, tmp: Path, data: Path, schedule: str, *extra: str,
 
 
 def train_records(workdir: Path) -> list[dict[str, Any]]:
-    """The job's train records as readers keep them: a new rank 0's copy of a step
-    (``replay``) counts only where no record of that step came before it."""
+    """The job's train records as readers keep them: the first of each step. A step may
+    come again as a new rank 0's copy (``replay``), or from a later generation that redid
+    it after a failure (a rank 0 that took the step, wrote it and was then dropped with
+    the peers that failed in it): never twice from one generation, as a record of its own."""
     records = [json.loads(line) for line in (workdir / "metrics.jsonl").read_text().splitlines()]
-    kept: list[dict[str, Any]] = []
-    steps: set[int] = set()
-    for r in records:
-        if r["type"] == "train" and not (r.get("replay") and r["step"] in steps):
-            kept.append(r)
-            steps.add(r["step"])
-    return kept
+    kept: dict[int, dict[str, Any]] = {}
+    for r in (r for r in records if r["type"] == "train"):
+        first = kept.setdefault(r["step"], r)
+        if first is not r and not r.get("replay"):
+            assert r["gen"] > first["gen"], (first, r)  # redone in a later generation only
+    return list(kept.values())
 
 
 def reference_run(data: Path) -> tuple[list[float], dict[str, torch.Tensor]]:
