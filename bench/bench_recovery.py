@@ -62,12 +62,13 @@ sys.path.insert(0, str(PROJECT))
 from edtweb.redis_server import RedisServer  # noqa: E402
 from workers.learner.datasets import write_cifar10  # noqa: E402
 
-MODEL = PROJECT / "examples" / "mlp.py"
 BATCH, STEPS, FAULT_AT = 64, 70, 40  # 16 iterations an epoch: the checkpoint is at step 32
 LIVE_EPOCHS = 30  # the live job: 480 iterations, the fault at step FAULT_AT
-# Its model sleeps 50 ms a step, so the job outlasts a fault and a 10 s Redis outage whatever
-# the machine's speed (the tiny MLP alone trains 128 steps in about a second).
+# Its model sleeps 50 ms a step, so a job outlasts a fault and a 10 s Redis outage whatever
+# the machine's speed (the tiny MLP alone trains 70 steps in well under a second, before a
+# driver polling every 50 ms has seen step 40).
 LIVE_MODEL = PROJECT / "tests" / "models" / "paced_mlp.py"
+MODEL = LIVE_MODEL
 LIVE_FAULTS = ("learner", "slot worker", "worker host", "scheduler", "web", "redis 10 s",
                "redis restart")  # fmt: skip
 NEW_GENERATION = ("learner", "slot worker", "worker host")  # a generation without the lost one
@@ -440,8 +441,8 @@ def main() -> None:
         "",
         f"`python bench/bench_recovery.py --pairs {args.pairs} --rounds {args.rounds} "
         f"--netns-rounds {args.netns_rounds}`: a "
-        f"2-learner job (examples/mlp.py, batch {BATCH}; on the live stack "
-        f"tests/models/paced_mlp.py, 50 ms a step, {LIVE_EPOCHS} epochs), fault at step "
+        f"2-learner job (tests/models/paced_mlp.py, 50 ms a step, batch {BATCH}; on the "
+        f"live stack {LIVE_EPOCHS} epochs of it), fault at step "
         f"{FAULT_AT}, checkpoint every epoch (16 iterations). Recovery: fault to the next "
         "iteration's "
         "record, seconds, min / median / max. EDT and its baseline ran as interleaved pairs "

@@ -139,7 +139,8 @@ def test_micro_batches_of_16_on_one_worker_match_four_workers(
 def test_a_learner_killed_with_sigkill_costs_no_iteration(
     redis_server: RedisServer, tmp_path: Path, dataset: Path
 ) -> None:
-    workdir = drive(redis_server, tmp_path, dataset, "0:3", "--kill", "50:KILL")
+    workdir = drive(redis_server, tmp_path, dataset, "0:3", "--kill", "50:KILL",
+                    model=PACED_TWIN)  # fmt: skip
     events = [json.loads(line) for line in (workdir / "events.jsonl").read_text().splitlines()]
     fault = next(e for e in events if e["kind"] == "fault")
     assert fault["signal"] == "SIGKILL"
@@ -157,7 +158,8 @@ def events_of(workdir: Path) -> list[dict[str, Any]]:
 def test_a_frozen_learner_is_dropped_at_the_timeout_and_reaped(
     redis_server: RedisServer, tmp_path: Path, dataset: Path
 ) -> None:
-    workdir = drive(redis_server, tmp_path, dataset, "0:3", "--kill", "50:STOP", "--timeout", "5")
+    workdir = drive(redis_server, tmp_path, dataset, "0:3", "--kill", "50:STOP", "--timeout", "5",
+                    model=PACED_TWIN)  # fmt: skip
     events = events_of(workdir)
     fault = next(e for e in events if e["kind"] == "fault")
     failure = next(e for e in events if e["kind"] == "failure")
@@ -171,7 +173,8 @@ def test_a_frozen_learner_is_dropped_at_the_timeout_and_reaped(
 def test_when_every_learner_dies_the_job_resumes_from_its_checkpoint(
     redis_server: RedisServer, tmp_path: Path, dataset: Path
 ) -> None:
-    workdir = drive(redis_server, tmp_path, dataset, "0:2", "--kill", "40:KILL:all")
+    workdir = drive(redis_server, tmp_path, dataset, "0:2", "--kill", "40:KILL:all",
+                    model=PACED_TWIN)  # fmt: skip
     restart = next(e for e in events_of(workdir) if e["kind"] == "restart")
     # 16 iterations an epoch, a checkpoint at each epoch's end: the kill is sent once the
     # driver has read step 40, but on a busy machine the learners may be a checkpoint

@@ -185,6 +185,10 @@ class Driver:
             c.event("failed", error=error)
             return 2
         if c.done:
+            if self.kills:  # a run that was to test a fault must not pass without one
+                c.event("failed", error=f"the job ended at step {c.step}, before the fault "
+                        f"due at step {self.kills[0].step} could be injected")  # fmt: skip
+                return 2
             if c.all_exited():
                 c.event("completed")
                 return 0
