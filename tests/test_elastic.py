@@ -300,25 +300,45 @@ def test_the_generation_watch_waits_on_the_channel_not_on_a_poll(tmp_path: Path)
         server.stop()
 
 
-def test_the_state_travels_as_flat_buffers_and_comes_back_whole() -> None:
-    torch.manual_seed(0)
+def _trained(seed: int) -> tuple[nn.Module, torch.optim.Optimizer]:
+    torch.manual_seed(seed)
     model = nn.Sequential(nn.Linear(5, 7), nn.BatchNorm1d(7), nn.Linear(7, 3))
     optimizer = torch.optim.Adam(model.parameters(), lr=0.1)
     nn.functional.cross_entropy(model(torch.randn(4, 5)), torch.tensor([0, 1, 2, 0])).backward()  # type: ignore[no-untyped-call]
     optimizer.step()
+    return model, optimizer
+
+
+@pytest.mark.parametrize("receiver", ["joiner", "member"])
+@pytest.mark.parametrize("big_bytes", [statecast.BIG_BYTES, 64])
+def test_the_state_travels_as_flat_buffers_and_large_tensors_and_comes_back_whole(
+    receiver: str, big_bytes: int
+) -> None:
+    """At 64 bytes the Linear weights (140 and 84 bytes) and Adam's moments for them travel
+    as large tensors, as does the RNG state; the rest packed. A member receives those into its own tensors; a
+    joiner, whose optimizer has no state yet, into new ones for the optimizer's."""
+    model, optimizer = _trained(0)
     state = {
         "model": model.state_dict(),
         "rest": {"optimizer": optimizer.state_dict(), "counters": {"step": 3},
                  "rng": torch.get_rng_state(), "flags": torch.tensor([True, False]),
                  "half": torch.randn(3, 2).to(torch.bfloat16).t(), "empty": torch.empty(0, 4)},
     }  # fmt: skip
-    blob, flats = statecast.pack(state, torch.device("cpu"))
-    # what the receiver gets: fresh buffers of the header's sizes, filled by the broadcast
-    header = statecast.read_header(blob)
+    packed = statecast.pack(state, torch.device("cpu"), big_bytes)
+    assert len(packed.bigs) == (0 if big_bytes == statecast.BIG_BYTES else 7)  # with the RNG
+    # the receiver: its own model and optimizer, different values, the same places
+    twin, twin_opt = _trained(1) if receiver == "member" else (_trained(1)[0], None)
+    if twin_opt is None:
+        twin_opt = torch.optim.Adam(twin.parameters(), lr=0.1)
+    own = {"model": twin.state_dict(), "rest": {"optimizer": twin_opt.state_dict()}}
+    header = statecast.read_header(packed.header)
     received = {p: torch.empty(n, dtype=torch.uint8) for p, n in header["sizes"].items()}
-    for part, buf in received.items():
-        buf.copy_(flats[part])
-    back = statecast.rebuild(header["skeleton"], received)
+    bigs, in_place = statecast.destinations(header["skeleton"], own)
+    for part, buf in received.items():  # what the broadcasts do
+        buf.copy_(packed.flats[part])
+    for mine, theirs in zip(bigs, packed.bigs, strict=True):
+        mine.copy_(theirs)
+    back = statecast.rebuild(header["skeleton"], received, bigs)
     assert back["rest"]["counters"] == {"step": 3}
     assert back["rest"]["optimizer"]["param_groups"] == state["rest"]["optimizer"]["param_groups"]
     for part in ("model", "rest"):
@@ -328,9 +348,19 @@ def test_the_state_travels_as_flat_buffers_and_comes_back_whole() -> None:
         for (key, got), (_, want) in zip(flat_got, flat_want, strict=True):
             assert got.dtype == want.dtype and got.shape == want.shape, key
             assert torch.equal(got, want), key
-    twin = nn.Sequential(nn.Linear(5, 7), nn.BatchNorm1d(7), nn.Linear(7, 3))
-    twin.load_state_dict(back["model"])
-    torch.optim.Adam(twin.parameters(), lr=0.1).load_state_dict(back["rest"]["optimizer"])
+    skip = statecast.in_place_keys(header["skeleton"]["model"], in_place)
+    if big_bytes == 64:  # the weights landed in the twin's own parameters
+        assert skip == {"0.weight", "2.weight"}
+        assert torch.equal(twin[0].weight, model[0].weight)
+        assert len(in_place) == (6 if receiver == "member" else 2)
+    else:
+        assert skip == set() and not in_place
+    result = twin.load_state_dict({k: v for k, v in back["model"].items() if k not in skip},
+                                  strict=False)  # fmt: skip
+    assert set(result.missing_keys) == skip and not result.unexpected_keys
+    twin_opt.load_state_dict(back["rest"]["optimizer"])
+    for name, value in model.state_dict().items():
+        assert torch.equal(twin.state_dict()[name], value), name
 
 
 def _leaves(obj: Any, prefix: str = "") -> list[tuple[str, torch.Tensor]]:

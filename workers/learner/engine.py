@@ -418,33 +418,47 @@ class Learner:
 
     def sync_state(self) -> None:
         """Rank 0 (the longest-standing member) gives everyone its full training state:
-        a small pickled header, then one flat byte buffer per part (statecast.py)."""
+        a small pickled header, one flat byte buffer per part for the small tensors, then
+        each large tensor straight into the receiver's own (statecast.py)."""
         if self.size == 1:
             return
         started = time.perf_counter()
-        flats: dict[str, torch.Tensor] = {}
-        blob = b""
+        packed = statecast.Packed(b"", {})
         if self.rank == 0:
             state = self._state(rng=True)
-            blob, flats = statecast.pack({"model": state.pop("model"), "rest": state}, self.device)
-        length = torch.tensor([len(blob)], dtype=torch.int64, device=self.device)
+            packed = statecast.pack({"model": state.pop("model"), "rest": state}, self.device)
+        length = torch.tensor([len(packed.header)], dtype=torch.int64, device=self.device)
         self.collective("broadcast", length)
         data = torch.empty(int(length.item()), dtype=torch.uint8, device=self.device)
         if self.rank == 0:
-            data.copy_(torch.frombuffer(bytearray(blob), dtype=torch.uint8))
+            data.copy_(torch.frombuffer(bytearray(packed.header), dtype=torch.uint8))
         self.collective("broadcast", data)
         header = statecast.read_header(data.cpu().numpy().tobytes())
-        for part, size in header["sizes"].items():
-            if self.rank != 0:
-                flats[part] = torch.empty(size, dtype=torch.uint8, device=self.device)
-            self.collective("broadcast", flats[part])
+        skeleton = header["skeleton"]
         if self.rank != 0:
-            model = statecast.rebuild(header["skeleton"]["model"], flats)
-            self.model.load_state_dict(model)
-            del model, flats["model"]
-            self._load_state(statecast.rebuild(header["skeleton"]["rest"], flats))
-        log.info("%s: state of %.1f MB in %.3f s", self.slot, sum(header["sizes"].values()) / 1e6,
-                 time.perf_counter() - started)  # fmt: skip
+            own = self._state()
+            own = {"model": own.pop("model"), "rest": own}  # the same places as rank 0's
+            packed.flats = {part: torch.empty(size, dtype=torch.uint8, device=self.device)
+                            for part, size in header["sizes"].items()}  # fmt: skip
+            packed.bigs, in_place = statecast.destinations(skeleton, own)
+            del own
+        for flat in packed.flats.values():
+            self.collective("broadcast", flat)
+        for tensor in packed.bigs:
+            self.collective("broadcast", tensor)
+        if self.rank != 0:
+            model = statecast.rebuild(skeleton["model"], packed.flats, packed.bigs)
+            skip = statecast.in_place_keys(skeleton["model"], in_place)
+            result = self.model.load_state_dict(
+                {k: v for k, v in model.items() if k not in skip}, strict=False
+            )
+            if result.unexpected_keys or set(result.missing_keys) - skip:
+                raise RuntimeError(f"the state received does not fit this model: {result}")
+            del model, packed.flats["model"]
+            self._load_state(statecast.rebuild(skeleton["rest"], packed.flats, packed.bigs))
+        total = sum(header["sizes"].values()) + sum(t.nbytes for t in packed.bigs)
+        log.info("%s: state of %.1f MB in %.3f s (%d large tensors)", self.slot, total / 1e6,
+                 time.perf_counter() - started, len(packed.bigs))  # fmt: skip
 
     def _state(self, rng: bool = False) -> dict[str, Any]:
         state: dict[str, Any] = {

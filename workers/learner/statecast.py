@@ -1,40 +1,62 @@
-"""Training state as a small header and flat byte buffers, for the broadcast at a resize.
+"""Training state as a small header, flat byte buffers and large tensors in place, for the
+broadcast at a resize.
 
 Pickling the whole state (``torch.save``) costs a serialization, a CRC and several copies
-of every byte on both sides: seconds for a state of a gigabyte. Instead every tensor of the
-state is copied once into a flat ``uint8`` buffer per part ("model" first, then the rest:
-optimizer, scaler, RNG), which the group broadcasts as it is; only the structure (nested
-dicts and lists, with a marker where each tensor was) travels pickled. On the receiving
-side the tensors are views into the received buffers: the model's are copied into the
-parameters, so its buffer is freed; the rest (optimizer state) keep theirs.
+of every byte on both sides: seconds for a state of a gigabyte. Instead:
+
+- **large tensors** (``BIG_BYTES`` and over, on the transfer device) travel one broadcast
+  each, straight from the sender's own tensor into the receiver's own tensor at the same
+  place in its state (a parameter, a momentum buffer) when it has one of that dtype and
+  shape: no packing copy on the sender, no new buffer on the receiver, nothing to load
+  afterwards. A joiner's optimizer has no state yet, so those land in new tensors.
+- **small tensors** are copied into one flat ``uint8`` buffer per part ("model" first, then
+  the rest: optimizer, scaler, RNG), broadcast as it is; on the receiving side they are
+  views into the received buffer.
+- **the structure** (nested dicts and lists, with a marker where each tensor was) travels
+  pickled in the header.
+
+Memory this machine has not touched recently costs over a second per GB to fill for the
+first time (bench/results/engine.md, section 5): receiving into tensors that exist is what
+makes the in-place path several times faster for a large model.
 """
 
 from __future__ import annotations
 
 import io
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
-TENSOR = "__edt_tensor__"
+TENSOR = "__edt_tensor__"  # packed: (TENSOR, part, offset, dtype, shape, device)
+BIG = "__edt_big__"  # in place: (BIG, index, dtype, shape, device)
 ALIGN = 16  # bytes: every tensor starts aligned, so a byte view can be viewed as its dtype
+BIG_BYTES = 1 << 18  # a broadcast each from 256 KiB (examples/mlp.py's first weight is 768 KiB)
+
+
+def _dtype_name(t: torch.Tensor) -> str:
+    return str(t.dtype).removeprefix("torch.")
 
 
 class Packer:
-    def __init__(self) -> None:
+    def __init__(self, device: torch.device, big_bytes: int = BIG_BYTES) -> None:
+        self.device, self.big_bytes = device, big_bytes
         self.tensors: dict[str, list[tuple[int, torch.Tensor]]] = {}
         self.sizes: dict[str, int] = {}
+        self.bigs: list[torch.Tensor] = []
 
     def strip(self, obj: Any, part: str) -> Any:
-        """``obj`` with each tensor replaced by a marker: (TENSOR, part, offset, dtype,
-        shape, device)."""
+        """``obj`` with each tensor replaced by a marker."""
         if isinstance(obj, torch.Tensor):
-            offset = self.sizes.get(part, 0)
             nbytes = obj.numel() * obj.element_size()
+            dtype, shape, device = _dtype_name(obj), list(obj.shape), str(obj.device)
+            if nbytes >= self.big_bytes and obj.device == self.device:
+                self.bigs.append(obj.detach().contiguous())
+                return (BIG, len(self.bigs) - 1, dtype, shape, device)
+            offset = self.sizes.get(part, 0)
             self.tensors.setdefault(part, []).append((offset, obj))
             self.sizes[part] = offset + -(-nbytes // ALIGN) * ALIGN
-            dtype = str(obj.dtype).removeprefix("torch.")
-            return (TENSOR, part, offset, dtype, list(obj.shape), str(obj.device))
+            return (TENSOR, part, offset, dtype, shape, device)
         if isinstance(obj, dict):
             return {k: self.strip(v, part) for k, v in obj.items()}
         if isinstance(obj, list):
@@ -43,22 +65,32 @@ class Packer:
             return tuple(self.strip(v, part) for v in obj)
         return obj
 
-    def flat(self, part: str, device: torch.device) -> torch.Tensor:
-        out = torch.empty(self.sizes.get(part, 0), dtype=torch.uint8, device=device)
+    def flat(self, part: str) -> torch.Tensor:
+        out = torch.empty(self.sizes.get(part, 0), dtype=torch.uint8, device=self.device)
         for offset, t in self.tensors.get(part, []):
             data = t.detach().reshape(-1).view(torch.uint8) if t.numel() else t.new_empty(0)
             out[offset : offset + data.numel()].copy_(data.view(torch.uint8))
         return out
 
 
-def pack(parts: dict[str, Any], device: torch.device) -> tuple[bytes, dict[str, torch.Tensor]]:
-    """(header, flat buffer per part). The header lists each part's buffer size."""
-    packer = Packer()
+@dataclass
+class Packed:
+    """What the sender broadcasts, in this order: ``header``, each part's flat buffer, each
+    large tensor."""
+
+    header: bytes
+    flats: dict[str, torch.Tensor]
+    bigs: list[torch.Tensor] = field(default_factory=list)
+
+
+def pack(parts: dict[str, Any], device: torch.device, big_bytes: int = BIG_BYTES) -> Packed:
+    packer = Packer(device, big_bytes)
     skeleton = {part: packer.strip(value, part) for part, value in parts.items()}
-    header = {"skeleton": skeleton, "sizes": {p: packer.sizes.get(p, 0) for p in parts}}
+    header = {"skeleton": skeleton, "sizes": {p: packer.sizes.get(p, 0) for p in parts},
+              "bigs": len(packer.bigs)}  # fmt: skip
     buf = io.BytesIO()
     torch.save(header, buf)
-    return buf.getvalue(), {p: packer.flat(p, device) for p in parts}
+    return Packed(buf.getvalue(), {p: packer.flat(p) for p in parts}, packer.bigs)
 
 
 def read_header(blob: bytes) -> dict[str, Any]:
@@ -66,9 +98,56 @@ def read_header(blob: bytes) -> dict[str, Any]:
     return header
 
 
-def rebuild(obj: Any, flats: dict[str, torch.Tensor]) -> Any:
-    """The inverse of ``Packer.strip``: views into ``flats``, on each tensor's own device."""
-    if isinstance(obj, tuple) and len(obj) == 6 and obj[0] == TENSOR:
+def _marker(obj: Any, kind: str) -> bool:
+    return isinstance(obj, tuple) and len(obj) == (6 if kind == TENSOR else 5) and obj[0] == kind
+
+
+def _child(own: Any, key: Any) -> Any:
+    if isinstance(own, dict):
+        return own.get(key)
+    if isinstance(own, list | tuple) and isinstance(key, int) and key < len(own):
+        return own[key]
+    return None
+
+
+def destinations(skeleton: Any, own: Any) -> tuple[list[torch.Tensor], set[int]]:
+    """Where each large tensor of ``skeleton`` is received: the tensor at the same place in
+    ``own`` (the receiver's own state) when it is contiguous and of the same dtype, shape and
+    device, else a new one. Also the indices received in place."""
+    out: dict[int, torch.Tensor] = {}
+    in_place: set[int] = set()
+
+    def walk(skel: Any, mine: Any) -> None:
+        if _marker(skel, BIG):
+            _, index, dtype_name, shape, device = skel
+            dtype = getattr(torch, dtype_name)
+            if (isinstance(mine, torch.Tensor) and mine.dtype == dtype
+                    and list(mine.shape) == shape and str(mine.device) == device
+                    and mine.is_contiguous()):  # fmt: skip
+                out[index] = mine.detach()
+                in_place.add(index)
+            else:
+                out[index] = torch.empty(shape, dtype=dtype, device=torch.device(device))
+        elif isinstance(skel, dict):
+            for k, v in skel.items():
+                walk(v, _child(mine, k))
+        elif isinstance(skel, list | tuple) and not _marker(skel, TENSOR):
+            for i, v in enumerate(skel):
+                walk(v, _child(mine, i))
+
+    walk(skeleton, own)
+    return [out[i] for i in range(len(out))], in_place
+
+
+def rebuild(
+    obj: Any, flats: dict[str, torch.Tensor], bigs: list[torch.Tensor] | None = None
+) -> Any:
+    """The inverse of ``Packer.strip``: views into ``flats`` on each tensor's own device,
+    and the received large tensors themselves."""
+    if _marker(obj, BIG):
+        assert bigs is not None, "a large tensor's marker, but no large tensors given"
+        return bigs[obj[1]]
+    if _marker(obj, TENSOR):
         _, part, offset, dtype_name, shape, device = obj
         dtype = getattr(torch, dtype_name)
         numel = 1
@@ -78,9 +157,14 @@ def rebuild(obj: Any, flats: dict[str, torch.Tensor]) -> Any:
         data = flats[part][offset : offset + nbytes].view(dtype).view(shape)
         return data.to(torch.device(device))
     if isinstance(obj, dict):
-        return {k: rebuild(v, flats) for k, v in obj.items()}
+        return {k: rebuild(v, flats, bigs) for k, v in obj.items()}
     if isinstance(obj, list):
-        return [rebuild(v, flats) for v in obj]
+        return [rebuild(v, flats, bigs) for v in obj]
     if isinstance(obj, tuple):
-        return tuple(rebuild(v, flats) for v in obj)
+        return tuple(rebuild(v, flats, bigs) for v in obj)
     return obj
+
+
+def in_place_keys(skeleton: dict[str, Any], in_place: set[int]) -> set[str]:
+    """The top-level keys of a flat state (a model's ``state_dict``) received in place."""
+    return {k for k, v in skeleton.items() if _marker(v, BIG) and v[1] in in_place}
