@@ -315,8 +315,9 @@ def test_the_state_travels_as_flat_buffers_and_large_tensors_and_comes_back_whol
     receiver: str, big_bytes: int
 ) -> None:
     """At 64 bytes the Linear weights (140 and 84 bytes) and Adam's moments for them travel
-    as large tensors, as does the RNG state; the rest packed. A member receives those into its own tensors; a
-    joiner, whose optimizer has no state yet, into new ones for the optimizer's."""
+    as large tensors, as does the RNG state; the rest packed. A member receives those into
+    its own tensors; a joiner, whose optimizer has no state yet, the moments into its
+    spares."""
     model, optimizer = _trained(0)
     state = {
         "model": model.state_dict(),
@@ -333,7 +334,15 @@ def test_the_state_travels_as_flat_buffers_and_large_tensors_and_comes_back_whol
     own = {"model": twin.state_dict(), "rest": {"optimizer": twin_opt.state_dict()}}
     header = statecast.read_header(packed.header)
     received = {p: torch.empty(n, dtype=torch.uint8) for p, n in header["sizes"].items()}
-    bigs, in_place = statecast.destinations(header["skeleton"], own)
+    # a joiner's spares: memory touched at start-up for the Adam moments it will receive
+    spares = statecast.spares_for(list(twin.parameters()), 2, big_bytes)
+    spare_ptrs = {t.data_ptr() for ts in spares.values() for t in ts}
+    bigs, in_place = statecast.destinations(header["skeleton"], own, spares)
+    used = [t for t in bigs if t.data_ptr() in spare_ptrs]
+    if big_bytes == 64 and receiver == "joiner":
+        assert len(used) == 4 and not any(spares.values())  # both moments of both weights
+    else:
+        assert not used
     for part, buf in received.items():  # what the broadcasts do
         buf.copy_(packed.flats[part])
     for mine, theirs in zip(bigs, packed.bigs, strict=True):

@@ -177,6 +177,7 @@ class Learner:
         self.rank = 0
         self.size = 1
         self.pg: Any = None
+        self.spares: statecast.Spares = {}  # memory for the first state received (adopt)
         self.counters = {"epoch": 0, "iteration": 0, "step": 0}
         self._orders: dict[int, list[int]] = {}
         self._saved_step = -1
@@ -285,6 +286,9 @@ class Learner:
                 "epochs": spec.epochs, "batch_size": spec.batch_size,
             })  # fmt: skip
         self._resume_from_checkpoint()
+        # a joiner's optimizer has no state yet: memory for the state it will receive
+        per_param = 0 if self.optimizer.state else statecast.spare_count(self.optimizer)
+        self.spares = statecast.spares_for(self.params, per_param)
         log.info("%s: ready in %.2f s (code, %d training samples, model)",
                  self.slot, time.perf_counter() - started, len(self.train_set))  # type: ignore[arg-type]  # fmt: skip
 
@@ -420,6 +424,7 @@ class Learner:
         """Rank 0 (the longest-standing member) gives everyone its full training state:
         a small pickled header, one flat byte buffer per part for the small tensors, then
         each large tensor straight into the receiver's own (statecast.py)."""
+        spares, self.spares = self.spares, {}  # for the first state received, if any
         if self.size == 1:
             return
         started = time.perf_counter()
@@ -440,7 +445,7 @@ class Learner:
             own = {"model": own.pop("model"), "rest": own}  # the same places as rank 0's
             packed.flats = {part: torch.empty(size, dtype=torch.uint8, device=self.device)
                             for part, size in header["sizes"].items()}  # fmt: skip
-            packed.bigs, in_place = statecast.destinations(skeleton, own)
+            packed.bigs, in_place = statecast.destinations(skeleton, own, spares)
             del own
         for flat in packed.flats.values():
             self.collective("broadcast", flat)

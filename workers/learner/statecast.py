@@ -23,6 +23,7 @@ makes the in-place path several times faster for a large model.
 from __future__ import annotations
 
 import io
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -110,10 +111,42 @@ def _child(own: Any, key: Any) -> Any:
     return None
 
 
-def destinations(skeleton: Any, own: Any) -> tuple[list[torch.Tensor], set[int]]:
+Spares = dict[tuple[str, tuple[int, ...], str], list[torch.Tensor]]
+
+
+def spares_for(
+    params: Sequence[torch.Tensor], per_param: int, big_bytes: int = BIG_BYTES
+) -> Spares:
+    """Zeroed tensors shaped like the large parameters, ``per_param`` of each: a joiner
+    makes them while it starts up, so that the optimizer state it receives (which its own
+    new optimizer does not have yet: a momentum buffer, Adam's moments) lands in memory
+    already touched, not in new memory during the stall."""
+    spares: Spares = {}
+    for p in params:
+        if p.numel() * p.element_size() >= big_bytes and p.is_contiguous():
+            key = (_dtype_name(p), tuple(p.shape), str(p.device))
+            spares.setdefault(key, []).extend(torch.zeros_like(p) for _ in range(per_param))
+    return spares
+
+
+def spare_count(optimizer: torch.optim.Optimizer) -> int:
+    """State tensors per parameter that the usual optimizers keep: Adam's two moments, a
+    momentum buffer (SGD with momentum, RMSprop with momentum), else one."""
+    defaults = optimizer.defaults
+    if "betas" in defaults:
+        return 2
+    if "momentum" in defaults and not defaults["momentum"]:
+        return 0
+    return 1
+
+
+def destinations(
+    skeleton: Any, own: Any, spares: Spares | None = None
+) -> tuple[list[torch.Tensor], set[int]]:
     """Where each large tensor of ``skeleton`` is received: the tensor at the same place in
     ``own`` (the receiver's own state) when it is contiguous and of the same dtype, shape and
-    device, else a new one. Also the indices received in place."""
+    device, else a spare of that kind, else a new one. Also the indices received in place."""
+    spares = spares if spares is not None else {}
     out: dict[int, torch.Tensor] = {}
     in_place: set[int] = set()
 
@@ -126,6 +159,8 @@ def destinations(skeleton: Any, own: Any) -> tuple[list[torch.Tensor], set[int]]
                     and mine.is_contiguous()):  # fmt: skip
                 out[index] = mine.detach()
                 in_place.add(index)
+            elif spares.get((dtype_name, tuple(shape), device)):
+                out[index] = spares[(dtype_name, tuple(shape), device)].pop()
             else:
                 out[index] = torch.empty(shape, dtype=dtype, device=torch.device(device))
         elif isinstance(skel, dict):
