@@ -232,7 +232,7 @@ def test_gradient_buckets_go_out_during_backward_and_sum_to_the_plain_gradients(
         return allreduce(tensor)
 
     x, y = torch.randn(16, 32), torch.randint(0, 10, (16,))
-    buckets.zero_grads()
+    buckets.begin()
     for k, (lo, hi) in enumerate([(0, 8), (8, 16)]):  # two micro-batches, one step
         loss = nn.functional.cross_entropy(model(x[lo:hi]), y[lo:hi])
         if k == 1:
@@ -249,7 +249,7 @@ def test_gradient_buckets_go_out_during_backward_and_sum_to_the_plain_gradients(
         assert got.grad is not None and want.grad is not None
         torch.testing.assert_close(got.grad, want.grad, rtol=1e-5, atol=1e-6)
     assert all(p.grad is not None and not p.grad.any() for p in unused.parameters())
-    assert all(p.grad is buckets.views[i] for i, p in enumerate(params))  # no copies
+    assert all(p.grad is buckets.views[i] for i, p in enumerate(params))  # summed in place
     assert buckets.tail.tolist() == [1.5, 7.0, 0.0]
     buckets.remove()
 

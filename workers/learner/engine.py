@@ -586,7 +586,7 @@ class Learner:
         buckets during the last backward (after it, for a WMLA script's own step); returns
         the global batch's right answers (nan: not a classifier) and loss."""
         self.model.train()
-        self.buckets.zero_grads()
+        self.buckets.begin()
         B, loss_part, correct = self.spec.batch_size, 0.0, 0.0
         launch = gloo_or_nccl_allreduce(self.pg)
         for k, (x, y) in enumerate(batches):
