@@ -151,6 +151,24 @@ def test_a_learner_killed_with_sigkill_costs_no_iteration(
     assert_same_training(workdir, losses, params)
 
 
+def test_a_run_whose_fault_never_came_fails(
+    redis_server: RedisServer, tmp_path: Path, dataset: Path
+) -> None:
+    """A fault test must not pass without its fault: a job that ends before the fault's
+    step fails the run, and says so."""
+    workdir = tmp_path / "late-fault"
+    cmd = [sys.executable, "-m", "workers.learner.drive", "--model", str(MLP),
+           "--data", str(dataset), "--schedule", "0:1", "--max-steps", "5", "--epochs", "1",
+           "--kill", "1000:KILL", "--workdir", str(workdir), "--deadline", "120"]  # fmt: skip
+    env = subprocess_env(tmp_path, REDIS_URL=redis_server.url)
+    done = subprocess.run(cmd, cwd=PROJECT_DIR, env=env, capture_output=True, text=True,
+                          timeout=180)  # fmt: skip
+    assert done.returncode == 2, done.stdout + done.stderr
+    failed = next(e for e in events_of(workdir) if e["kind"] == "failed")
+    assert "before the fault due at step 1000" in failed["error"]
+    assert not any(e["kind"] == "fault" for e in events_of(workdir))
+
+
 def events_of(workdir: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in (workdir / "events.jsonl").read_text().splitlines()]
 
@@ -399,12 +417,16 @@ def test_a_rank_0_killed_between_its_all_reduce_and_its_record_loses_no_step(
     redis_server: RedisServer, tmp_path: Path, dataset: Path
 ) -> None:
     """The survivor took step 30 with the dead rank 0; as the next rank 0 it writes that
-    step's record again, so steps 1..100 each reach the job once, with the plain updates."""
+    step's record again, and those of any step before it that the dead one's writer had
+    not written yet (it writes every 50 ms), so steps 1..100 each reach the job, with the
+    plain updates."""
     model = PROJECT_DIR / "tests" / "models" / "rank0_dies_after_allreduce.py"
     workdir = drive(redis_server, tmp_path, dataset, "0:2", *SMALL_BUCKETS, model=model)
     records = train_records(workdir)
     replays = [r for r in records if r.get("replay")]
-    assert [r["step"] for r in replays] == [30], "the lost step was not written again"
-    assert replays[0]["workers"] == 2  # trained by both, before the rank 0 died
+    steps = [r["step"] for r in replays]
+    assert steps and steps[-1] == 30, "the lost step was not written again"
+    assert steps == list(range(steps[0], 31))  # the unwritten tail, in order
+    assert all(r["workers"] == 2 for r in replays)  # trained by both, before rank 0 died
     losses, params = reference_run(dataset)
     assert_same_training(workdir, losses, params)

@@ -178,6 +178,10 @@ class Learner:
         self.size = 1
         self.pg: Any = None
         self.spares: statecast.Spares = {}  # memory for the first state received (adopt)
+        # Holds the job's state (rank 0's, or received whole): then a state broadcast
+        # lands in new buffers, loaded only once all of it is in, so that a failure
+        # midway cannot leave a torn state that this learner might later give on.
+        self._has_state = False
         self.counters = {"epoch": 0, "iteration": 0, "step": 0}
         self._orders: dict[int, list[int]] = {}
         self._saved_step = -1
@@ -423,9 +427,12 @@ class Learner:
     def sync_state(self) -> None:
         """Rank 0 (the longest-standing member) gives everyone its full training state:
         a small pickled header, one flat byte buffer per part for the small tensors, then
-        each large tensor straight into the receiver's own (statecast.py)."""
+        each large tensor on its own: into a joiner's own tensor at the same place (its
+        parameters; its optimizer's state into the spares it made while starting up),
+        into new buffers on a learner that holds the state already (statecast.py)."""
         spares, self.spares = self.spares, {}  # for the first state received, if any
         if self.size == 1:
+            self._has_state = True
             return
         started = time.perf_counter()
         packed = statecast.Packed(b"", {})
@@ -441,8 +448,10 @@ class Learner:
         header = statecast.read_header(data.cpu().numpy().tobytes())
         skeleton = header["skeleton"]
         if self.rank != 0:
-            own = self._state()
-            own = {"model": own.pop("model"), "rest": own}  # the same places as rank 0's
+            own: dict[str, Any] | None = None
+            if not self._has_state:  # a joiner: its own tensors are the destinations
+                own = self._state()
+                own = {"model": own.pop("model"), "rest": own}  # the places of rank 0's
             packed.flats = {part: torch.empty(size, dtype=torch.uint8, device=self.device)
                             for part, size in header["sizes"].items()}  # fmt: skip
             packed.bigs, in_place = statecast.destinations(skeleton, own, spares)
@@ -461,6 +470,7 @@ class Learner:
                 raise RuntimeError(f"the state received does not fit this model: {result}")
             del model, packed.flats["model"]
             self._load_state(statecast.rebuild(skeleton["rest"], packed.flats, packed.bigs))
+        self._has_state = True
         total = sum(header["sizes"].values()) + sum(t.nbytes for t in packed.bigs)
         log.info("%s: state of %.1f MB in %.3f s (%d large tensors)", self.slot, total / 1e6,
                  time.perf_counter() - started, len(packed.bigs))  # fmt: skip
@@ -520,7 +530,7 @@ class Learner:
             correct, loss = self._accumulate(batches)
         except BucketFailure as exc:
             raise CollectiveFailure(str(exc)) from exc
-        tail = self.buckets.tail
+        tail = self.buckets.tail.tolist()
         if not math.isfinite(loss):
             raise UserCodeError(f"the loss is {loss} at epoch {epoch}, iteration {iteration}")
         self._apply()

@@ -103,8 +103,8 @@ class GradBuckets:
         autograd made it, later micro-batches add to it, and the final sum is copied into
         the bucket once (the hook, or ``finish``), as DDP's Reducer does. Zeroing the buckets
         instead and letting backward add into them costs a write of every gradient byte and
-        a read more each step: 2.5 % of the wide MLP's forward and backward on CPU
-        (bench/results/reducer.md, last table)."""
+        a read more each step: 0-3.4 % of the wide MLP's forward and backward on CPU in
+        three runs (bench/results/engine.md, section 7)."""
         for p in self.params:
             p.grad = None
 

@@ -4,7 +4,8 @@ Rank 0 used to write each step's record before its next step: a Redis round trip
 every iteration (0.5 ms of a 10 ms step on the small CNN, more when the CPU is busy), which
 the other ranks then waited for at the next all-reduce. ``RecordWriter.put`` queues the
 record and returns; a thread of its own writes what is queued in one pipeline, in order,
-and keeps it (retrying) while Redis is away, so training never waits on Redis.
+at most every ``WRITE_SECONDS``, and keeps it (retrying) while Redis is away, so training
+never waits on Redis.
 
 What a record in the queue is worth if rank 0 dies: the step rides on the all-reduce with
 the highest train step Redis took from rank 0 (``written``), so every member knows which
@@ -24,6 +25,9 @@ from scheduler.store import REDIS_DOWN, JobStore
 log = logging.getLogger("edt.learner")
 
 RETRY_SECONDS = (0.05, 0.1, 0.2, 0.5, 1.0)  # while Redis does not answer, then every 1 s
+# At most one write this often: steps of a few ms go out a few at a time, in one pipeline,
+# not a Redis round trip (and its CPU, on the learner's host and Redis') per step.
+WRITE_SECONDS = 0.05
 
 
 class RecordWriter(threading.Thread):
@@ -31,17 +35,17 @@ class RecordWriter(threading.Thread):
         super().__init__(name="edt-records", daemon=True)
         self.jobs = jobs
         self.cond = threading.Condition()
-        self.queue: list[tuple[int, str]] = []  # (train step or 0, JSON)
+        self.queue: list[tuple[int, dict[str, Any]]] = []  # (train step or 0, record)
         self.checkpoint: int | None = None  # a checkpoint's step to record after the queue
         self.written = 0  # the highest train step Redis has taken from this learner
         self.closing = False
 
     def put(self, record: dict[str, Any]) -> None:
-        """Queue ``record`` for the stream; returns at once."""
+        """Queue ``record`` for the stream; returns at once. The record must not change
+        afterwards: the writer thread turns it into JSON."""
         step = int(record["step"]) if record.get("type") == "train" else 0
-        text = json.dumps(record)
         with self.cond:
-            self.queue.append((step, text))
+            self.queue.append((step, record))
             self.cond.notify()
 
     def record_checkpoint(self, step: int) -> None:
@@ -61,7 +65,7 @@ class RecordWriter(threading.Thread):
                 batch, self.queue = self.queue, []
                 checkpoint, self.checkpoint = self.checkpoint, None
             try:
-                self.jobs.write_records([text for _, text in batch], checkpoint)
+                self.jobs.write_records([json.dumps(r) for _, r in batch], checkpoint)
             except REDIS_DOWN as exc:
                 with self.cond:  # kept, in order, ahead of what came meanwhile
                     self.queue[:0] = batch
@@ -78,6 +82,8 @@ class RecordWriter(threading.Thread):
                 log.info("job %s: redis is back; metrics written again", self.jobs.job_id)
                 failures = 0
             self.written = max([self.written, *(step for step, _ in batch)])
+            with self.cond:  # let the next records gather (close() cuts this short)
+                self.cond.wait_for(lambda: self.closing, WRITE_SECONDS)
 
     def close(self) -> None:
         """Stop the thread; what it had not written goes back to the job store's outbox,
@@ -88,7 +94,7 @@ class RecordWriter(threading.Thread):
         if self.is_alive():
             self.join()
         with self.cond:
-            self.jobs.outbox[:0] = [text for _, text in self.queue]
+            self.jobs.outbox[:0] = [json.dumps(r) for _, r in self.queue]
             self.queue = []
             if self.checkpoint is not None:
                 self.jobs.unsaved_checkpoint = self.checkpoint

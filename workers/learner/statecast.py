@@ -5,10 +5,12 @@ Pickling the whole state (``torch.save``) costs a serialization, a CRC and sever
 of every byte on both sides: seconds for a state of a gigabyte. Instead:
 
 - **large tensors** (``BIG_BYTES`` and over, on the transfer device) travel one broadcast
-  each, straight from the sender's own tensor into the receiver's own tensor at the same
-  place in its state (a parameter, a momentum buffer) when it has one of that dtype and
-  shape: no packing copy on the sender, no new buffer on the receiver, nothing to load
-  afterwards. A joiner's optimizer has no state yet, so those land in new tensors.
+  each, straight from the sender's own tensor: no packing copy. A joiner receives them
+  into its own tensor at the same place in its state (a parameter) where it has one of
+  that dtype and shape, nothing to load afterwards, and its optimizer's state (which a new
+  optimizer does not have yet) into spares it zeroed while starting up. A learner that
+  holds the state already receives into new tensors and loads them once all are in
+  (``Learner.sync_state``): a failure midway must not leave it with a torn state.
 - **small tensors** are copied into one flat ``uint8`` buffer per part ("model" first, then
   the rest: optimizer, scaler, RNG), broadcast as it is; on the receiving side they are
   views into the received buffer.
