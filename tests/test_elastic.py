@@ -390,6 +390,21 @@ def test_the_state_travels_as_flat_buffers_and_large_tensors_and_comes_back_whol
         assert torch.equal(twin.state_dict()[name], value), name
 
 
+@pytest.mark.parametrize("make", [
+    lambda p: torch.optim.SGD(p, lr=0.1), lambda p: torch.optim.SGD(p, lr=0.1, momentum=0.9),
+    lambda p: torch.optim.Adam(p), lambda p: torch.optim.AdamW(p),
+    lambda p: torch.optim.RMSprop(p), lambda p: torch.optim.RMSprop(p, momentum=0.9, centered=True),
+    lambda p: torch.optim.Adagrad(p),
+])  # fmt: skip
+def test_a_joiner_makes_as_many_spares_as_its_optimizer_will_keep_state(make: Any) -> None:
+    param = nn.Parameter(torch.zeros(3))
+    optimizer = make([param])
+    guess = statecast.spare_count(optimizer)
+    param.grad = torch.ones(3)
+    optimizer.step()
+    assert guess == sum(1 for v in optimizer.state[param].values() if v.dim() > 0)
+
+
 def _leaves(obj: Any, prefix: str = "") -> list[tuple[str, torch.Tensor]]:
     if isinstance(obj, torch.Tensor):
         return [(prefix, obj)]

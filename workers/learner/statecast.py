@@ -132,13 +132,16 @@ def spares_for(
 
 
 def spare_count(optimizer: torch.optim.Optimizer) -> int:
-    """State tensors per parameter that the usual optimizers keep: Adam's two moments, a
-    momentum buffer (SGD with momentum, RMSprop with momentum), else one."""
+    """State tensors per parameter that the usual optimizers keep: Adam's two moments;
+    SGD's momentum buffer (none without momentum); RMSprop's average of squares, with a
+    momentum buffer and an average of gradients where asked; else one (Adagrad's sum)."""
     defaults = optimizer.defaults
     if "betas" in defaults:
         return 2
-    if "momentum" in defaults and not defaults["momentum"]:
-        return 0
+    if isinstance(optimizer, torch.optim.SGD):
+        return 1 if defaults.get("momentum") else 0
+    if isinstance(optimizer, torch.optim.RMSprop):
+        return 1 + bool(defaults.get("momentum")) + bool(defaults.get("centered"))
     return 1
 
 
