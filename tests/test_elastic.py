@@ -431,17 +431,21 @@ def test_bf16_autocast_trains_close_to_fp32(
 def test_a_rank_0_killed_between_its_all_reduce_and_its_record_loses_no_step(
     redis_server: RedisServer, tmp_path: Path, dataset: Path
 ) -> None:
-    """The survivor took step 30 with the dead rank 0; as the next rank 0 it writes that
+    """The survivor took step 17 with the dead rank 0; as the next rank 0 it writes that
     step's record again, and those of any step before it that the dead one's writer had
     not written yet (it writes every 50 ms), so steps 1..100 each reach the job, with the
-    plain updates."""
+    plain updates; and the last evaluation's record (epoch 0, at step 16) again."""
     model = PROJECT_DIR / "tests" / "models" / "rank0_dies_after_allreduce.py"
     workdir = drive(redis_server, tmp_path, dataset, "0:2", *SMALL_BUCKETS, model=model)
     records = train_records(workdir)
     replays = [r for r in records if r.get("replay")]
     steps = [r["step"] for r in replays]
-    assert steps and steps[-1] == 30, "the lost step was not written again"
-    assert steps == list(range(steps[0], 31))  # the unwritten tail, in order
+    assert steps and steps[-1] == 17, "the lost step was not written again"
+    assert steps == list(range(steps[0], 18))  # the unwritten tail, in order
     assert all(r["workers"] == 2 for r in replays)  # trained by both, before rank 0 died
+    every = [json.loads(line) for line in (workdir / "metrics.jsonl").read_text().splitlines()]
+    tests = [r for r in every if r["type"] == "test" and r["epoch"] == 0]
+    assert tests, "epoch 0's evaluation never reached the job"
+    assert any(r.get("replay") for r in tests) and {r["step"] for r in tests} == {16}
     losses, params = reference_run(dataset)
     assert_same_training(workdir, losses, params)

@@ -195,6 +195,7 @@ class Learner:
         self._unwritten: deque[dict[str, Any]] = deque()  # train records past rank 0's
         self._rank0_written = 0  # the last train step Redis took from rank 0 (all-reduced)
         self._was_rank0 = False  # rank 0 of the last generation this learner trained in
+        self._last_test: dict[str, Any] | None = None  # the last evaluation's record
         self.watch = ControlWatch(jobs, slot)
         self.prefetch = Prefetcher()
         self.precision = spec.precision
@@ -687,11 +688,18 @@ class Learner:
 
     def _write_unwritten_steps(self) -> None:
         """As the new rank 0: the steps this learner trained whose records the last rank 0
-        may not have written. Readers keep the first record of a step, so where it did
-        write one, this copy (marked ``replay``) changes nothing."""
+        may not have written, and the last evaluation's record (no step all-reduce says
+        whether that one was written). Readers keep the first record of each kind and step,
+        so where it did write one, this copy (marked ``replay``) changes nothing."""
         if not self._was_rank0:  # as rank 0, its own writer writes them
+            test = self._last_test  # the last evaluation's too, in its place by step
             for record in self._unwritten:
+                if test is not None and record["step"] > test["step"]:
+                    self.records.put({**test, "replay": True})
+                    test = None
                 self.records.put({**record, "replay": True})
+            if test is not None:
+                self.records.put({**test, "replay": True})
         self._unwritten.clear()
 
     def _every_rank(self, name: str, *args: Any) -> None:
@@ -718,12 +726,14 @@ class Learner:
         epoch = self.counters["epoch"]
         self.counters["epoch"] += 1
         self.counters["iteration"] = 0
+        loss, correct, count = (float(v) for v in totals)
+        acc = correct / max(count, 1.0)
+        # built by every member (the totals are all-reduced), like the train records
+        self._last_test = {"type": "test", "epoch": epoch, "step": self.counters["step"],
+                           "test_loss": loss / max(count, 1.0), "test_accuracy": acc,
+                           "time": time.time()}  # fmt: skip
         if self.rank == 0:
-            loss, correct, count = (float(v) for v in totals)
-            acc = correct / max(count, 1.0)
-            self.records.put({"type": "test", "epoch": epoch, "step": self.counters["step"],
-                              "test_loss": loss / max(count, 1.0), "test_accuracy": acc,
-                              "time": time.time()})  # fmt: skip
+            self.records.put(self._last_test)
             self._driver_log("log_test_metrics", loss / max(count, 1.0), 100.0 * acc,
                              self.counters["step"], self.rank)  # fmt: skip
         self._every_rank("on_epoch_end", epoch)
