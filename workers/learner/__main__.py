@@ -1,6 +1,8 @@
 """A learner process: ``python -m workers.learner --spec SPEC.json --slot SLOT``.
 
-Exit codes: 0 finished or left the job, 2 the user's code failed (reported to the job).
+Exit codes: 0 finished or left the job, 2 the user's code failed (reported to the job), 3
+left the job because the state it was receiving at a resize is incomplete and no checkpoint
+exists to go back to (engine.py ``TORN_EXIT``: to the coordinator, a lost learner).
 """
 
 from __future__ import annotations

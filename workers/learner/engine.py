@@ -57,6 +57,7 @@ JOIN_PATIENCE_SECONDS = 600.0
 EVAL_CHUNK = 512
 WATCH_SECONDS = 0.5  # rank 0's watch reads the generation and stop flag at least this often
 WATCH_RETRY_SECONDS = 0.5  # while Redis does not answer
+TORN_EXIT = 3  # left the job: a state broadcast into it failed and no checkpoint exists
 MAX_UNWRITTEN = 100_000  # train records kept while rank 0's may be unwritten (Redis away)
 
 
@@ -182,6 +183,7 @@ class Learner:
         # lands in new buffers, loaded only once all of it is in, so that a failure
         # midway cannot leave a torn state that this learner might later give on.
         self._has_state = False
+        self._torn = False  # a broadcast into its own tensors failed midway
         self.counters = {"epoch": 0, "iteration": 0, "step": 0}
         self._orders: dict[int, list[int]] = {}
         self._saved_step = -1
@@ -318,10 +320,10 @@ class Learner:
         train, test, _classes = load_dataset(Path(self.spec.data))
         return train, test
 
-    def _resume_from_checkpoint(self) -> None:
+    def _resume_from_checkpoint(self) -> bool:
         path = checkpoint.latest(Path(self.spec.workdir) / "checkpoints")
         if path is None:
-            return
+            return False
         state = checkpoint.load(path)
         self.model.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
@@ -329,6 +331,7 @@ class Learner:
         if self.scaler is not None and "scaler" in state:
             self.scaler.load_state_dict(state["scaler"])
         log.info("%s: loaded checkpoint %s (step %d)", self.slot, path.name, self.counters["step"])
+        return True
 
     # The loop ----------------------------------------------------------------------------
 
@@ -352,10 +355,23 @@ class Learner:
             except CollectiveFailure as exc:
                 log.warning("%s: generation %d failed at step %d: %s",
                             self.slot, self.gen, self.counters["step"], exc)  # fmt: skip
+                if self._torn and not self._untear():
+                    return TORN_EXIT
                 self.jobs.report_failure(self.slot, self.gen, self.counters["step"], str(exc))
                 self.pg = None
                 gen = self.wait_for_generation(after=self.gen, member=True)
         return 0
+
+    def _untear(self) -> bool:
+        """After a state broadcast into this joiner's own tensors failed midway: back to
+        the latest checkpoint, as it started, so that it never gives a torn state on. False
+        where there is none: it then leaves the job, a lost learner to the coordinator."""
+        if self._resume_from_checkpoint():
+            self._torn = False
+            return True
+        log.warning("%s: the state it was receiving is incomplete and no checkpoint exists "
+                    "to go back to: leaving the job", self.slot)  # fmt: skip
+        return False
 
     def wait_for_generation(self, after: int, member: bool) -> int | None:
         """The next generation that includes this slot; None when it must leave or stop."""
@@ -448,6 +464,7 @@ class Learner:
         self.collective("broadcast", data)
         header = statecast.read_header(data.cpu().numpy().tobytes())
         skeleton = header["skeleton"]
+        in_place: set[int] = set()
         if self.rank != 0:
             own: dict[str, Any] | None = None
             if not self._has_state:  # a joiner: its own tensors are the destinations
@@ -459,6 +476,7 @@ class Learner:
             del own
         for flat in packed.flats.values():
             self.collective("broadcast", flat)
+        self._torn = self.rank != 0 and bool(in_place)
         for tensor in packed.bigs:
             self.collective("broadcast", tensor)
         if self.rank != 0:
@@ -471,7 +489,7 @@ class Learner:
                 raise RuntimeError(f"the state received does not fit this model: {result}")
             del model, packed.flats["model"]
             self._load_state(statecast.rebuild(skeleton["rest"], packed.flats, packed.bigs))
-        self._has_state = True
+        self._has_state, self._torn = True, False
         total = sum(header["sizes"].values()) + sum(t.nbytes for t in packed.bigs)
         log.info("%s: state of %.1f MB in %.3f s (%d large tensors)", self.slot, total / 1e6,
                  time.perf_counter() - started, len(packed.bigs))  # fmt: skip
