@@ -89,8 +89,7 @@ class Packed:
 def pack(parts: dict[str, Any], device: torch.device, big_bytes: int = BIG_BYTES) -> Packed:
     packer = Packer(device, big_bytes)
     skeleton = {part: packer.strip(value, part) for part, value in parts.items()}
-    header = {"skeleton": skeleton, "sizes": {p: packer.sizes.get(p, 0) for p in parts},
-              "bigs": len(packer.bigs)}  # fmt: skip
+    header = {"skeleton": skeleton, "sizes": {p: packer.sizes.get(p, 0) for p in parts}}
     buf = io.BytesIO()
     torch.save(header, buf)
     return Packed(buf.getvalue(), {p: packer.flat(p) for p in parts}, packer.bigs)
