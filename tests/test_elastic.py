@@ -22,13 +22,14 @@ from tests.conftest import PROJECT_DIR, subprocess_env, wait_for
 from workers.learner import statecast
 from workers.learner.contract import load_definition
 from workers.learner.datasets import load_dataset, write_cifar10
-from workers.learner.engine import ControlWatch
+from workers.learner.engine import ControlWatch, rehearse
 from workers.learner.overlap import GradBuckets, gloo_or_nccl_allreduce
 from workers.learner.partition import iterations_per_epoch, permutation
 from workers.learner.spec import JobSpec
 
 MLP = PROJECT_DIR / "examples" / "mlp.py"
 PACED_TWIN = PROJECT_DIR / "tests" / "models" / "paced_twin_mlp.py"  # MLP, 0.1 s a step
+TORN = PROJECT_DIR / "tests" / "models" / "rank0_dies_in_state_broadcast.py"  # PACED_TWIN's
 BATCH, STEPS, LR, SEED = 64, 100, 0.01, 0
 SMALL_BUCKETS = ("--bucket-bytes", "65536")  # the MLP's gradients in several buckets
 
@@ -199,6 +200,33 @@ def test_when_every_learner_dies_the_job_resumes_from_its_checkpoint(
     # further when it lands. They resume from the last checkpoint recorded before it.
     assert restart["from_step"] % 16 == 0 and 32 <= restart["from_step"] <= restart["step"]
     assert restart["iterations_lost"] == restart["step"] - restart["from_step"]
+    losses, params = reference_run(dataset)
+    assert_same_training(workdir, losses, params, replayed=True)
+
+
+@pytest.mark.parametrize("grow_at", [20, 8], ids=["after-a-checkpoint", "before-any"])
+def test_a_joiner_whose_state_broadcast_broke_midway_never_gives_on_a_torn_state(
+    redis_server: RedisServer, tmp_path: Path, dataset: Path, grow_at: int
+) -> None:
+    """Rank 0 dies between the large tensors of the state it gives a joiner at a grow: the
+    joiner holds rank 0's first-layer weight and its own everything else. With a checkpoint
+    (one every 16 steps) it goes back to it and leads the job on from there; without one it
+    leaves, and the job starts again from the beginning. Either way the training is the
+    single-process one: a torn state would show in every later loss."""
+    workdir = drive(redis_server, tmp_path, dataset, f"0:1,{grow_at}:2", model=TORN)
+    joiner_log = (workdir / "logs" / "d1.log").read_text()
+    assert "generation 2, rank 1 of 2" in joiner_log  # it was in the broadcast that broke
+    assert "state of" not in joiner_log.split("generation 2, rank 1 of 2")[1].split("\n")[1]
+    events = events_of(workdir)
+    failure = next(e for e in events if e["kind"] == "failure")
+    assert "d0" in failure["lost"]
+    if grow_at == 20:
+        assert "loaded checkpoint step-000000016.pt" in joiner_log.split("generation 2, rank 1")[1]
+        assert failure["survivors"] == ["d1"]
+        assert not any(e["kind"] == "restart" for e in events)
+    else:
+        assert "no checkpoint exists to go back to: leaving the job" in joiner_log
+        assert next(e for e in events if e["kind"] == "restart")["from_step"] == 0
     losses, params = reference_run(dataset)
     assert_same_training(workdir, losses, params, replayed=True)
 
@@ -403,6 +431,39 @@ def test_a_joiner_makes_as_many_spares_as_its_optimizer_will_keep_state(make: An
     param.grad = torch.ones(3)
     optimizer.step()
     assert guess == sum(1 for v in optimizer.state[param].values() if v.dim() > 0)
+
+
+class _Noisy(nn.Module):
+    """Draws from the RNG in every mode, as some models' forward does."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + 1e-3 * torch.rand_like(x)
+
+
+def test_a_rehearsal_leaves_the_model_its_rng_and_its_gradients_as_they_were() -> None:
+    torch.manual_seed(3)
+    model = nn.Sequential(nn.Linear(5, 7), nn.BatchNorm1d(7), nn.Dropout(0.5), _Noisy(),
+                          nn.Linear(7, 3))  # fmt: skip
+    params = list(model.parameters())
+    before = copy.deepcopy(model.state_dict())
+    grads: list[torch.Tensor] = []
+    hooks = [p.register_post_accumulate_grad_hook(lambda p: grads.append(p.grad.clone()))
+             for p in params]  # type: ignore[no-untyped-call, union-attr]  # fmt: skip
+    x, y = torch.randn(6, 5), torch.tensor([0, 1, 2, 0, 1, 2])
+    rng = torch.get_rng_state()
+    rehearse(model, params, nn.functional.cross_entropy, x, y)
+    assert len(grads) == len(params) and all(g.abs().sum() > 0 for g in grads)  # it ran
+    assert model.training and all(p.grad is None for p in params)
+    assert torch.equal(torch.get_rng_state(), rng)
+    after = model.state_dict()
+    assert all(torch.equal(before[k], after[k]) for k in before)  # running stats too
+    for hook in hooks:
+        hook.remove()
+    model.eval()
+    rehearse(model, params, nn.functional.cross_entropy, x, y)
+    assert not model.training  # the mode it found
+    with pytest.raises(ValueError, match="batch_size"):  # a broken loss fails before READY
+        rehearse(model, params, nn.functional.cross_entropy, x, y[:2])
 
 
 def _leaves(obj: Any, prefix: str = "") -> list[tuple[str, torch.Tensor]]:

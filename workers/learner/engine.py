@@ -20,6 +20,7 @@ import os
 import threading
 import time
 from collections import deque
+from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
@@ -296,6 +297,11 @@ class Learner:
         # a joiner's optimizer has no state yet: memory for the state it will receive
         per_param = 0 if self.optimizer.state else statecast.spare_count(self.optimizer)
         self.spares = statecast.spares_for(self.params, per_param)
+        if defn.train_step is None and len(self.train_set):  # type: ignore[arg-type]
+            n = min(spec.batch_size, spec.max_micro_batch or spec.batch_size,
+                    len(self.train_set))  # type: ignore[arg-type]  # fmt: skip
+            x, y = self._batch(self.train_set, list(range(n)))
+            rehearse(self.model, self.params, defn.loss_fn, x, y, self._autocast)
         log.info("%s: ready in %.2f s (code, %d training samples, model)",
                  self.slot, time.perf_counter() - started, len(self.train_set))  # type: ignore[arg-type]  # fmt: skip
 
@@ -795,6 +801,36 @@ class Learner:
         self.save_checkpoint()
         torch.save(self.model.state_dict(), Path(self.spec.workdir) / "model.pt")
         self.records.put({"type": "done", "step": self.counters["step"], "time": time.time()})
+
+
+def rehearse(
+    model: torch.nn.Module,
+    params: Sequence[torch.Tensor],
+    loss_fn: Any,
+    x: Any,
+    y: Any,
+    autocast: Any = nullcontext,
+) -> None:
+    """One forward and backward before READY, its gradients dropped, so that a learner's
+    first step pays no first-use costs (memory for the gradients and activations, lazy
+    kernels and their workspaces; on a GPU, cuBLAS and the caching allocator) while the
+    others wait for it at a resize: the 1 GB model's first step at a new size took 1.7-2.0 s
+    against 1.1 s for the steps after it (bench/results/engine.md, section 9). In eval mode,
+    with the RNG put back: the model's state is as it was (batch norm's running statistics
+    untouched, no dropout mask drawn). A broken model fails here, before READY, with the
+    error its first step would have given."""
+    was_training = model.training
+    devices = [torch.cuda.current_device()] if torch.cuda.is_available() else []
+    with torch.random.fork_rng(devices=devices):
+        model.eval()
+        try:
+            with autocast():
+                loss = loss_fn(model(x), y)
+            loss.backward()
+        finally:
+            model.train(was_training)
+            for p in params:
+                p.grad = None
 
 
 def _correct(out: torch.Tensor, y: Any) -> float:
