@@ -7,6 +7,7 @@ import datetime
 import json
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -22,7 +23,7 @@ from tests.conftest import PROJECT_DIR, subprocess_env, wait_for
 from workers.learner import statecast
 from workers.learner.contract import load_definition
 from workers.learner.datasets import load_dataset, write_cifar10
-from workers.learner.engine import ControlWatch, rehearse
+from workers.learner.engine import INLINE_SECONDS, ControlWatch, Prefetcher, rehearse
 from workers.learner.overlap import GradBuckets, gloo_or_nccl_allreduce
 from workers.learner.partition import iterations_per_epoch, permutation
 from workers.learner.spec import JobSpec
@@ -431,6 +432,37 @@ def test_a_joiner_makes_as_many_spares_as_its_optimizer_will_keep_state(make: An
     param.grad = torch.ones(3)
     optimizer.step()
     assert guess == sum(1 for v in optimizer.state[param].values() if v.dim() > 0)
+
+
+def test_batches_slow_to_build_are_built_ahead_on_a_thread_and_cheap_ones_in_the_step() -> None:
+    threads: list[str] = []
+
+    def build(n: int, pause: float) -> list[tuple[Any, Any]]:
+        threads.append(threading.current_thread().name)
+        time.sleep(pause)
+        if n < 0:
+            raise ValueError("a broken dataset")
+        return [(torch.full((2,), float(n)), torch.tensor([n]))]
+
+    slow = Prefetcher()
+    assert slow.wanted()  # nothing timed yet
+    slow.build(build, 0, 2 * INLINE_SECONDS)  # in the step
+    assert slow.wanted() and threads == [threading.current_thread().name]
+    slow.ahead((0, 1, 2, 0), build, 1, 2 * INLINE_SECONDS)
+    assert slow.take((0, 2, 2, 0)) is None  # another key (a resize): built again in the step
+    slow.ahead((0, 1, 2, 0), build, 1, 2 * INLINE_SECONDS)
+    got = slow.take((0, 1, 2, 0))
+    assert got is not None and got[0][1].item() == 1 and slow.hits == 1
+    assert threads[-1].startswith("edt-prefetch")
+    slow.ahead((0, 2, 2, 0), build, -1, 0.0)
+    with pytest.raises(ValueError, match="a broken dataset"):  # raised in the step
+        slow.take((0, 2, 2, 0))
+    cheap = Prefetcher()
+    cheap.build(build, 0, 0.0)
+    assert not cheap.wanted()  # a thread would cost more than it saves
+    always = Prefetcher(always=True)  # a GPU's: pinned memory, copies that overlap
+    always.build(build, 0, 0.0)
+    assert always.wanted()
 
 
 class _Noisy(nn.Module):

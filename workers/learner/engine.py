@@ -59,6 +59,7 @@ EVAL_CHUNK = 512
 WATCH_SECONDS = 0.5  # rank 0's watch reads the generation and stop flag at least this often
 WATCH_RETRY_SECONDS = 0.5  # while Redis does not answer
 TORN_EXIT = 3  # left the job: a state broadcast into it failed and no checkpoint exists
+INLINE_SECONDS = 0.002  # a batch built faster than this is built in the step (Prefetcher)
 MAX_UNWRITTEN = 100_000  # train records kept while rank 0's may be unwritten (Redis away)
 
 
@@ -142,16 +143,24 @@ class ControlWatch(threading.Thread):
 
 
 class Prefetcher:
-    """Builds the next iteration's batches in a background thread while this one trains.
+    """Builds the next iteration's batches in a background thread while this one trains,
+    where building them takes long enough for that to pay.
 
     Keyed by what decides a batch (epoch, iteration, group size, rank): a key that does not
     match, after a resize say, is built again in the step, so the order never changes.
+    Batches whose last build took under ``INLINE_SECONDS`` (a tensor dataset's gather on
+    CPU: about 0.1 ms) are built in the step instead: handing them to a thread cost more
+    than that, about 0.2 ms of CPU a step on the small CNN, most of it the batch arriving
+    from another core's cache (bench/results/engine.md, section 10). With ``always`` (a
+    CUDA device: pinned memory, copies that overlap) every batch goes ahead.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, always: bool = False) -> None:
         self.pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="edt-prefetch")
+        self.always = always
         self.key: tuple[int, ...] | None = None
         self.future: Future[list[tuple[Any, Any]]] | None = None
+        self.seconds = math.inf  # the last build's time: ahead until one shows it cheap
         self.hits = 0
 
     def take(self, key: tuple[int, ...]) -> list[tuple[Any, Any]] | None:
@@ -161,9 +170,19 @@ class Prefetcher:
         self.hits += 1
         return future.result()
 
+    def build(self, build: Any, *args: Any) -> list[tuple[Any, Any]]:
+        """Build (in the step, or on the thread), timed."""
+        started = time.perf_counter()
+        batches: list[tuple[Any, Any]] = build(*args)
+        self.seconds = time.perf_counter() - started
+        return batches
+
+    def wanted(self) -> bool:
+        return self.always or self.seconds >= INLINE_SECONDS
+
     def ahead(self, key: tuple[int, ...], build: Any, *args: Any) -> None:
         self.key = key
-        self.future = self.pool.submit(build, *args)
+        self.future = self.pool.submit(self.build, build, *args)
 
 
 class Learner:
@@ -200,7 +219,7 @@ class Learner:
         self._was_rank0 = False  # rank 0 of the last generation this learner trained in
         self._last_test: dict[str, Any] | None = None  # the last evaluation's record
         self.watch = ControlWatch(jobs, slot)
-        self.prefetch = Prefetcher()
+        self.prefetch = Prefetcher(always=self.device.type == "cuda")
         self.precision = spec.precision
         # The process whose death ends this learner: the slot's worker (EDT_WATCH_PID), or
         # whoever started it.
@@ -594,11 +613,13 @@ class Learner:
         key = (epoch, iteration, self.size, self.rank)
         batches = self.prefetch.take(key)
         if batches is None:
-            batches = self._build(self._my_indices(epoch, iteration))
+            batches = self.prefetch.build(self._build, self._my_indices(epoch, iteration))
         nxt = (epoch, iteration + 1) if iteration + 1 < self.per_epoch else (epoch + 1, 0)
-        if nxt[0] < self.spec.epochs:
+        if nxt[0] < self.spec.epochs and self.prefetch.wanted():
             indices = self._my_indices(*nxt)
             self.prefetch.ahead((*nxt, self.size, self.rank), self._build, indices)
+        if self.device.type == "cpu":
+            return batches
         return [(self._to_device(x), self._to_device(y)) for x, y in batches]
 
     def _build(self, indices: list[int]) -> list[tuple[Any, Any]]:
@@ -620,7 +641,8 @@ class Learner:
         """Forward and backward over micro-batches, the gradient all-reduce launched in
         buckets during the last backward (after it, for a WMLA script's own step); returns
         the global batch's right answers (nan: not a classifier) and loss."""
-        self.model.train()
+        if not self.model.training:  # after an evaluation (every module: 0.05 ms a step)
+            self.model.train()
         self.buckets.begin()
         B, loss_part, correct = self.spec.batch_size, 0.0, 0.0
         launch = gloo_or_nccl_allreduce(self.pg)
@@ -645,7 +667,8 @@ class Learner:
         if self.defn.train_step is not None or not batches:
             self.buckets.arm(launch, self._agreement_tail(correct, loss_part))
         self.buckets.finish()
-        return float(self.buckets.tail[0]), float(self.buckets.tail[1])
+        correct, loss = self.buckets.tail[:2].tolist()
+        return correct, loss
 
     def _script_step(self, x: Any, y: Any, share: float) -> tuple[float, float]:
         """A WMLA script's ``fn_step_train`` on one micro-batch: it clears the gradients,
