@@ -150,8 +150,9 @@ class Prefetcher:
     match, after a resize say, is built again in the step, so the order never changes.
     Batches whose last build took under ``INLINE_SECONDS`` (a tensor dataset's gather on
     CPU: about 0.1 ms) are built in the step instead: handing them to a thread cost more
-    than that, about 0.2 ms of CPU a step on the small CNN, most of it the batch arriving
-    from another core's cache (bench/results/engine.md, section 10). With ``always`` (a
+    than that, about 0.25 ms of CPU a step on the small CNN (by the profile, partly its
+    first layers reading a batch from another core's cache; bench/results/engine.md,
+    section 10). With ``always`` (a
     CUDA device: pinned memory, copies that overlap) every batch goes ahead.
     """
 
@@ -833,15 +834,16 @@ def rehearse(
     x: Any,
     y: Any,
     autocast: Any = nullcontext,
-) -> None:
+) -> bool:
     """One forward and backward before READY, its gradients dropped, so that a learner's
     first step pays no first-use costs (memory for the gradients and activations, lazy
     kernels and their workspaces; on a GPU, cuBLAS and the caching allocator) while the
-    others wait for it at a resize: the 1 GB model's first step at a new size took 1.7-2.0 s
+    others wait for it at a resize: the 1 GB model's first step at a new size took 1.7 s
     against 1.1 s for the steps after it (bench/results/engine.md, section 9). In eval mode,
     with the RNG put back: the model's state is as it was (batch norm's running statistics
-    untouched, no dropout mask drawn). A broken model fails here, before READY, with the
-    error its first step would have given."""
+    untouched, no dropout mask drawn). Only a rehearsal: a model that fails it (one whose
+    output in eval mode its loss does not take, say) is left to its first step, which
+    raises whatever is wrong with it. False when it failed."""
     was_training = model.training
     devices = [torch.cuda.current_device()] if torch.cuda.is_available() else []
     with torch.random.fork_rng(devices=devices):
@@ -850,10 +852,14 @@ def rehearse(
             with autocast():
                 loss = loss_fn(model(x), y)
             loss.backward()
+        except Exception as exc:
+            log.info("no rehearsal of the first step (%s: %s)", type(exc).__name__, exc)
+            return False
         finally:
             model.train(was_training)
             for p in params:
                 p.grad = None
+    return True
 
 
 def _correct(out: torch.Tensor, y: Any) -> float:
