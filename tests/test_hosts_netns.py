@@ -237,6 +237,13 @@ def steps_done(job: Job) -> int:
     return Job.objects.get(pk=job.pk).steps_done
 
 
+def trained_in(job: Job, gen: int) -> bool:
+    """A step of generation ``gen`` or later is in the job's stream: its members hold the
+    job's state (a generation's state broadcast comes before its first step)."""
+    return any(r.get("type") == "train" and r.get("gen", 0) >= gen
+               for _, r in services.job_store(job.pk).read_metrics())  # fmt: skip
+
+
 def on(host: Host, slots: list[str]) -> bool:
     return any(s.startswith(f"{host.name}.") for s in slots)
 
@@ -290,6 +297,11 @@ def test_a_job_across_two_namespaced_hosts_survives_a_killed_and_a_partitioned_h
     hosts.start(a)  # the machine is back
     wait_for(lambda: workers_of(job) == 2 and on(a, members(job)), 240, "the job back on a")
     timings["killed: grown back after the restart"] = time.monotonic() - back_at
+    # (b) is a partition during training: first the joiner on a holds the job's state. Cut
+    # while it was still receiving it, the only whole copy would go with b, and a would
+    # rightly go back to the last checkpoint (CI saw 9 iterations redone that way).
+    regrown = services.job_store(job.pk).generation()
+    wait_for(lambda: trained_in(job, regrown), 60, "a step on both hosts again")
 
     # (b) Host b's link goes down for 20 s: it and its learner are partitioned away.
     jobs = services.job_store(job.pk)
