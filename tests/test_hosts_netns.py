@@ -297,13 +297,13 @@ def test_a_job_across_two_namespaced_hosts_survives_a_killed_and_a_partitioned_h
     hosts.start(a)  # the machine is back
     wait_for(lambda: workers_of(job) == 2 and on(a, members(job)), 240, "the job back on a")
     timings["killed: grown back after the restart"] = time.monotonic() - back_at
-    # (b) is a partition during training: first the joiner on a holds the job's state. Cut
-    # while it was still receiving it, the only whole copy would go with b, and a would
-    # rightly go back to the last checkpoint (CI saw 9 iterations redone that way).
+
+    # (b) Host b's link goes down for 20 s: it and its learner are partitioned away, during
+    # training: once the joiner on a holds the job's state. Cut while a was still receiving
+    # it, the only whole copy would go with b, and a would rightly go back to the last
+    # checkpoint (CI saw 9 iterations redone that way).
     regrown = services.job_store(job.pk).generation()
     wait_for(lambda: trained_in(job, regrown), 60, "a step on both hosts again")
-
-    # (b) Host b's link goes down for 20 s: it and its learner are partitioned away.
     jobs = services.job_store(job.pk)
     slot_b = next(s for s in members(job) if on(b, [s]))
     token = jobs.dispatches()[slot_b]

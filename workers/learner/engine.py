@@ -152,8 +152,8 @@ class Prefetcher:
     CPU: about 0.1 ms) are built in the step instead: handing them to a thread cost more
     than that, about 0.25 ms of CPU a step on the small CNN (by the profile, partly its
     first layers reading a batch from another core's cache; bench/results/engine.md,
-    section 10). With ``always`` (a
-    CUDA device: pinned memory, copies that overlap) every batch goes ahead.
+    section 10). With ``always`` (a CUDA device: pinned memory, copies that overlap) every
+    batch goes ahead.
     """
 
     def __init__(self, always: bool = False) -> None:
@@ -775,15 +775,15 @@ class Learner:
         self.counters["epoch"] += 1
         self.counters["iteration"] = 0
         loss, correct, count = (float(v) for v in totals)
-        acc = correct / max(count, 1.0)
+        loss, acc = loss / max(count, 1.0), correct / max(count, 1.0)
         # built by every member (the totals are all-reduced), like the train records
         self._last_test = {"type": "test", "epoch": epoch, "step": self.counters["step"],
-                           "test_loss": loss / max(count, 1.0), "test_accuracy": acc,
+                           "test_loss": loss, "test_accuracy": acc,
                            "time": time.time()}  # fmt: skip
         if self.rank == 0:
             self.records.put(self._last_test)
-            self._driver_log("log_test_metrics", loss / max(count, 1.0), 100.0 * acc,
-                             self.counters["step"], self.rank)  # fmt: skip
+            self._driver_log("log_test_metrics", loss, 100.0 * acc, self.counters["step"],
+                             self.rank)  # fmt: skip
         self._every_rank("on_epoch_end", epoch)
         if self.rank == 0 and self.counters["epoch"] % max(self.spec.checkpoint_every, 1) == 0:
             self.save_checkpoint()
