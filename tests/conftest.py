@@ -149,9 +149,12 @@ def load_factor() -> float:
     return min(6.0, max(1.0, per_core))
 
 
-def wait_for(predicate: Callable[[], Any], timeout: float, what: str, step: float = 0.1) -> Any:
+def wait_for(
+    predicate: Callable[[], Any], timeout: float, what: str | Callable[[], str], step: float = 0.1
+) -> Any:
     """Poll ``predicate`` until it returns something truthy; fail after ``timeout`` s, scaled
-    by :func:`load_factor` when the machine is busy."""
+    by :func:`load_factor` when the machine is busy. ``what`` names the condition, or says
+    what was seen instead when called at the deadline."""
     limit = timeout * load_factor()
     deadline = time.monotonic() + limit
     while True:
@@ -159,7 +162,8 @@ def wait_for(predicate: Callable[[], Any], timeout: float, what: str, step: floa
         if value:
             return value
         if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {limit:.0f} s waiting for {what}")
+            said = what() if callable(what) else what
+            raise AssertionError(f"timed out after {limit:.0f} s waiting for {said}")
         time.sleep(step)
 
 

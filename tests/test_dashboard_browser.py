@@ -35,6 +35,13 @@ def cluster_allocation(page: Page) -> dict[str, float]:
     return dict(page.evaluate(script))
 
 
+def stop(page: Page, job: str) -> None:
+    page.goto(job)
+    page.once("dialog", lambda dialog: dialog.accept())
+    page.click("#stop-job")
+    page.wait_for_function("document.getElementById('job-state').textContent === 'stopped'")
+
+
 def reloaded(page: Page) -> Page:
     page.reload()
     return page
@@ -96,8 +103,11 @@ def test_upload_train_watch_reprioritise_and_download(
         page.wait_for_url(re.compile(r".*/models/\d+/$"))
         wait_for(lambda: reloaded(page).inner_text("#model-status") == "valid", 60, "the check")
 
-        # The first job: charts gain points without a reload.
-        first = train(page, base, "first", "shapes", "paced", epochs=30)
+        # The first job: charts gain points without a reload. It and the second run until
+        # stopped (400 epochs, minutes), so that both hold slots through every check on
+        # their shares however slow a busy machine makes this page: a 30-epoch first job
+        # (15 s) could end before the second's learners started.
+        first = train(page, base, "first", "shapes", "paced", epochs=400)
         page.wait_for_function(  # the job has started and drawn its first iterations
             "document.getElementById('chart-loss').data?.[0]?.x?.length > 3", timeout=120_000
         )
@@ -113,17 +123,19 @@ def test_upload_train_watch_reprioritise_and_download(
         page.screenshot(path=str(ARTIFACTS / "job.png"), full_page=True)
 
         # A second job shares the 4 slots; its priority slider gives it 3.
-        second = train(page, base, "second", "shapes", "paced", epochs=60)
+        second = train(page, base, "second", "shapes", "paced", epochs=400)
         page.goto(base + "/")
         page.wait_for_function("document.getElementById('chart-allocation').data?.length >= 2")
-        wait_for(lambda: cluster_allocation(page) == {"first": 2, "second": 2}, 15, "2/2")
+        wait_for(lambda: cluster_allocation(page) == {"first": 2, "second": 2}, 15,
+                 lambda: f"2/2, the chart shows {cluster_allocation(page)}")  # fmt: skip
         page.goto(base + "/jobs/")
         slider = page.locator(f"input.priority[data-job='{second.rstrip('/').split('/')[-1]}']")
         slider.fill("10000")
         slider.press("Enter")
         page.goto(base + "/")
         started = time.monotonic()
-        wait_for(lambda: cluster_allocation(page) == {"first": 1, "second": 3}, 5, "3/1")
+        wait_for(lambda: cluster_allocation(page) == {"first": 1, "second": 3}, 5,
+                 lambda: f"3/1, the chart shows {cluster_allocation(page)}")  # fmt: skip
         assert time.monotonic() - started < 5
         page.screenshot(path=str(ARTIFACTS / "cluster.png"), full_page=True)
         page.reload()  # a fresh page names the job on every slot and says nothing waits
@@ -138,15 +150,6 @@ def test_upload_train_watch_reprioritise_and_download(
         )
         assert page.inner_text("#queue") == "Nothing waits."
 
-        # The first job completes; its final model downloads and loads.
-        page.goto(first)
-        page.wait_for_selector("#download-model", timeout=120_000)
-        with page.expect_download() as download:
-            page.click("#download-model")
-        saved = tmp_path / "model.pt"
-        download.value.save_as(saved)
-        state = torch.load(saved, weights_only=True)
-        assert any(name.endswith("weight") for name in state)
         # A page left open on a running job follows it when it ends (stopped from another
         # tab): no workers, no ETA, no Stop or priority; Delete and the checkpoints appear.
         browser = page.context.browser
@@ -156,9 +159,7 @@ def test_upload_train_watch_reprioritise_and_download(
         watcher.goto(second)
         watcher.wait_for_selector("#stop-job")
         assert watcher.inner_text("#job-state") == "running"
-        page.goto(second)
-        page.once("dialog", lambda dialog: dialog.accept())
-        page.click("#stop-job")
+        stop(page, second)
         watcher.wait_for_function("document.getElementById('job-state').textContent === 'stopped'")
         assert (watcher.inner_text("#workers"), watcher.inner_text("#eta")) == ("0", "\u2013")
         assert watcher.is_hidden("#stop-job") and watcher.is_hidden("#priority")
@@ -166,6 +167,19 @@ def test_upload_train_watch_reprioritise_and_download(
         assert watcher.is_visible("#delete-job")
         watcher.wait_for_selector("#downloads a[href*='step-']")
         assert watcher.locator("#log-tabs button").count() >= 1
+        stop(page, first)
+
+        # A short job runs to its end on the page that started it, whose final model then
+        # downloads and loads.
+        train(page, base, "third", "shapes", "paced", epochs=3)
+        page.wait_for_selector("#download-model", timeout=120_000)
+        assert page.inner_text("#job-state") == "completed"
+        with page.expect_download() as download:
+            page.click("#download-model")
+        saved = tmp_path / "model.pt"
+        download.value.save_as(saved)
+        state = torch.load(saved, weights_only=True)
+        assert any(name.endswith("weight") for name in state)
 
     # Pages and API on the web port; WebSockets on the live port of the same host.
     outside = [u for u in requests if not re.match(r"(http|ws)://127\.0\.0\.1:\d+/", u)]
