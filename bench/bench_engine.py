@@ -62,6 +62,7 @@ from workers.learner.spec import JobSpec  # noqa: E402
 CNN = PROJECT / "examples" / "cnn.py"
 WIDE = PROJECT / "bench" / "wide_mlp.py"
 CLK = os.sysconf("SC_CLK_TCK")
+READ_SECONDS = 0.2  # how often the engine's throughput run looks at its records
 
 
 @dataclass(frozen=True)
@@ -122,35 +123,56 @@ def engine_run(redis_url: str, s: Setup, workers: int, data: Path, tmp: Path) ->
     job = f"bench-{uuid.uuid4().hex[:8]}"
     cmd = [*python(), "-m", "workers.learner.drive", "--model", str(s.model),
            "--data", str(data), "--schedule", f"0:{workers}", "--batch-size", str(s.batch),
-           "--max-steps", str(s.warmup + s.steps + 5), "--epochs", "1000",
+           "--max-steps", str(s.warmup + s.steps + s.steps // 2), "--epochs", "1000",
            "--checkpoint-every", "1000", "--workdir", str(tmp / job), "--job", job]  # fmt: skip
     env = dict(os.environ, REDIS_URL=redis_url)
     proc = subprocess.Popen(cmd, cwd=PROJECT, env=env, stdout=subprocess.DEVNULL,
                             stderr=subprocess.PIPE, text=True)  # fmt: skip
     jobs = JobStore(connect(redis_url), job)
     stream, last = jobs.key("metrics"), "0-0"
-    marks: dict[int, tuple[float, float]] = {}
+    edges = (s.warmup, s.warmup + s.steps)
+    times: dict[int, float] = {}  # the window's edges, as the learners timed them
+    learners: list[int] = []
+    cpu: list[tuple[float, float]] = []  # (time, the learners' CPU seconds), each poll
     try:
-        while len(marks) < 2:
+        # A look every READ_SECONDS, not a blocking read woken by every write: the reader
+        # shares the cores with the learners (1 % of one when it read each write).
+        # Training goes on for half a window after it, so that a look comes after its end
+        # while every learner still runs.
+        while len(times) < 2 or not cpu or cpu[-1][0] < times[edges[1]]:
             if proc.poll() is not None:
                 raise RuntimeError(
                     f"drive exited early: {proc.stderr.read() if proc.stderr else ''}"
                 )
-            reply: Any = jobs.r.xread({stream: last}, block=500)
+            if len(learners) < workers:  # the driver's children: its learners, once all are up
+                learners = children(proc.pid)
+            if len(learners) == workers and all(Path(f"/proc/{p}").exists() for p in learners):
+                cpu.append((time.time(), cpu_seconds(learners)))
+            reply: Any = jobs.r.xread({stream: last})
             for _key, entries in reply or []:
                 for eid, fields in entries:
                     last = eid
                     rec = json.loads(fields["json"])
-                    if rec["type"] == "train" and rec["step"] in (s.warmup, s.warmup + s.steps):
-                        marks[rec["step"]] = (rec["time"], cpu_seconds(children(proc.pid)))
+                    if rec["type"] == "train" and rec["step"] in edges:
+                        times[rec["step"]] = rec["time"]
+            time.sleep(READ_SECONDS)
         proc.wait(timeout=600)
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
-    (t0, c0), (t1, c1) = marks[s.warmup], marks[s.warmup + s.steps]
+    t0, t1 = times[edges[0]], times[edges[1]]
+    used = interpolate(cpu, t1) - interpolate(cpu, t0)
     return {"samples_per_s": s.steps * s.batch / (t1 - t0),
-            "cpu_ms_per_step": (c1 - c0) * 1000 / (s.steps * workers)}  # fmt: skip
+            "cpu_ms_per_step": used * 1000 / (s.steps * workers)}  # fmt: skip
+
+
+def interpolate(samples: list[tuple[float, float]], at: float) -> float:
+    """The CPU seconds at time ``at``, between the two samples around it."""
+    for (ta, ca), (tb, cb) in itertools.pairwise(samples):
+        if ta <= at <= tb:
+            return ca + (cb - ca) * (at - ta) / max(tb - ta, 1e-9)
+    raise ValueError(f"no CPU samples around {at}")
 
 
 class AgentStore:

@@ -27,7 +27,7 @@ log = logging.getLogger("edt.learner")
 RETRY_SECONDS = (0.05, 0.1, 0.2, 0.5, 1.0)  # while Redis does not answer, then every 1 s
 # At most one write this often: steps of a few ms go out a few at a time, in one pipeline,
 # not a Redis round trip (and its CPU, on the learner's host and Redis') per step.
-WRITE_SECONDS = 0.05
+WRITE_SECONDS = 0.1
 
 
 class RecordWriter(threading.Thread):
