@@ -136,9 +136,9 @@ def engine_run(redis_url: str, s: Setup, workers: int, data: Path, tmp: Path) ->
     cpu: list[tuple[float, float]] = []  # (time, the learners' CPU seconds), each poll
     try:
         # A look every READ_SECONDS, not a blocking read woken by every write: the reader
-        # shares the cores with the learners (1 % of one when it read each write).
-        # Training goes on for half a window after it, so that a look comes after its end
-        # while every learner still runs.
+        # shares the cores with the learners (1 % of one when it read each write). The run
+        # trains half a window past the window's end (--max-steps), so that a look comes
+        # after that end while every learner still runs.
         while len(times) < 2 or not cpu or cpu[-1][0] < times[edges[1]]:
             if proc.poll() is not None:
                 raise RuntimeError(
