@@ -572,10 +572,10 @@ class Learner:
             self._every_rank("on_epoch_begin", epoch)
         batches = self._batches_for(epoch, iteration)
         try:
-            correct, loss = self._accumulate(batches)
+            tail = self._accumulate(batches)
         except BucketFailure as exc:
             raise CollectiveFailure(str(exc)) from exc
-        tail = self.buckets.tail.tolist()
+        correct, loss = tail[0], tail[1]
         if not math.isfinite(loss):
             raise UserCodeError(f"the loss is {loss} at epoch {epoch}, iteration {iteration}")
         self._apply()
@@ -638,10 +638,12 @@ class Learner:
             return value.to(self.device, non_blocking=True)
         return value
 
-    def _accumulate(self, batches: list[tuple[Any, Any]]) -> tuple[float, float]:
+    def _accumulate(self, batches: list[tuple[Any, Any]]) -> list[float]:
         """Forward and backward over micro-batches, the gradient all-reduce launched in
         buckets during the last backward (after it, for a WMLA script's own step); returns
-        the global batch's right answers (nan: not a classifier) and loss."""
+        the all-reduced agreement (``_agreement_tail``): the global batch's right answers
+        (nan: not a classifier) and loss, rank 0's generation, stop flag and records
+        written."""
         if not self.model.training:  # after an evaluation (every module: 0.05 ms a step)
             self.model.train()
         self.buckets.begin()
@@ -668,8 +670,7 @@ class Learner:
         if self.defn.train_step is not None or not batches:
             self.buckets.arm(launch, self._agreement_tail(correct, loss_part))
         self.buckets.finish()
-        correct, loss = self.buckets.tail[:2].tolist()
-        return correct, loss
+        return self.buckets.tail.tolist()
 
     def _script_step(self, x: Any, y: Any, share: float) -> tuple[float, float]:
         """A WMLA script's ``fn_step_train`` on one micro-batch: it clears the gradients,
