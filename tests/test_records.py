@@ -43,3 +43,32 @@ def test_records_reach_the_stream_in_order_without_a_wake_up_per_record(
         assert woke < 200 and woke <= 8 * writes, f"{woke} waits in {took:.2f} s"
     finally:
         writer.close()
+
+
+def test_records_put_while_redis_is_away_are_kept_and_written_in_order_once_it_is_back(
+    tmp_path: Path,
+) -> None:
+    redis = RedisServer(tmp_path / "redis", appendonly=True).start()
+    jobs = JobStore(connect(redis.url, timeout=0.5), "away")
+    writer = RecordWriter(jobs)
+    writer.start()
+    try:
+        writer.put({"type": "train", "step": 1})
+        wait_for(lambda: writer.written == 1, 10, "the first record written")
+        assert writer.native_id is not None
+        redis.kill()  # kill -9
+        before = context_switches(writer.native_id)
+        for step in range(2, 102):
+            writer.put({"type": "train", "step": step})  # neither raises nor blocks
+            time.sleep(0.002)
+        woke = context_switches(writer.native_id) - before
+        assert writer.written == 1  # nothing pretended written
+        redis.start()
+        wait_for(lambda: writer.written == 101, 30, "every record written once Redis is back")
+        assert [r["step"] for _, r in jobs.read_metrics()] == list(range(1, 102))
+        # Its retries keep their back-off (RETRY_SECONDS), a few waits each: a record does
+        # not cut one short (when each did, it waited once per record: 101 here).
+        assert woke < 30, f"{woke} waits while Redis was away"
+    finally:
+        writer.close()
+        redis.stop()
