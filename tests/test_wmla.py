@@ -148,7 +148,9 @@ def test_a_notebook_submits_polls_reads_the_log_and_gets_the_model(
         if state in ENDED:
             break
         time.sleep(0.5)
-    assert state == "FINISHED", exec_
+    if state != "FINISHED":
+        log = requests.get(f"{url}/execs/{exec_id}/log", auth=auth, headers=HEADERS).json()
+        pytest.fail(f"exec {state}: {exec_['error']!r}; its log ends:\n{log[-3000:]}")
     assert exec_["maxWorkers"] == 2 and exec_["framework"] == "edtPyTorch"
 
     log = requests.get(f"{url}/execs/{exec_id}/log", auth=auth, headers=HEADERS).json()
