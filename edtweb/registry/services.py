@@ -122,12 +122,21 @@ def start_check(model: ModelDefinition, data: Path | None = None, wait: bool = F
             stdout=subprocess.DEVNULL,
             stderr=err,
         )
-    _pid_file(model.pk).write_text(f"{proc.pid} {time.time()} command")
+    _write_pid_file(model.pk, f"{proc.pid} {time.time()} command")
     threading.Thread(target=proc.wait, daemon=True).start()  # reaped, never a zombie
 
 
 def _pid_file(model_pk: int) -> Path:
     return Path(settings.EDT_DATA_DIR) / "models" / str(model_pk) / "check.pid"
+
+
+def _write_pid_file(model_pk: int, text: str) -> None:
+    """Replace the pid file whole: a reader (any page's look for dead checkers) never sees
+    it empty or half written, which it would take for a checker gone, and start another."""
+    path = _pid_file(model_pk)
+    part = path.with_name(f"{path.name}.{os.getpid()}.{threading.get_ident()}")
+    part.write_text(text)
+    os.replace(part, path)
 
 
 def run_check(model_pk: int, data: Path | None = None) -> None:
@@ -139,7 +148,7 @@ def run_check(model_pk: int, data: Path | None = None) -> None:
     if not pid_file.parent.exists():
         return
     command = "edt_check_model" in " ".join(sys.argv)
-    pid_file.write_text(f"{os.getpid()} {time.time()} {'command' if command else 'here'}")
+    _write_pid_file(model_pk, f"{os.getpid()} {time.time()} {'command' if command else 'here'}")
     close_old_connections()
     try:
         model = ModelDefinition.objects.get(pk=model_pk)
@@ -159,7 +168,8 @@ def run_check(model_pk: int, data: Path | None = None) -> None:
             status=ModelDefinition.Status.INVALID, error=f"the check itself failed: {exc}"
         )
     finally:
-        pid_file.unlink(missing_ok=True)
+        if _pid_in(pid_file) == os.getpid():  # not a checker started since in its place
+            pid_file.unlink(missing_ok=True)
     _after_check(model_pk)
     close_old_connections()
 
@@ -214,6 +224,13 @@ def recover_stale_checks() -> None:
         log.warning("model %s: its check is gone; checking it again", model.pk)
         restarts.write_text(str(tries + 1))
         start_check(model)
+
+
+def _pid_in(pid_file: Path) -> int | None:
+    try:
+        return int(pid_file.read_text().split()[0])
+    except (OSError, IndexError, ValueError):
+        return None
 
 
 def _checker_alive(model_pk: int) -> bool:
