@@ -18,22 +18,34 @@ def context_switches(tid: int) -> int:
     return int(line.split()[1])
 
 
+def started_writer(jobs: JobStore) -> RecordWriter:
+    """A writer that has written step 1, and now waits for records."""
+    writer = RecordWriter(jobs)
+    writer.start()
+    writer.put({"type": "train", "step": 1})  # an idle writer wakes for a record
+    wait_for(lambda: writer.written == 1, 10, "the first record written")
+    assert writer.native_id is not None
+    return writer
+
+
+def put_steps(writer: RecordWriter, last: int) -> tuple[int, float]:
+    """Steps 2 to ``last`` put as short training steps would; the writer's waits meanwhile
+    and the seconds they took."""
+    assert writer.native_id is not None
+    before, started = context_switches(writer.native_id), time.monotonic()
+    for step in range(2, last + 1):
+        writer.put({"type": "train", "step": step})  # neither raises nor blocks
+        time.sleep(0.002)  # a short training step
+    return context_switches(writer.native_id) - before, time.monotonic() - started
+
+
 def test_records_reach_the_stream_in_order_without_a_wake_up_per_record(
     private_redis: RedisServer,
 ) -> None:
     jobs = JobStore(connect(private_redis.url), "records")
-    writer = RecordWriter(jobs)
-    writer.start()
+    writer = started_writer(jobs)
     try:
-        writer.put({"type": "train", "step": 1})  # an idle writer wakes for a record
-        wait_for(lambda: writer.written == 1, 10, "the first record written")
-        assert writer.native_id is not None
-        before, started = context_switches(writer.native_id), time.monotonic()
-        for step in range(2, 202):
-            writer.put({"type": "train", "step": step})
-            time.sleep(0.002)  # a short training step
-        woke = context_switches(writer.native_id) - before
-        took = time.monotonic() - started
+        woke, took = put_steps(writer, 201)
         wait_for(lambda: writer.written == 201, 10, "every record written")
         assert [r["step"] for _, r in jobs.read_metrics()] == list(range(1, 202))
         # While training, the thread writes what gathered every WRITE_SECONDS (a Redis
@@ -50,18 +62,10 @@ def test_records_put_while_redis_is_away_are_kept_and_written_in_order_once_it_i
 ) -> None:
     redis = RedisServer(tmp_path / "redis", appendonly=True).start()
     jobs = JobStore(connect(redis.url, timeout=0.5), "away")
-    writer = RecordWriter(jobs)
-    writer.start()
+    writer = started_writer(jobs)
     try:
-        writer.put({"type": "train", "step": 1})
-        wait_for(lambda: writer.written == 1, 10, "the first record written")
-        assert writer.native_id is not None
         redis.kill()  # kill -9
-        before = context_switches(writer.native_id)
-        for step in range(2, 102):
-            writer.put({"type": "train", "step": step})  # neither raises nor blocks
-            time.sleep(0.002)
-        woke = context_switches(writer.native_id) - before
+        woke, _took = put_steps(writer, 101)
         assert writer.written == 1  # nothing pretended written
         redis.start()
         wait_for(lambda: writer.written == 101, 30, "every record written once Redis is back")

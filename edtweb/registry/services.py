@@ -168,7 +168,8 @@ def run_check(model_pk: int, data: Path | None = None) -> None:
             status=ModelDefinition.Status.INVALID, error=f"the check itself failed: {exc}"
         )
     finally:
-        if _pid_in(pid_file) == os.getpid():  # not a checker started since in its place
+        checker = _checker_of(model_pk)
+        if checker and checker[0] == os.getpid():  # not a checker started in its place
             pid_file.unlink(missing_ok=True)
     _after_check(model_pk)
     close_old_connections()
@@ -195,10 +196,8 @@ def check_progress(model: ModelDefinition) -> dict[str, Any] | None:
     """A check in progress: seconds since it started and its limit (None: not checking)."""
     if model.status != ModelDefinition.Status.CHECKING:
         return None
-    try:
-        started = float(_pid_file(model.pk).read_text().split()[1])
-    except (OSError, IndexError, ValueError):
-        started = model.created_at.timestamp()
+    checker = _checker_of(model.pk)
+    started = checker[1] if checker else model.created_at.timestamp()
     return {"seconds": max(0.0, time.time() - started), "limit": CHECK_TIMEOUT}
 
 
@@ -226,22 +225,26 @@ def recover_stale_checks() -> None:
         start_check(model)
 
 
-def _pid_in(pid_file: Path) -> int | None:
+def _checker_of(model_pk: int) -> tuple[int, float, str] | None:
+    """What the pid file says: the checker's pid, when it started and how it runs."""
     try:
-        return int(pid_file.read_text().split()[0])
-    except (OSError, IndexError, ValueError):
+        pid, started, how = _pid_file(model_pk).read_text().split()[:3]
+        return int(pid), float(started), how
+    except (OSError, ValueError):  # no file, or not three fields
         return None
 
 
 def _checker_alive(model_pk: int) -> bool:
     """The process named in the pid file still runs the model's check: the detached
     command, or a platform process that runs it itself (``wait``)."""
+    checker = _checker_of(model_pk)
+    if checker is None:
+        return False
+    pid, _started, how = checker
     try:
-        pid_text, _started, how = _pid_file(model_pk).read_text().split()[:3]
-        pid = int(pid_text)
         stat = Path(f"/proc/{pid}/stat").read_text()
         cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
-    except (OSError, ValueError):
+    except OSError:
         return False
     if stat.rsplit(")", 1)[-1].split()[0] in ("Z", "X"):  # exited, not yet reaped
         return False
