@@ -342,3 +342,33 @@ def test_events_written_together_read_back_as_recorded(alice: Any) -> None:
     JobEvent.insert_many(recorded)
     back = [(e.job_id, e.at, e.kind, e.message, e.data) for e in JobEvent.objects.filter(job=job)]
     assert back == [(e.job_id, e.at, e.kind, e.message, e.data) for e in recorded]
+
+
+def test_a_slot_given_away_while_its_jobs_shrink_waits_is_not_held_twice(
+    client: redis.Redis, alice: Any
+) -> None:
+    """A's two learners form a generation not yet adopted when B arrives: A's shrink waits
+    for it (shrink_to), but the decision gave A's second slot to B at once. The step after
+    found the slot held by both and failed, and so did every later one: no runner ticked
+    again, so A never shrank nor completed and B never started (a live run hung so)."""
+    a = Job.objects.create(owner=alice, name="A", model_path="m.py", data_path="d",
+                           max_workers=2)  # fmt: skip
+    alive = slots(2)
+    live = LiveScheduler()
+    live.step(alive)
+    runner = live.runners[a.pk]
+    both = list(runner.coord.joining)
+    runner.coord.joining = []
+    runner.coord.publish(both, "formed")  # not adopted: the job is not settled
+    b = Job.objects.create(owner=alice, name="B", model_path="m.py", data_path="d",
+                           max_workers=2)  # fmt: skip
+    live.step(alive)  # A 2→1, B 0→1 on the slot A lets go
+    live.step(alive)
+    holding = {pk: r.holding() for pk, r in live.runners.items()}
+    assert holding == {a.pk: both[:1], b.pk: both[1:]}
+    assert runner.coord.members == both  # still training on both until the shrink's generation
+    assert live.allocations().jobs[a.pk].members == tuple(both[:1])  # what pages show
+    runner.jobs.adopt(runner.jobs.generation())  # settled: the shrink goes ahead
+    Job.objects.filter(pk=a.pk).update(priority=5001)  # a change, so that the next step ticks
+    live.step(alive)
+    assert runner.coord.members == both[:1] and runner.leaving == set()

@@ -46,6 +46,10 @@ class JobRunner:
         self.tail = ""  # the stream id of the learners' latest record seen
         self.over = False  # the learners said training is over: no learner joins any more
         self.moved = False  # the last tick took a transition
+        # Members the scheduler has placed elsewhere: their slots are another job's from
+        # that decision on, though they train here until the shrink's generation (which
+        # waits for the job to settle) lets them go.
+        self.leaving: set[str] = set()
         if resume:
             self._resume()
 
@@ -73,10 +77,13 @@ class JobRunner:
         suspended holds none: its slots go to others as soon as its learners are out."""
         if self.phase in (JobPhase.SUSPENDING, *FINAL):
             return []
-        return [*self.coord.members, *self.coord.joining]
+        return [*self._staying(), *self.coord.joining]
+
+    def _staying(self) -> list[str]:
+        return [s for s in self.coord.members if s not in self.leaving]
 
     def members(self) -> list[str]:
-        return [] if not self.holding() else list(self.coord.members)
+        return [] if not self.holding() else self._staying()
 
     def joiners(self) -> list[str]:
         return [] if not self.holding() else list(self.coord.joining)
@@ -95,6 +102,10 @@ class JobRunner:
             if slot in c.joining:  # not admitted yet: call it off
                 c.joining.remove(slot)
                 self.launcher.kill(slot)
+            elif slot in c.members:
+                self.leaving.add(slot)
+        self.leaving.difference_update(joined)  # placed here again before it left: it stays
+        joined = tuple(s for s in joined if s not in c.members)
         if joined and not self.over:  # training finished: no learner joins any more
             c.start_joiners(list(joined))
         self.want = want
@@ -145,10 +156,12 @@ class JobRunner:
 
     def _resize(self, alive: set[str] | None) -> None:
         c = self.coord
-        if self.want > len(c.members):
+        if self.leaving or 0 < self.want < len(c.members):  # those placed elsewhere go first
+            keep = min(self.want, len(c.members) - len(self.leaving))
+            c.shrink_to(keep, alive=set(c.members if alive is None else alive) - self.leaving)
+        elif self.want > len(c.members):
             c.grow_to(self.want)
-        elif 0 < self.want < len(c.members):
-            c.shrink_to(self.want, alive=alive)
+        self.leaving.intersection_update(c.members)
 
     def _enter(self, transition: Transition) -> str | None:
         """Carry out a transition's effects; the job's resting state when it ends here."""
