@@ -87,10 +87,14 @@ class GradBuckets:
         self._works: list[Any] = []
         self._launch: Callable[[torch.Tensor], Any] | None = None
         self._error: BaseException | None = None
+        # With every gradient in one bucket there is nothing to overlap: that bucket can
+        # only go once backward is over, so ``finish`` copies the gradients in and
+        # launches it, without a Python hook per parameter during backward.
+        overlap = sum(1 for idx in groups if idx) > 1
         self._hooks = [
             p.register_post_accumulate_grad_hook(self._hook(i))  # type: ignore[no-untyped-call]
             for i, p in enumerate(params)
-        ]
+        ] if overlap else []  # fmt: skip
 
     @property
     def count(self) -> int:
@@ -156,12 +160,18 @@ class GradBuckets:
         counts as zero), wait for every bucket and point each ``.grad`` at its sum."""
         if self._launch is None:
             raise RuntimeError("finish() without arm()")
+        into, grads = [], []
         for i, p in enumerate(self.params):
             if i not in self._done:
                 if p.grad is None:
                     self.views[i].zero_()
                 elif p.grad.data_ptr() != self.views[i].data_ptr():
-                    self.views[i].copy_(p.grad)
+                    into.append(self.views[i])
+                    grads.append(p.grad)
+        if into:
+            torch._foreach_copy_(into, grads)  # one call, not one copy per parameter
+        for i in range(len(self.params)):
+            if i not in self._done:
                 self._mark(i)
         self._launch = None
         try:
