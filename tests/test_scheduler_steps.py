@@ -372,3 +372,33 @@ def test_a_slot_given_away_while_its_jobs_shrink_waits_is_not_held_twice(
     Job.objects.filter(pk=a.pk).update(priority=5001)  # a change, so that the next step ticks
     live.step(alive)
     assert runner.coord.members == both[:1] and runner.leaving == set()
+
+
+def test_a_decision_that_cannot_be_applied_still_lets_every_job_move_on(
+    client: redis.Redis, alice: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """However the runners' slots came not to add up (one such bug is fixed above), the
+    decision over them fails; the step still ticks every runner, so jobs go on and end,
+    and says why once. Before, every step raised before any runner ticked: no job moved."""
+    a, b = (Job.objects.create(owner=alice, name=name, model_path="m.py", data_path="d",
+                               max_workers=1) for name in "AB")  # fmt: skip
+    alive = slots(2)
+    live = LiveScheduler()
+    live.step(alive)
+    runner = live.runners[a.pk]
+    (slot_a,) = runner.coord.joining
+    runner.coord.joining = []
+    runner.coord.publish([slot_a], "formed")  # A's learner formed its generation...
+    live.runners[b.pk].coord.joining.append(slot_a)  # ...and B's runner claims its slot too
+    runner.jobs.adopt(runner.jobs.generation())  # (which marks A changed: it is ticked)
+    caplog.set_level("INFO", logger="edt.scheduler")
+    for _ in range(3):
+        live.step(alive)  # no exception: the decision is not applied, the runners tick
+    failures = [r for r in caplog.records if "could not be applied" in r.getMessage()]
+    assert len(failures) == 1 and "held twice" in caplog.text
+    a.refresh_from_db()
+    assert a.state == Job.State.RUNNING  # A's tick took it into training
+    Store(client).save_progress(str(a.pk), "0-0", 10)  # A's learners finished, all stored
+    live.step(alive)
+    a.refresh_from_db()
+    assert a.state == Job.State.COMPLETED

@@ -14,6 +14,7 @@ from datetime import datetime
 from typing import Any
 
 from django.conf import settings
+from django.db import OperationalError
 
 from edtweb.celery import app as celery_app
 from edtweb.training import services
@@ -74,6 +75,7 @@ class LiveScheduler:
         self.decided: tuple[object, ...] | None = None  # the inputs of the last decision
         self.views: dict[int, tuple[ViewInputs, JobView]] = {}  # job -> made of, view
         self.slots: dict[str, Slot] = {}  # slot id -> the placement's Slot, made once
+        self.unapplied: tuple[str, float] | None = None  # why the last decision was not, since
 
     def step(self, alive: list[SlotInfo]) -> bool:
         """One decision and one protocol step for every job; True when a job wants another
@@ -109,10 +111,29 @@ class LiveScheduler:
             decision = decide(self._snapshot(jobs, held, speedups, attained), self.policy)
             try:
                 self._apply(jobs, usable, decision, holding)
+                self.decided, self.unapplied = inputs, None
+            except (*REDIS_DOWN, OperationalError):
+                raise  # away: the step fails and is retried with backoff (service.py)
+            except Exception as exc:  # said, and the jobs go on
+                self._not_applied(exc)
             finally:
                 self.dispatches.send()
-            self.decided = inputs
         return self._advance({s.slot_id for s in alive}, look)
+
+    def _not_applied(self, exc: Exception) -> None:
+        """A decision that could not be carried out (the slots the runners hold do not
+        add up, say) is tried again at the next step; meanwhile every runner still ticks,
+        so that jobs go on training, settle and end, which is also how such a state
+        clears. Not ticking them would stop every job for one job's inconsistency. Said
+        once with its traceback, then once a minute while it lasts."""
+        now, message = time.monotonic(), f"{type(exc).__name__}: {exc}"
+        if self.unapplied is None or self.unapplied[0] != message:
+            log.exception("the decision could not be applied (tried again each step; "
+                          "every job's learners go on meanwhile)")  # fmt: skip
+            self.unapplied = (message, now)
+        elif now - self.unapplied[1] >= 60:
+            log.error("the decision still cannot be applied: %s", message)
+            self.unapplied = (message, now)
 
     def _snapshot(self, jobs: dict[int, JobRow], held: dict[int, int], speedups: Speedups,
                   attained: dict[int, float]) -> Snapshot:  # fmt: skip
