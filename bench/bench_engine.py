@@ -76,7 +76,7 @@ class Setup:
 
 
 SETUPS = [
-    Setup("small CNN (examples/cnn.py, 0.55 M parameters)", CNN, 64, 20, 200, 0.99),
+    Setup("small CNN (examples/cnn.py, 0.14 M parameters, 0.55 MB)", CNN, 64, 20, 200, 0.99),
     Setup("wide MLP (bench/wide_mlp.py, 21.0 M parameters)", WIDE, 64, 3, 12, 0.98),
 ]
 MODEL_KEYS = ["cnn", "wide"]  # SETUPS' names on the command line

@@ -8,9 +8,9 @@ Reducer re-created on each generation's process group; measure both, keep the fa
 
 Each run is ``--workers`` processes of gloo on this machine (one torch thread each),
 training the communication-bound wide MLP (bench/wide_mlp.py, 21.0 M parameters, 84 MB of
-gradients a step; ``--model cnn``: the small CNN, examples/cnn.py, 0.55 M parameters, where
-the per-step work outside the kernels weighs most) on the same synthetic batches (global
-batch 64) with SGD and momentum.
+gradients a step; ``--model cnn``: the small CNN, examples/cnn.py, 0.14 M parameters,
+0.55 MB, where the per-step work outside the kernels weighs most) on the same synthetic
+batches (global batch 64) with SGD and momentum.
 The two variants differ only in how the gradients are summed:
 
 - ``hooks``: ``GradBuckets`` (1 MiB first bucket, then 25 MiB), the step's agreement
@@ -62,7 +62,7 @@ BATCH = 64
 # --model: (code, warm-up steps, timed steps, its name in the table)
 MODELS = {
     "wide": (WIDE, 3, 15, "the wide MLP (21.0 M parameters)"),
-    "cnn": (CNN, 20, 200, "the small CNN (examples/cnn.py, 0.55 M parameters)"),
+    "cnn": (CNN, 20, 200, "the small CNN (examples/cnn.py, 0.14 M parameters, 0.55 MB)"),
 }
 VARIANTS = ("hooks", "reducer")
 

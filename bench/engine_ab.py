@@ -1,0 +1,66 @@
+"""The engine against itself: two checkouts of this project (say, a commit before a change
+and the working tree), interleaved pairs of the small CNN's throughput run of
+``bench_engine.py`` (the same data, Redis, window and CPU accounting), each side's learners
+started from its own tree. Prints each pair and the ratio's min/median/max.
+
+    git worktree add /tmp/before <commit> && ln -s "$PWD/.venv" /tmp/before/.venv
+    python bench/engine_ab.py /tmp/before . --workers 2 --pairs 12
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import bench_engine as be
+
+from edtweb.redis_server import RedisServer
+from workers.learner.datasets import write_cifar10
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("before", type=Path, help="a checkout of the project (the baseline)")
+    p.add_argument("after", type=Path, help="another (the change)")
+    p.add_argument("--workers", type=int, default=2)
+    p.add_argument("--pairs", type=int, default=12)
+    a = p.parse_args()
+    trees = {"before": a.before.resolve(), "after": a.after.resolve()}
+    runs: dict[str, list[dict[str, float]]] = {"before": [], "after": []}
+    with tempfile.TemporaryDirectory(prefix="edt-ab-") as tmpdir:
+        tmp = Path(tmpdir)
+        tmp.chmod(0o755)  # the learners' unprivileged user reads the dataset
+        os.environ["EDT_DATA_DIR"] = tmpdir
+        data = write_cifar10(tmp / "datasets" / "cifar10", train=16384, test=256)
+        redis = RedisServer(tmp / "redis", appendonly=False).start()
+        try:
+            for i in range(a.pairs):
+                for side in ("before", "after") if i % 2 == 0 else ("after", "before"):
+                    be.PROJECT = trees[side]  # drive (and so the learners) from that tree
+                    s = dataclasses.replace(be.SETUPS[0],
+                                            model=trees[side] / "examples" / "cnn.py")  # fmt: skip
+                    runs[side].append(be.engine_run(redis.url, s, a.workers, data, tmp))
+                new, old = runs["after"][-1], runs["before"][-1]
+                ratio = new["samples_per_s"] / old["samples_per_s"]
+                print(f"pair {i + 1}: after/before {ratio:.3f}, CPU ms/step/worker after "
+                      f"{new['cpu_ms_per_step']:.1f} before {old['cpu_ms_per_step']:.1f}, "
+                      f"load {os.getloadavg()[0]:.1f}", flush=True)  # fmt: skip
+        finally:
+            redis.stop()
+    ratios = [n["samples_per_s"] / o["samples_per_s"]
+              for n, o in zip(runs["after"], runs["before"], strict=True)]  # fmt: skip
+    cpu = {side: statistics.median(r["cpu_ms_per_step"] for r in rs) for side, rs in runs.items()}
+    print(f"{a.workers} workers, {a.pairs} pairs: after/before median "
+          f"{statistics.median(ratios):.3f} (min {min(ratios):.3f}, max {max(ratios):.3f}); "
+          f"CPU ms/step/worker after {cpu['after']:.2f}, before {cpu['before']:.2f}")  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
