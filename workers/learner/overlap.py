@@ -7,7 +7,9 @@ parameter's final gradient is copied into its bucket, and after the step its ``.
 is a view into the bucket (DDP's ``gradient_as_bucket_view``). During the last
 micro-batch's backward a hook marks each finished gradient; a bucket whose gradients are
 all in is launched as an asynchronous all-reduce once every bucket
-before it is launched, so every rank issues the same collectives in the same order.
+before it is launched, so every rank issues the same collectives in the same order. A
+model whose gradients all fit one bucket has nothing to overlap: it gets no hooks, and its
+bucket is filled and launched after backward.
 
 The last bucket carries a few extra values after the gradients (the engine's loss share,
 generation and stop flag), so the per-step agreement rides on the gradient collective
