@@ -41,6 +41,7 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -502,6 +503,26 @@ def broadcast_bandwidth(tmp: Path) -> float:
     return float(outs[1].strip())
 
 
+@contextlib.contextmanager
+def bench_dir() -> Iterator[tuple[Path, Path, RedisServer]]:
+    """A run's data directory (``EDT_DATA_DIR``), its CIFAR-10-shaped dataset and a Redis
+    of its own; all gone afterwards. The directory is laid out as the platform's:
+    datasets/, models/, jobs/. A warm-forked learner's sandbox hides it all but the job's
+    own paths (it would otherwise hide the default, <project>/var, inside the read-only
+    project tree)."""
+    with tempfile.TemporaryDirectory(prefix="edt-bench-") as tmpdir:
+        tmp = Path(tmpdir)
+        tmp.chmod(0o755)  # the learners' unprivileged user reads the dataset and model code
+        os.environ["EDT_DATA_DIR"] = tmpdir
+        # 256 iterations per epoch at batch 64: the CNN's window (200 steps) has no epoch end
+        data = write_cifar10(tmp / "datasets" / "cifar10", train=16384, test=256)
+        redis = RedisServer(tmp / "redis", appendonly=False).start()
+        try:
+            yield tmp, data, redis
+        finally:
+            redis.stop()
+
+
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--pairs", type=int, default=5)
@@ -518,30 +539,16 @@ def main() -> None:
         f"One run of `python bench/bench_engine.py {' '.join(sys.argv[1:])}` "
         f"on {os.cpu_count()} cores (shared with other work: the 1-minute load average is "
         "in every table), CPU, one torch thread per process, gloo.", ""]  # fmt: skip
-    with tempfile.TemporaryDirectory(prefix="edt-bench-") as tmpdir:
-        # The run's data directory, laid out as the platform's: datasets/, models/, jobs/.
-        # A warm-forked learner's sandbox hides it all but the job's own paths (it would
-        # otherwise hide the default, <project>/var, inside the read-only project tree).
-        tmp = Path(tmpdir)
-        tmp.chmod(0o755)  # the learners' unprivileged user reads the dataset and model code
-        os.environ["EDT_DATA_DIR"] = tmpdir
-        # 256 iterations per epoch at batch 64: the CNN's window (200 steps) has no epoch end
-        data = write_cifar10(tmp / "datasets" / "cifar10", train=16384, test=256)
-        redis = RedisServer(tmp / "redis", appendonly=False).start()
-        try:
-            if a.only in (None, "throughput"):
-                sections.append(
-                    report_throughput(
-                        throughput(redis.url, data, tmp, a.pairs, a.workers, a.models)
-                    )
-                )
-            if a.only in (None, "resize"):
-                bandwidth = broadcast_bandwidth(tmp)
-                rows = resize(redis.url, data, tmp, a.repeats)
-                restarts = restart(data, tmp, a.repeats)
-                sections.append(report_resize(rows, restarts, bandwidth))
-        finally:
-            redis.stop()
+    with bench_dir() as (tmp, data, redis):
+        if a.only in (None, "throughput"):
+            sections.append(
+                report_throughput(throughput(redis.url, data, tmp, a.pairs, a.workers, a.models))
+            )
+        if a.only in (None, "resize"):
+            bandwidth = broadcast_bandwidth(tmp)
+            rows = resize(redis.url, data, tmp, a.repeats)
+            restarts = restart(data, tmp, a.repeats)
+            sections.append(report_resize(rows, restarts, bandwidth))
     sections.append(f"Took {time.time() - started:.0f} s.")
     result = "\n".join(sections) + "\n"
     (PROJECT / "bench" / "results").mkdir(exist_ok=True)

@@ -14,15 +14,11 @@ import dataclasses
 import os
 import statistics
 import sys
-import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import bench_engine as be
-
-from edtweb.redis_server import RedisServer
-from workers.learner.datasets import write_cifar10
 
 
 def main() -> None:
@@ -34,26 +30,18 @@ def main() -> None:
     a = p.parse_args()
     trees = {"before": a.before.resolve(), "after": a.after.resolve()}
     runs: dict[str, list[dict[str, float]]] = {"before": [], "after": []}
-    with tempfile.TemporaryDirectory(prefix="edt-ab-") as tmpdir:
-        tmp = Path(tmpdir)
-        tmp.chmod(0o755)  # the learners' unprivileged user reads the dataset
-        os.environ["EDT_DATA_DIR"] = tmpdir
-        data = write_cifar10(tmp / "datasets" / "cifar10", train=16384, test=256)
-        redis = RedisServer(tmp / "redis", appendonly=False).start()
-        try:
-            for i in range(a.pairs):
-                for side in ("before", "after") if i % 2 == 0 else ("after", "before"):
-                    be.PROJECT = trees[side]  # drive (and so the learners) from that tree
-                    s = dataclasses.replace(be.SETUPS[0],
-                                            model=trees[side] / "examples" / "cnn.py")  # fmt: skip
-                    runs[side].append(be.engine_run(redis.url, s, a.workers, data, tmp))
-                new, old = runs["after"][-1], runs["before"][-1]
-                ratio = new["samples_per_s"] / old["samples_per_s"]
-                print(f"pair {i + 1}: after/before {ratio:.3f}, CPU ms/step/worker after "
-                      f"{new['cpu_ms_per_step']:.1f} before {old['cpu_ms_per_step']:.1f}, "
-                      f"load {os.getloadavg()[0]:.1f}", flush=True)  # fmt: skip
-        finally:
-            redis.stop()
+    with be.bench_dir() as (tmp, data, redis):
+        for i in range(a.pairs):
+            for side in ("before", "after") if i % 2 == 0 else ("after", "before"):
+                be.PROJECT = trees[side]  # drive (and so the learners) from that tree
+                s = dataclasses.replace(be.SETUPS[0],
+                                        model=trees[side] / "examples" / "cnn.py")  # fmt: skip
+                runs[side].append(be.engine_run(redis.url, s, a.workers, data, tmp))
+            new, old = runs["after"][-1], runs["before"][-1]
+            ratio = new["samples_per_s"] / old["samples_per_s"]
+            print(f"pair {i + 1}: after/before {ratio:.3f}, CPU ms/step/worker after "
+                  f"{new['cpu_ms_per_step']:.1f} before {old['cpu_ms_per_step']:.1f}, "
+                  f"load {os.getloadavg()[0]:.1f}", flush=True)  # fmt: skip
     ratios = [n["samples_per_s"] / o["samples_per_s"]
               for n, o in zip(runs["after"], runs["before"], strict=True)]  # fmt: skip
     cpu = {side: statistics.median(r["cpu_ms_per_step"] for r in rs) for side, rs in runs.items()}

@@ -75,18 +75,19 @@ class JobRunner:
     def holding(self) -> list[str]:
         """The job's slots, oldest learner first: members, then joiners. A job being
         suspended holds none: its slots go to others as soon as its learners are out."""
-        if self.phase in (JobPhase.SUSPENDING, *FINAL):
-            return []
-        return [*self._staying(), *self.coord.joining]
+        return [*self.members(), *self.joiners()]
 
-    def _staying(self) -> list[str]:
-        return [s for s in self.coord.members if s not in self.leaving]
+    def _holds(self) -> bool:
+        return self.phase not in (JobPhase.SUSPENDING, *FINAL)
 
     def members(self) -> list[str]:
-        return [] if not self.holding() else self._staying()
+        """Its current generation, less those placed elsewhere that have yet to leave."""
+        if not self._holds():
+            return []
+        return [s for s in self.coord.members if s not in self.leaving]
 
     def joiners(self) -> list[str]:
-        return [] if not self.holding() else list(self.coord.joining)
+        return list(self.coord.joining) if self._holds() else []
 
     def occupied(self) -> set[str]:
         """Slots where a learner of this job still runs (leavers included)."""
