@@ -56,6 +56,7 @@ from edtweb.redis_server import RedisServer, free_port  # noqa: E402
 from scheduler.elastic import Coordinator  # noqa: E402
 from scheduler.store import JobStore, connect  # noqa: E402
 from workers.learner import host  # noqa: E402
+from workers.learner.allocator import huge_pages  # noqa: E402
 from workers.learner.datasets import write_cifar10  # noqa: E402
 from workers.learner.drive import LocalLauncher  # noqa: E402
 from workers.learner.spec import JobSpec  # noqa: E402
@@ -64,6 +65,9 @@ CNN = PROJECT / "examples" / "cnn.py"
 WIDE = PROJECT / "bench" / "wide_mlp.py"
 CLK = os.sysconf("SC_CLK_TCK")
 READ_SECONDS = 0.2  # how often the engine's throughput run looks at its records
+# The engine's learners allocate large tensors on huge pages (workers/learner/allocator.py);
+# so do the baselines, started with this environment: neither faults each step 4 KiB at a time.
+huge_pages(os.environ)
 
 
 @dataclass(frozen=True)
@@ -337,7 +341,9 @@ class Session:
                        and r["step"] < start_step)  # fmt: skip
         new = [r for r in self.records if r["workers"] == after and r["step"] >= start_step]
         step = statistics.median(b["time"] - a["time"] for a, b in itertools.pairwise(new))
+        first_step = RESIZE_BATCH / first["samples_per_s"]  # its own time, as rank 0 took it
         return {"stall": first["time"] - last_old - step, "step": step,
+                "pause": first["time"] - first_step - last_old, "first_step": first_step,
                 "to_first_step": first["time"] - decided,
                 "startup": published - decided}  # fmt: skip
 
@@ -447,9 +453,13 @@ def report_resize(rows: list[dict[str, Any]], restarts: list[dict[str, Any]],
            f"Broadcast bandwidth measured in the same run (gloo, 2 processes, 256 MB): "
            f"{bandwidth:.2f} GB/s. Stall goal: 50 ms + state / bandwidth. "
            "Decision to first step goal: 1 s, the joiner's start-up included.", "",
-           "| state | joiner | change | stall, s | stall goal, s | decision -> first step at "
-           "new size, s | of which joiner start-up, s | step at new size, s | load |",
-           "|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+           "Pause: from the end of the last step at the old size to the start of the first "
+           "at the new (the group formed and the state sent); first step: that step's own "
+           "time; step: the median step after it.", "",
+           "| state | joiner | change | stall, s | stall goal, s | pause, s | first step, s | "
+           "step at new size, s | decision -> first step at new size, s | of which joiner "
+           "start-up, s | load |",
+           "|---|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
     for r in rows:
         goal = 0.05 + r["gb"] / bandwidth
         for change in ("grow", "shrink"):
@@ -459,9 +469,21 @@ def report_resize(rows: list[dict[str, Any]], restarts: list[dict[str, Any]],
             startup = f"{g['startup']:.3f}" if change == "grow" else "-"
             out.append(f"| {r['state']} ({r['gb']:.2f} GB) | "
                        f"{'warm fork' if r['warm'] else 'cold spawn'} | {change} | "
-                       f"{g['stall']:.3f} ({stall_ok}) | {goal:.3f} | "
-                       f"{g['to_first_step']:.3f} ({first_ok}) | {startup} | {g['step']:.3f} | "
+                       f"{g['stall']:.3f} ({stall_ok}) | {goal:.3f} | {g['pause']:.3f} | "
+                       f"{g['first_step']:.3f} | {g['step']:.3f} | "
+                       f"{g['to_first_step']:.3f} ({first_ok}) | {startup} | "
                        f"{r['load']:.1f} |")  # fmt: skip
+    out += ["", "Over the repeats, min / median / max:", "",
+            "| state | joiner | change | runs | stall, s | stall goal (median), s | "
+            "decision -> first step, s |", "|---|---|---|---|---|---|---|"]  # fmt: skip
+    for (label, warm), group in itertools.groupby(rows, key=lambda r: (r["state"], r["warm"])):
+        runs = list(group)
+        goal = statistics.median(0.05 + r["gb"] / bandwidth for r in runs)
+        for change in ("grow", "shrink"):
+            stall = span([r[change]["stall"] for r in runs])
+            first = span([r[change]["to_first_step"] for r in runs])
+            out.append(f"| {label} | {'warm fork' if warm else 'cold spawn'} | {change} | "
+                       f"{len(runs)} | {stall} | {goal:.3f} | {first} |")  # fmt: skip
     out += ["", "Restart as torchrun does it (1 -> 2 workers: SIGTERM, spawn, import torch, "
             "form the group, build the model and load the checkpoint, first step; the slowest "
             "rank at each stage), seconds:", "",

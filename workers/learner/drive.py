@@ -27,6 +27,7 @@ from typing import Any
 
 from scheduler.elastic import Coordinator
 from scheduler.store import JobStore, connect
+from workers.learner.allocator import huge_pages
 from workers.learner.spec import JobSpec
 
 PROJECT_DIR = Path(__file__).resolve().parents[2]
@@ -86,6 +87,7 @@ class LocalLauncher:
     def start(self, slot: str) -> None:
         env = dict(os.environ, REDIS_URL=self.redis_url, EDT_TORCH_THREADS="1",
                    OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")  # fmt: skip
+        huge_pages(env)
         if self.gpus:
             env["CUDA_VISIBLE_DEVICES"] = str(len(self.procs) % self.gpus)
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(PROJECT_DIR), env.get("PYTHONPATH")]))

@@ -25,6 +25,7 @@ from typing import Any
 from scheduler import redis_acl
 from scheduler.store import JobStore
 from workers import sandbox
+from workers.learner.allocator import HUGE_PAGES, huge_pages
 
 log = logging.getLogger("edt.learner.host")
 
@@ -32,6 +33,7 @@ PROJECT_DIR = Path(__file__).resolve().parents[2]
 PASSED_THROUGH = (
     "PATH", "LANG", "LC_ALL", "TZ", "HOME", "CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER",
     "OMP_NUM_THREADS", "EDT_TORCH_THREADS", "GLOO_SOCKET_IFNAME", "EDT_LEARNER_ADDRESS",
+    HUGE_PAGES,
 )  # fmt: skip
 STALE = 75  # exit status reported for a task whose token is no longer current
 NO_SANDBOX = 3  # exit status of a learner whose sandbox could not be set up
@@ -42,6 +44,7 @@ def learner_env(redis_url: str, base: dict[str, str]) -> dict[str, str]:
     env = {k: v for k, v in base.items() if k in PASSED_THROUGH or k.startswith("NCCL_")}
     env.update(REDIS_URL=redis_url, PYTHONPATH=str(PROJECT_DIR), PYTHONUNBUFFERED="1")
     env.setdefault("EDT_TORCH_THREADS", "1")
+    huge_pages(env)
     return env
 
 
@@ -51,9 +54,16 @@ _forkserver = multiprocessing.get_context("forkserver")
 PRELOAD = ["torch", "workers.learner.__main__", "workers.learner.warmup"]  # warmup: subreaper
 
 
+def _start_forkserver() -> None:
+    """The fork server is started (on its first use) with this process's environment, and
+    its learners allocate as it was set up to: huge pages for large tensors (allocator.py)."""
+    huge_pages(os.environ)
+    _forkserver.set_forkserver_preload(PRELOAD)
+
+
 def prewarm() -> None:
     """Start the fork server now (the slot worker calls this once it is ready)."""
-    _forkserver.set_forkserver_preload(PRELOAD)
+    _start_forkserver()
     probe = _forkserver.Process(target=_noop)
     probe.start()
     probe.join()
@@ -113,7 +123,7 @@ def fork_learner(spec: Path, paths: JobPaths, slot: str, redis_url: str, log_pat
     env.update(HOME=str(paths.workdir), TMPDIR="/tmp")
     env["EDT_WATCH_PID"] = str(os.getpid())  # the learner leaves if this slot worker dies
     argv = ["--spec", str(spec), "--slot", slot]
-    _forkserver.set_forkserver_preload(PRELOAD)
+    _start_forkserver()
     proc = _forkserver.Process(
         target=_learner_child, args=(argv, env, str(log_path), policy.dumps())
     )
