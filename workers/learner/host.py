@@ -54,16 +54,16 @@ _forkserver = multiprocessing.get_context("forkserver")
 PRELOAD = ["torch", "workers.learner.__main__", "workers.learner.warmup"]  # warmup: subreaper
 
 
-def _start_forkserver() -> None:
-    """The fork server is started (on its first use) with this process's environment, and
-    its learners allocate as it was set up to: huge pages for large tensors (allocator.py)."""
+def _set_up_forkserver() -> None:
+    """Before the fork server's first use, which starts it with this process's environment:
+    its learners allocate as it was set up to, large tensors on huge pages (allocator.py)."""
     huge_pages(os.environ)
     _forkserver.set_forkserver_preload(PRELOAD)
 
 
 def prewarm() -> None:
     """Start the fork server now (the slot worker calls this once it is ready)."""
-    _start_forkserver()
+    _set_up_forkserver()
     probe = _forkserver.Process(target=_noop)
     probe.start()
     probe.join()
@@ -123,7 +123,7 @@ def fork_learner(spec: Path, paths: JobPaths, slot: str, redis_url: str, log_pat
     env.update(HOME=str(paths.workdir), TMPDIR="/tmp")
     env["EDT_WATCH_PID"] = str(os.getpid())  # the learner leaves if this slot worker dies
     argv = ["--spec", str(spec), "--slot", slot]
-    _start_forkserver()
+    _set_up_forkserver()
     proc = _forkserver.Process(
         target=_learner_child, args=(argv, env, str(log_path), policy.dumps())
     )
