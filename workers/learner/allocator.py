@@ -5,9 +5,13 @@ activations) and frees them. Blocks of more than 32 MiB come from a fresh ``mmap
 back to the kernel when freed, so each step faults all of that memory in again, a 4 KiB
 page at a time. With ``THP_MEM_ALLOC_ENABLE=1``, PyTorch's CPU allocator aligns blocks of
 2 MiB or more to 2 MiB and asks for transparent huge pages (``madvise``): the same memory
-faults in 512 times less often. On the 1 GB MLP of ``bench/bench_engine.py`` (0.5 GB of
-gradients a step, one process) a step took 0.49-0.75 s without and 0.33-0.36 s with it
-(bench/results/engine.md, section 14). Memory is still given back as it is freed.
+faults in about a hundredth as often (a 256 MB tensor: 640 faults instead of 65,537). On
+the 1 GB MLP of ``bench/bench_engine.py`` (0.5 GB of gradients a step, one process) a step
+took 0.49-0.78 s without and 0.32-0.36 s with it; the engine on the 21 M-parameter MLP, 2
+and 4 workers, trained 1.18 and 1.16 times as fast (bench/results/engine.md, section 14).
+Memory is still given back as it is freed. (glibc's own knobs, keeping freed blocks on the
+heap, were tried first: PyTorch's aligned requests never refit the freed blocks, and the
+heap grew by a step's tensors on each step.)
 
 PyTorch reads the variable once, at a process's first allocation: it must be in the
 environment a learner (or the fork server it comes from) starts with. Where the kernel's
