@@ -65,9 +65,6 @@ CNN = PROJECT / "examples" / "cnn.py"
 WIDE = PROJECT / "bench" / "wide_mlp.py"
 CLK = os.sysconf("SC_CLK_TCK")
 READ_SECONDS = 0.2  # how often the engine's throughput run looks at its records
-# The engine's learners allocate large tensors on huge pages (workers/learner/allocator.py);
-# so do the baselines, started with this environment: neither faults each step 4 KiB at a time.
-huge_pages(os.environ)
 
 
 @dataclass(frozen=True)
@@ -476,8 +473,10 @@ def report_resize(rows: list[dict[str, Any]], restarts: list[dict[str, Any]],
     out += ["", "Over the repeats, min / median / max:", "",
             "| state | joiner | change | runs | stall, s | stall goal (median), s | "
             "decision -> first step, s |", "|---|---|---|---|---|---|---|"]  # fmt: skip
-    for (label, warm), group in itertools.groupby(rows, key=lambda r: (r["state"], r["warm"])):
-        runs = list(group)
+    groups: dict[tuple[str, bool], list[dict[str, Any]]] = {}
+    for r in rows:
+        groups.setdefault((r["state"], r["warm"]), []).append(r)
+    for (label, warm), runs in groups.items():
         goal = statistics.median(0.05 + r["gb"] / bandwidth for r in runs)
         for change in ("grow", "shrink"):
             stall = span([r[change]["stall"] for r in runs])
@@ -555,6 +554,10 @@ def main() -> None:
                    help="throughput: which models")  # fmt: skip
     a = p.parse_args()
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))  # stopped: clean up on the way out
+    # The engine's learners ask for huge pages for large tensors (workers/learner/allocator.py);
+    # so do the baselines, started with this environment: neither faults each step's tensors
+    # in 4 KiB at a time.
+    huge_pages(os.environ)
     started = time.time()
     sections = [
         "# Engine benchmarks", "",

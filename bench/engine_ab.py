@@ -11,6 +11,9 @@ it): the same tree twice measures a setting, e.g. the huge pages of
 workers/learner/allocator.py:
 
     python bench/engine_ab.py . . --model wide --env before:THP_MEM_ALLOC_ENABLE=0
+
+Each side's learners get the environment its own tree gives them: a tree from before the
+huge pages runs its learners on 4 KiB pages.
 """
 
 from __future__ import annotations
@@ -43,8 +46,8 @@ def main() -> None:
     envs: dict[str, dict[str, str]] = {"before": {}, "after": {}}
     for item in a.env:
         side, _, assignment = item.partition(":")
-        name, _, value = assignment.partition("=")
-        if side not in envs or not name:
+        name, equals, value = assignment.partition("=")
+        if side not in envs or not name or not equals:
             p.error(f"--env {item!r}: say before:NAME=VALUE or after:NAME=VALUE")
         envs[side][name] = value
     base = dict(os.environ)

@@ -22,6 +22,7 @@ from pathlib import Path
 import psutil
 
 from scheduler.store import queue_for, slot_id_for
+from workers.learner.allocator import huge_pages
 from workers.telemetry import Discovery
 
 log = logging.getLogger("edt.worker")
@@ -72,6 +73,7 @@ def slot_env(spec: SlotSpec, base: dict[str, str], parent_pid: int) -> dict[str,
         env["EDT_TORCH_THREADS"] = "1"
     else:
         env["CUDA_VISIBLE_DEVICES"] = spec.device
+    huge_pages(env)  # for its learners' fork server, started with this environment
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(PROJECT_DIR), base.get("PYTHONPATH")]))
     return env
 

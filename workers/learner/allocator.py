@@ -3,20 +3,28 @@
 Every training step allocates the same large tensors again (each parameter's gradient, the
 activations) and frees them. Blocks of more than 32 MiB come from a fresh ``mmap`` and go
 back to the kernel when freed, so each step faults all of that memory in again, a 4 KiB
-page at a time. With ``THP_MEM_ALLOC_ENABLE=1``, PyTorch's CPU allocator aligns blocks of
-2 MiB or more to 2 MiB and asks for transparent huge pages (``madvise``): the same memory
-faults in about a hundredth as often (a 256 MB tensor: 640 faults instead of 65,537). On
-the 1 GB MLP of ``bench/bench_engine.py`` (0.5 GB of gradients a step, one process) a step
-took 0.49-0.78 s without and 0.32-0.36 s with it; the engine on the 21 M-parameter MLP, 2
-and 4 workers, trained 1.18 and 1.16 times as fast (bench/results/engine.md, section 14).
-Memory is still given back as it is freed. (glibc's own knobs, keeping freed blocks on the
-heap, were tried first: PyTorch's aligned requests never refit the freed blocks, and the
-heap grew by a step's tensors on each step.)
+page at a time. With ``THP_MEM_ALLOC_ENABLE=1``, PyTorch's CPU allocator asks the kernel
+for transparent huge pages (``madvise``) on every block of 2 MiB or more: the block's
+2 MiB-aligned parts then fault in 2 MiB at a time (a 256 MB tensor: 640 faults instead of
+65,537; a block of 2-4 MiB may hold no aligned 2 MiB and gain nothing). Memory is still
+given back as it is freed. Measured (bench/results/engine.md, section 14): on the 1 GB MLP
+of ``bench/bench_engine.py``, in one process, a step took 0.32-0.36 s instead of
+0.49-0.78 s; the engine on the 21 M-parameter MLP took 15-16 % less CPU a step (medians of
+6 interleaved pairs at 2 and 4 workers: 1.18 and 1.16 times the samples/s, pairs from 0.95
+to 1.51).
+
+The first huge pages of a process cost more here (the kernel compacts memory for them):
+the 1 GB MLP's first step took 2.3-2.4 s instead of 0.65-0.82 s. A learner's rehearsal
+before READY (``engine.rehearse``) pays that while the others train; a WMLA script with
+its own step, which is not rehearsed, pays it in its first step. glibc's own knobs
+(keeping freed blocks on the heap) were tried first: PyTorch's aligned requests never
+refit the freed blocks, and the heap grew by a step's tensors on each step.
 
 PyTorch reads the variable once, at a process's first allocation: it must be in the
-environment a learner (or the fork server it comes from) starts with. Where the kernel's
-transparent huge pages are off (``/sys/kernel/mm/transparent_hugepage/enabled`` says
-``never``) nothing changes; an administrator can set the variable to 0 for the slot workers.
+environment a learner (or the fork server it comes from) starts with, which is the slot
+worker's (``workers/launcher.slot_env``). Where the kernel's transparent huge pages are off
+(``/sys/kernel/mm/transparent_hugepage/enabled`` says ``never``) nothing changes; an
+administrator's 0 (in the slot workers' environment) is kept.
 """
 
 from __future__ import annotations
@@ -26,7 +34,7 @@ from collections.abc import MutableMapping
 HUGE_PAGES = "THP_MEM_ALLOC_ENABLE"
 
 
-def huge_pages(env: MutableMapping[str, str]) -> MutableMapping[str, str]:
-    """Ask for huge pages in ``env`` (a process's environment to be), unless it says."""
+def huge_pages(env: MutableMapping[str, str]) -> None:
+    """Ask for huge pages in ``env`` (a process's environment to be), unless it already
+    says whether to."""
     env.setdefault(HUGE_PAGES, "1")
-    return env

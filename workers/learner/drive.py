@@ -84,10 +84,16 @@ class LocalLauncher:
         self.gpus = gpus
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
 
-    def start(self, slot: str) -> None:
+    def env(self) -> dict[str, str]:
+        """A learner's environment: this process's, with its Redis, one torch thread and
+        huge pages for large tensors (allocator.py)."""
         env = dict(os.environ, REDIS_URL=self.redis_url, EDT_TORCH_THREADS="1",
                    OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")  # fmt: skip
         huge_pages(env)
+        return env
+
+    def start(self, slot: str) -> None:
+        env = self.env()
         if self.gpus:
             env["CUDA_VISIBLE_DEVICES"] = str(len(self.procs) % self.gpus)
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(PROJECT_DIR), env.get("PYTHONPATH")]))

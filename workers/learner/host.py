@@ -55,8 +55,10 @@ PRELOAD = ["torch", "workers.learner.__main__", "workers.learner.warmup"]  # war
 
 
 def _set_up_forkserver() -> None:
-    """Before the fork server's first use, which starts it with this process's environment:
-    its learners allocate as it was set up to, large tensors on huge pages (allocator.py)."""
+    """Called before each use of the fork server. Its first use starts it with this
+    process's environment, and every learner it forks allocates as it was started to: so
+    that environment asks for huge pages (allocator.py). A slot worker's has it from its
+    launcher already; this sets it for other callers (benchmarks, tests)."""
     huge_pages(os.environ)
     _forkserver.set_forkserver_preload(PRELOAD)
 

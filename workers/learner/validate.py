@@ -83,9 +83,12 @@ def validate(
     ``timeout`` is in seconds, for loading, building and one batch together.
     """
     from workers import sandbox
+    from workers.learner.allocator import HUGE_PAGES
     from workers.learner.host import learner_env  # no torch: safe in the web process
 
     env = learner_env("", dict(os.environ))  # REDIS_URL is not needed: an empty one
+    # one step: a process's first huge pages cost more than they save (allocator.py)
+    env[HUGE_PAGES] = os.environ.get(HUGE_PAGES, "0")
     with (
         tempfile.TemporaryDirectory(prefix="edt-validate-") as tmp,
         tempfile.TemporaryFile() as out,
