@@ -64,21 +64,17 @@ def _check(asked: list[int], not_asked: list[int] | None = None) -> None:
 
 @pytest.mark.parametrize("path", ["learner_env", "slot_env", "LocalLauncher"])
 def test_every_way_a_learner_starts_asks_for_huge_pages_unless_the_admin_said_no(
-    path: str, tmp_path: Path
+    path: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     def env_for(base: dict[str, str]) -> dict[str, str]:
         if path == "learner_env":  # a forked learner's, and the model check's base
             return host.learner_env("redis://x", base)
         if path == "slot_env":  # the slot worker's: its fork server is started with it
             return slot_env(SlotSpec("h", 0, "cpu"), base, parent_pid=1)
-        saved = dict(os.environ)
-        try:  # a local learner's (drive.py): this process's environment and more
-            os.environ.clear()
-            os.environ.update(base)
-            return LocalLauncher(tmp_path, tmp_path, "redis://x").env()
-        finally:
-            os.environ.clear()
-            os.environ.update(saved)
+        monkeypatch.delenv(HUGE_PAGES, raising=False)  # a local learner's (drive.py):
+        for name, value in base.items():  # this process's environment and more
+            monkeypatch.setenv(name, value)
+        return LocalLauncher(tmp_path, tmp_path, "redis://x").env()
 
     assert env_for({})[HUGE_PAGES] == "1"
     assert env_for({HUGE_PAGES: "0"})[HUGE_PAGES] == "0"

@@ -7,14 +7,15 @@ page at a time. With ``THP_MEM_ALLOC_ENABLE=1``, PyTorch's CPU allocator asks th
 for transparent huge pages (``madvise``) on every block of 2 MiB or more: the block's
 2 MiB-aligned parts then fault in 2 MiB at a time (a 256 MB tensor: 640 faults instead of
 65,537; a block of 2-4 MiB may hold no aligned 2 MiB and gain nothing). Memory is still
-given back as it is freed. Measured (bench/results/engine.md, section 14): on the 1 GB MLP
-of ``bench/bench_engine.py``, in one process, a step took 0.32-0.36 s instead of
-0.49-0.78 s; the engine on the 21 M-parameter MLP took 15-16 % less CPU a step (medians of
-6 interleaved pairs at 2 and 4 workers: 1.18 and 1.16 times the samples/s, pairs from 0.95
-to 1.51).
+given back as it is freed. Measured in interleaved pairs (``bench/bench_allocator.py``,
+bench/results/allocator.md and engine.md section 14): a fresh process's step on the 1 GB
+MLP of ``bench/bench_engine.py`` took 0.31 s instead of 0.49 s (ratio 1.51 / 1.59 / 1.64
+over 6 pairs), on the 21 M-parameter MLP 0.100 s instead of 0.131 s (1.29 / 1.31 / 1.39);
+the engine on the latter, at 2 and 4 workers, 1.18 and 1.16 times the samples/s (medians
+of 6 pairs, pairs from 0.95 to 1.51) at 15-16 % less CPU a step.
 
 The first huge pages of a process cost more here (the kernel compacts memory for them):
-the 1 GB MLP's first step took 2.3-2.4 s instead of 0.65-0.82 s. A learner's rehearsal
+the 1 GB MLP's first step took 2.28 s instead of 0.63 s (medians). A learner's rehearsal
 before READY (``engine.rehearse``) pays that while the others train; a WMLA script with
 its own step, which is not rehearsed, pays it in its first step. glibc's own knobs
 (keeping freed blocks on the heap) were tried first: PyTorch's aligned requests never
