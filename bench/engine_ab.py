@@ -14,20 +14,83 @@ workers/learner/allocator.py:
 
 Each side's learners get the environment its own tree gives them: a tree from before the
 huge pages runs its learners on 4 KiB pages.
+
+``--resize STATE`` ("0.1 GB" or "1.0 GB") compares a grow 1 -> 2 and the shrink after it
+instead (``bench_engine.py``'s resize session, a warm-forked joiner), one session per
+side in each pair, each in a process of its own started from its own tree (the fork
+server that gives the joiner is that tree's): the grow's stall and pause, the first
+step's own time and the median step after it, and the shrink's stall.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import os
 import statistics
+import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import bench_engine as be
+
+# One resize session in a process of its own, from the tree it runs in (its working
+# directory): argv is Redis' URL, the bench directory, the dataset and the state's label.
+RESIZE_ONE = """
+import json, sys
+from pathlib import Path
+sys.path.insert(0, "bench")
+import bench_engine as be
+if __name__ == "__main__":
+    url, tmp, data, label = sys.argv[1], Path(sys.argv[2]), Path(sys.argv[3]), sys.argv[4]
+    model = be.sized_model(tmp, be.RESIZE_MODELS[label])
+    print(json.dumps(be.Session(url, model, data, tmp, True).run()))
+"""
+RESIZE_KEYS = ("stall", "pause", "first_step", "step")
+
+
+def resize_run(tree: Path, redis_url: str, tmp: Path, data: Path, label: str) -> dict[str, Any]:
+    out = subprocess.run([sys.executable, "-c", RESIZE_ONE, redis_url, str(tmp), str(data), label],
+                         cwd=tree, capture_output=True, text=True, timeout=600)  # fmt: skip
+    if out.returncode != 0:
+        raise RuntimeError(f"resize session in {tree} failed:\n{out.stderr[-3000:]}")
+    result: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
+    return result
+
+
+def spread(values: list[float]) -> str:
+    return f"{min(values):.3f} / {statistics.median(values):.3f} / {max(values):.3f}"
+
+
+def compare_resizes(a: argparse.Namespace, trees: dict[str, Path], envs: dict[str, dict[str, str]],
+                    base: dict[str, str]) -> None:  # fmt: skip
+    runs: dict[str, list[dict[str, Any]]] = {"before": [], "after": []}
+    with be.bench_dir() as (tmp, data, redis):
+        base = {**base, "EDT_DATA_DIR": os.environ["EDT_DATA_DIR"]}  # the sandbox shows it
+        for i in range(a.pairs):
+            for side in ("before", "after") if i % 2 == 0 else ("after", "before"):
+                os.environ.clear()
+                os.environ.update(base, **envs[side])
+                runs[side].append(resize_run(trees[side], redis.url, tmp, data, a.resize))
+            new, old = runs["after"][-1]["grow"], runs["before"][-1]["grow"]
+            print(f"pair {i + 1}: grow stall after {new['stall']:.3f} before {old['stall']:.3f}; "
+                  + ", ".join(f"{k} {new[k]:.3f} / {old[k]:.3f}" for k in RESIZE_KEYS[1:])
+                  + f"; load {os.getloadavg()[0]:.1f}", flush=True)  # fmt: skip
+    print(
+        f"{a.resize} state, grow 1 -> 2, {a.pairs} pairs, after vs before, min / median / max (s):"
+    )
+    for key in RESIZE_KEYS:
+        print(f"  {key}: after {spread([r['grow'][key] for r in runs['after']])}; "
+              f"before {spread([r['grow'][key] for r in runs['before']])}")  # fmt: skip
+    diffs = [n["grow"]["stall"] - o["grow"]["stall"]
+             for n, o in zip(runs["after"], runs["before"], strict=True)]  # fmt: skip
+    print(f"  stall, after - before, per pair: {spread(diffs)}")
+    print(f"  shrink stall: after {spread([r['shrink']['stall'] for r in runs['after']])}; "
+          f"before {spread([r['shrink']['stall'] for r in runs['before']])}")  # fmt: skip
 
 
 def main() -> None:
@@ -39,6 +102,8 @@ def main() -> None:
     p.add_argument("--model", choices=be.MODEL_KEYS, default="cnn")
     p.add_argument("--env", action="append", default=[], metavar="SIDE:NAME=VALUE",
                    help="a variable in one side's environment (before or after)")  # fmt: skip
+    p.add_argument("--resize", choices=list(be.RESIZE_MODELS), default=None,
+                   help="compare a grow and a shrink at this state instead")  # fmt: skip
     a = p.parse_args()
     trees = {"before": a.before.resolve(), "after": a.after.resolve()}
     setup = be.SETUPS[be.MODEL_KEYS.index(a.model)]
@@ -51,6 +116,9 @@ def main() -> None:
             p.error(f"--env {item!r}: say before:NAME=VALUE or after:NAME=VALUE")
         envs[side][name] = value
     base = dict(os.environ)
+    if a.resize is not None:
+        compare_resizes(a, trees, envs, base)
+        return
     runs: dict[str, list[dict[str, float]]] = {"before": [], "after": []}
     with be.bench_dir() as (tmp, data, redis):
         for i in range(a.pairs):

@@ -9,6 +9,7 @@ import subprocess
 import sys
 import threading
 import time
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -485,14 +486,20 @@ def test_a_rehearsal_leaves_the_model_its_rng_and_its_gradients_as_they_were() -
                           nn.Linear(7, 3))  # fmt: skip
     params = list(model.parameters())
     before = copy.deepcopy(model.state_dict())
-    grads: list[torch.Tensor] = []
-    hooks = [p.register_post_accumulate_grad_hook(lambda p: grads.append(p.grad.clone()))
-             for p in params]  # type: ignore[no-untyped-call, union-attr]  # fmt: skip
+    grads: dict[int, torch.Tensor] = {}
+
+    def keep(i: int) -> Any:
+        return lambda p: grads.update({i: p.grad.clone()})
+
+    hooks = [p.register_post_accumulate_grad_hook(keep(i)) for i, p in enumerate(params)]  # type: ignore[no-untyped-call]
     x, y = torch.randn(6, 5), torch.tensor([0, 1, 2, 0, 1, 2])
     rng = torch.get_rng_state()
-    assert rehearse(model, params, nn.functional.cross_entropy, x, y)
-    assert len(grads) == len(params) and all(g.abs().sum() > 0 for g in grads)  # it ran
+    held = rehearse(model, params, nn.functional.cross_entropy, x, y)
+    assert len(grads) == len(params) and all(g.abs().sum() > 0 for g in grads.values())  # it ran
     assert model.training and all(p.grad is None for p in params)
+    # its gradients come back for the learner to hold until its first step
+    assert [h.shape for h in held] == [p.shape for p in params]
+    assert all(torch.equal(h, grads[i]) for i, h in enumerate(held))
     assert torch.equal(torch.get_rng_state(), rng)
     after = model.state_dict()
     assert all(torch.equal(before[k], after[k]) for k in before)  # running stats too
@@ -502,9 +509,30 @@ def test_a_rehearsal_leaves_the_model_its_rng_and_its_gradients_as_they_were() -
     rehearse(model, params, nn.functional.cross_entropy, x, y)
     assert not model.training  # the mode it found
     # one that fails is left to the first step, which raises what is wrong: nothing changed
-    assert not rehearse(model, params, nn.functional.cross_entropy, x, y[:2])
+    assert rehearse(model, params, nn.functional.cross_entropy, x, y[:2]) == []
     assert not model.training and all(p.grad is None for p in params)
     assert all(torch.equal(before[k], model.state_dict()[k]) for k in before)
+
+
+def test_a_learner_holds_its_rehearsal_gradients_until_its_first_step(
+    redis_server: RedisServer, tmp_path: Path, dataset: Path
+) -> None:
+    """The memory the first step's gradients need, kept in use from the rehearsal to that
+    step: memory freed for longer may cost many times more to fill again (rehearse)."""
+    from workers.learner.engine import Learner
+
+    job = f"held-{uuid.uuid4().hex[:8]}"
+    jobs = JobStore(connect(redis_server.url), job)
+    spec = JobSpec(job_id=job, model=str(MLP), data=str(dataset), workdir=str(tmp_path),
+                   batch_size=BATCH)  # fmt: skip
+    learner = Learner(spec, "h0", jobs, redis_server.url)
+    learner.adopt(load_definition(MLP))
+    assert [h.shape for h in learner.held] == [p.shape for p in learner.params]
+    assert all(p.grad is None for p in learner.params)
+    learner.form_group(jobs.publish_generation(["h0"]))
+    learner.train_step()
+    assert learner.held == [] and learner.counters["step"] == 1
+    assert all(p.grad is not None for p in learner.params)  # the step's own
 
 
 def _leaves(obj: Any, prefix: str = "") -> list[tuple[str, torch.Tensor]]:

@@ -14,10 +14,17 @@ over 6 pairs), on the 21 M-parameter MLP 0.100 s instead of 0.131 s (1.29 / 1.31
 the engine on the latter, at 2 and 4 workers, 1.18 and 1.16 times the samples/s (medians
 of 6 pairs, pairs from 0.95 to 1.51) at 15-16 % less CPU a step.
 
-The first huge pages of a process cost more here (the kernel compacts memory for them):
-the 1 GB MLP's first step took 2.28 s instead of 0.63 s (medians). A learner's rehearsal
-before READY (``engine.rehearse``) pays that while the others train; a WMLA script with
-its own step, which is not rehearsed, pays it in its first step. glibc's own knobs
+The first huge pages of a process cost more here: the 1 GB MLP's first step took 2.28 s
+instead of 0.63 s (medians). This machine is a virtual machine whose kernel reports free
+memory to its host (virtio-balloon's free page reporting), and huge pages free for a
+second or more come back from the host slowly: 0.5 GB of them filled in 0.47-0.99 s,
+against 0.06 s for huge pages freed just before and 0.19-0.25 s for 4 KiB pages either way
+(the kernel compacted nothing: ``compact_stall`` stayed 0; bench/results/engine.md,
+section 15). Steps reuse the pages the step before them freed. A learner's rehearsal
+before READY (``engine.rehearse``) pays the first use while the others train, and the
+learner holds the rehearsal's gradients until its first step, whose gradients then get
+their pages; a WMLA script with its own step, which is not rehearsed, pays it in its
+first step. glibc's own knobs
 (keeping freed blocks on the heap) were tried first: PyTorch's aligned requests never
 refit the freed blocks, and the heap grew by a step's tensors on each step.
 

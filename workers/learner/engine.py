@@ -200,6 +200,8 @@ class Learner:
         self.size = 1
         self.pg: Any = None
         self.spares: statecast.Spares = {}  # memory for the first state received (adopt)
+        self.held: list[torch.Tensor] = []  # the rehearsal's gradients, until the first step
+        self.ready_at = time.perf_counter()  # READY (run); until then, this learner's making
         # Holds the job's state (rank 0's, or received whole): then a state broadcast
         # lands in new buffers, loaded only once all of it is in, so that a failure
         # midway cannot leave a torn state that this learner might later give on.
@@ -321,7 +323,7 @@ class Learner:
             n = min(spec.batch_size, spec.max_micro_batch or spec.batch_size,
                     len(self.train_set))  # type: ignore[arg-type]  # fmt: skip
             x, y = self._batch(self.train_set, list(range(n)))
-            rehearse(self.model, self.params, defn.loss_fn, x, y, self._autocast)
+            self.held = rehearse(self.model, self.params, defn.loss_fn, x, y, self._autocast)
         log.info("%s: ready in %.2f s (code, %d training samples, model)",
                  self.slot, time.perf_counter() - started, len(self.train_set))  # type: ignore[arg-type]  # fmt: skip
 
@@ -647,6 +649,7 @@ class Learner:
         if not self.model.training:  # after an evaluation (every module: 0.05 ms a step)
             self.model.train()
         self.buckets.begin()
+        self.held = []  # just before backward needs as much again (rehearse)
         B, loss_part, correct = self.spec.batch_size, 0.0, 0.0
         launch = gloo_or_nccl_allreduce(self.pg)
         for k, (x, y) in enumerate(batches):
@@ -835,18 +838,30 @@ def rehearse(
     x: Any,
     y: Any,
     autocast: Any = nullcontext,
-) -> bool:
-    """One forward and backward before READY, its gradients dropped, so that a learner's
-    first step pays no first-use costs (memory for the gradients and activations, lazy
-    kernels and their workspaces; on a GPU, cuBLAS and the caching allocator) while the
-    others wait for it at a resize: the 1 GB model's first step at a new size took 1.7 s
-    against 1.1 s for the steps after it (bench/results/engine.md, section 9). In eval mode,
-    with the RNG put back: the model's state is as it was (batch norm's running statistics
-    untouched, no dropout mask drawn). Only a rehearsal: a model that fails it (one whose
-    output in eval mode its loss does not take, say) is left to its first step, which
-    raises whatever is wrong with it. False when it failed."""
+) -> list[torch.Tensor]:
+    """One forward and backward before READY, so that a learner's first step pays no
+    first-use costs (memory for the gradients and activations, lazy kernels and their
+    workspaces; on a GPU, cuBLAS and the caching allocator) while the others wait for it at
+    a resize: the 1 GB model's first step at a new size took 1.7 s against 1.1 s for the
+    steps after it (bench/results/engine.md, section 9). In eval mode, with the RNG put
+    back: the model's state is as it was (batch norm's running statistics untouched, no
+    dropout mask drawn), and no parameter keeps a gradient.
+
+    Returns the gradients it made, taken off the parameters, for the learner to hold
+    until its first step starts (``Learner._accumulate`` drops them there), so that the
+    step's own gradients get memory this process has just given back. A virtual machine
+    whose kernel reports free memory to its host (virtio-balloon's free page reporting, as
+    this one's does) gives back huge pages free for a second or two; filling 0.5 GB of
+    them again took 0.47-0.99 s here against 0.06 s for pages freed just before
+    (bench/results/engine.md, section 15), and a joiner's first step paid that while every
+    member waited. Elsewhere holding them costs nothing: the step needs that memory anyway.
+
+    Only a rehearsal: a model that fails it (one whose output in eval mode its loss does
+    not take, say) is left to its first step, which raises whatever is wrong with it;
+    nothing is returned then."""
     was_training = model.training
     devices = [torch.cuda.current_device()] if torch.cuda.is_available() else []
+    grads: list[torch.Tensor] = []
     with torch.random.fork_rng(devices=devices):
         model.eval()
         try:
@@ -855,12 +870,13 @@ def rehearse(
             loss.backward()
         except Exception as exc:
             log.info("no rehearsal of the first step (%s: %s)", type(exc).__name__, exc)
-            return False
+            return []
         finally:
             model.train(was_training)
+            grads = [p.grad for p in params if p.grad is not None]
             for p in params:
                 p.grad = None
-    return True
+    return grads
 
 
 def _correct(out: torch.Tensor, y: Any) -> float:
