@@ -56,41 +56,47 @@ RESIZE_KEYS = ("stall", "pause", "first_step", "step")
 def resize_run(tree: Path, redis_url: str, tmp: Path, data: Path, label: str) -> dict[str, Any]:
     out = subprocess.run([sys.executable, "-c", RESIZE_ONE, redis_url, str(tmp), str(data), label],
                          cwd=tree, capture_output=True, text=True, timeout=600)  # fmt: skip
-    if out.returncode != 0:
-        raise RuntimeError(f"resize session in {tree} failed:\n{out.stderr[-3000:]}")
-    result: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
+    lines = out.stdout.strip().splitlines()
+    try:
+        if out.returncode != 0 or not lines:
+            raise ValueError(f"exit status {out.returncode}")
+        result: dict[str, Any] = json.loads(lines[-1])
+    except ValueError as exc:  # a JSONDecodeError too
+        raise RuntimeError(f"resize session in {tree} failed ({exc}):\n"
+                           f"{out.stdout[-1500:]}\n{out.stderr[-3000:]}") from exc  # fmt: skip
     return result
 
 
-def spread(values: list[float]) -> str:
-    return f"{min(values):.3f} / {statistics.median(values):.3f} / {max(values):.3f}"
-
-
-def compare_resizes(a: argparse.Namespace, trees: dict[str, Path], envs: dict[str, dict[str, str]],
-                    base: dict[str, str]) -> None:  # fmt: skip
+def compare_resizes(
+    a: argparse.Namespace,
+    trees: dict[str, Path],
+    envs: dict[str, dict[str, str]],
+    base: dict[str, str],
+    tmp: Path,
+    data: Path,
+    redis_url: str,
+) -> None:
     runs: dict[str, list[dict[str, Any]]] = {"before": [], "after": []}
-    with be.bench_dir() as (tmp, data, redis):
-        base = {**base, "EDT_DATA_DIR": os.environ["EDT_DATA_DIR"]}  # the sandbox shows it
-        for i in range(a.pairs):
-            for side in ("before", "after") if i % 2 == 0 else ("after", "before"):
-                os.environ.clear()
-                os.environ.update(base, **envs[side])
-                runs[side].append(resize_run(trees[side], redis.url, tmp, data, a.resize))
-            new, old = runs["after"][-1]["grow"], runs["before"][-1]["grow"]
-            print(f"pair {i + 1}: grow stall after {new['stall']:.3f} before {old['stall']:.3f}; "
-                  + ", ".join(f"{k} {new[k]:.3f} / {old[k]:.3f}" for k in RESIZE_KEYS[1:])
-                  + f"; load {os.getloadavg()[0]:.1f}", flush=True)  # fmt: skip
+    for i in range(a.pairs):
+        for side in ("before", "after") if i % 2 == 0 else ("after", "before"):
+            os.environ.clear()
+            os.environ.update(base, **envs[side])
+            runs[side].append(resize_run(trees[side], redis_url, tmp, data, a.resize))
+        new, old = runs["after"][-1]["grow"], runs["before"][-1]["grow"]
+        print(f"pair {i + 1}, after / before: "
+              + ", ".join(f"{k} {new[k]:.3f} / {old[k]:.3f}" for k in RESIZE_KEYS)
+              + f"; load {os.getloadavg()[0]:.1f}", flush=True)  # fmt: skip
     print(
         f"{a.resize} state, grow 1 -> 2, {a.pairs} pairs, after vs before, min / median / max (s):"
     )
     for key in RESIZE_KEYS:
-        print(f"  {key}: after {spread([r['grow'][key] for r in runs['after']])}; "
-              f"before {spread([r['grow'][key] for r in runs['before']])}")  # fmt: skip
+        print(f"  {key}: after {be.span([r['grow'][key] for r in runs['after']])}; "
+              f"before {be.span([r['grow'][key] for r in runs['before']])}")  # fmt: skip
     diffs = [n["grow"]["stall"] - o["grow"]["stall"]
              for n, o in zip(runs["after"], runs["before"], strict=True)]  # fmt: skip
-    print(f"  stall, after - before, per pair: {spread(diffs)}")
-    print(f"  shrink stall: after {spread([r['shrink']['stall'] for r in runs['after']])}; "
-          f"before {spread([r['shrink']['stall'] for r in runs['before']])}")  # fmt: skip
+    print(f"  stall, after - before, per pair: {be.span(diffs)}")
+    print(f"  shrink stall: after {be.span([r['shrink']['stall'] for r in runs['after']])}; "
+          f"before {be.span([r['shrink']['stall'] for r in runs['before']])}")  # fmt: skip
 
 
 def main() -> None:
@@ -103,7 +109,9 @@ def main() -> None:
     p.add_argument("--env", action="append", default=[], metavar="SIDE:NAME=VALUE",
                    help="a variable in one side's environment (before or after)")  # fmt: skip
     p.add_argument("--resize", choices=list(be.RESIZE_MODELS), default=None,
-                   help="compare a grow and a shrink at this state instead")  # fmt: skip
+                   help="compare a grow and a shrink at this state instead (the resize "
+                        "session's own model and group sizes: --workers and --model do "
+                        "not apply)")  # fmt: skip
     a = p.parse_args()
     trees = {"before": a.before.resolve(), "after": a.after.resolve()}
     setup = be.SETUPS[be.MODEL_KEYS.index(a.model)]
@@ -115,12 +123,12 @@ def main() -> None:
         if side not in envs or not name or not equals:
             p.error(f"--env {item!r}: say before:NAME=VALUE or after:NAME=VALUE")
         envs[side][name] = value
-    base = dict(os.environ)
-    if a.resize is not None:
-        compare_resizes(a, trees, envs, base)
-        return
     runs: dict[str, list[dict[str, float]]] = {"before": [], "after": []}
     with be.bench_dir() as (tmp, data, redis):
+        base = dict(os.environ)  # with the bench's EDT_DATA_DIR: a learner's sandbox reads it
+        if a.resize is not None:
+            compare_resizes(a, trees, envs, base, tmp, data, redis.url)
+            return
         for i in range(a.pairs):
             for side in ("before", "after") if i % 2 == 0 else ("after", "before"):
                 be.PROJECT = trees[side]  # drive (and so the learners) from that tree

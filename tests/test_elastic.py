@@ -10,6 +10,7 @@ import sys
 import threading
 import time
 import uuid
+import weakref
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +25,13 @@ from tests.conftest import PROJECT_DIR, subprocess_env, wait_for
 from workers.learner import statecast
 from workers.learner.contract import load_definition
 from workers.learner.datasets import load_dataset, write_cifar10
-from workers.learner.engine import INLINE_SECONDS, ControlWatch, Prefetcher, rehearse
+from workers.learner.engine import (
+    INLINE_SECONDS,
+    ControlWatch,
+    Learner,
+    Prefetcher,
+    rehearse,
+)
 from workers.learner.overlap import GradBuckets, gloo_or_nccl_allreduce
 from workers.learner.partition import iterations_per_epoch, permutation
 from workers.learner.spec import JobSpec
@@ -517,22 +524,30 @@ def test_a_rehearsal_leaves_the_model_its_rng_and_its_gradients_as_they_were() -
 def test_a_learner_holds_its_rehearsal_gradients_until_its_first_step(
     redis_server: RedisServer, tmp_path: Path, dataset: Path
 ) -> None:
-    """The memory the first step's gradients need, kept in use from the rehearsal to that
-    step: memory freed for longer may cost many times more to fill again (rehearse)."""
-    from workers.learner.engine import Learner
-
+    """The memory the first step's gradients need, kept in use from the rehearsal until
+    that step's forward: memory freed for longer may cost many times more to fill again
+    (rehearse)."""
     job = f"held-{uuid.uuid4().hex[:8]}"
     jobs = JobStore(connect(redis_server.url), job)
     spec = JobSpec(job_id=job, model=str(MLP), data=str(dataset), workdir=str(tmp_path),
                    batch_size=BATCH)  # fmt: skip
     learner = Learner(spec, "h0", jobs, redis_server.url)
-    learner.adopt(load_definition(MLP))
-    assert [h.shape for h in learner.held] == [p.shape for p in learner.params]
-    assert all(p.grad is None for p in learner.params)
-    learner.form_group(jobs.publish_generation(["h0"]))
-    learner.train_step()
-    assert learner.held == [] and learner.counters["step"] == 1
-    assert all(p.grad is not None for p in learner.params)  # the step's own
+    try:
+        learner.adopt(load_definition(MLP))
+        assert [h.shape for h in learner.held] == [p.shape for p in learner.params]
+        assert all(p.grad is None for p in learner.params)
+        held = [weakref.ref(h) for h in learner.held]
+        alive_at_forward: list[int] = []
+        learner.model.register_forward_pre_hook(
+            lambda *_: alive_at_forward.append(sum(r() is not None for r in held))
+        )
+        learner.form_group(jobs.publish_generation(["h0"]))
+        learner.train_step()
+        assert alive_at_forward == [0]  # all given back before the first step's forward
+        assert learner.held == [] and learner.counters["step"] == 1
+    finally:
+        learner.prefetch.pool.shutdown()
+        learner.pg = None
 
 
 def _leaves(obj: Any, prefix: str = "") -> list[tuple[str, torch.Tensor]]:

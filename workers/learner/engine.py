@@ -323,7 +323,9 @@ class Learner:
             n = min(spec.batch_size, spec.max_micro_batch or spec.batch_size,
                     len(self.train_set))  # type: ignore[arg-type]  # fmt: skip
             x, y = self._batch(self.train_set, list(range(n)))
-            self.held = rehearse(self.model, self.params, defn.loss_fn, x, y, self._autocast)
+            held = rehearse(self.model, self.params, defn.loss_fn, x, y, self._autocast)
+            # (on a GPU the caching allocator keeps freed memory for the step anyway)
+            self.held = held if self.device.type == "cpu" else []
         log.info("%s: ready in %.2f s (code, %d training samples, model)",
                  self.slot, time.perf_counter() - started, len(self.train_set))  # type: ignore[arg-type]  # fmt: skip
 
@@ -387,6 +389,7 @@ class Learner:
                     return TORN_EXIT
                 self.jobs.report_failure(self.slot, self.gen, self.counters["step"], str(exc))
                 self.pg = None
+                self.held = []  # the next state may come into new buffers: memory for them
                 gen = self.wait_for_generation(after=self.gen, member=True)
         return 0
 
@@ -649,7 +652,7 @@ class Learner:
         if not self.model.training:  # after an evaluation (every module: 0.05 ms a step)
             self.model.train()
         self.buckets.begin()
-        self.held = []  # just before backward needs as much again (rehearse)
+        self.held = []  # just before the step's forward and backward need as much (rehearse)
         B, loss_part, correct = self.spec.batch_size, 0.0, 0.0
         launch = gloo_or_nccl_allreduce(self.pg)
         for k, (x, y) in enumerate(batches):
@@ -847,14 +850,16 @@ def rehearse(
     back: the model's state is as it was (batch norm's running statistics untouched, no
     dropout mask drawn), and no parameter keeps a gradient.
 
-    Returns the gradients it made, taken off the parameters, for the learner to hold
+    Returns the gradients it made, taken off the parameters, for a learner on CPU to hold
     until its first step starts (``Learner._accumulate`` drops them there), so that the
     step's own gradients get memory this process has just given back. A virtual machine
     whose kernel reports free memory to its host (virtio-balloon's free page reporting, as
-    this one's does) gives back huge pages free for a second or two; filling 0.5 GB of
-    them again took 0.47-0.99 s here against 0.06 s for pages freed just before
-    (bench/results/engine.md, section 15), and a joiner's first step paid that while every
-    member waited. Elsewhere holding them costs nothing: the step needs that memory anyway.
+    this one's does) gives huge pages back to the host in a pass that takes every free
+    block of 8 MiB or more, about 2 s after such a block was freed: huge pages free for a
+    second or more may be gone. Filling 0.5 GB of those again took 0.47-0.99 s here
+    against 0.06 s for huge pages freed just before (bench/results/engine.md, section 15),
+    and a joiner's first step paid that while every member waited. Elsewhere holding them
+    costs nothing: the step needs that memory anyway.
 
     Only a rehearsal: a model that fails it (one whose output in eval mode its loss does
     not take, say) is left to its first step, which raises whatever is wrong with it;
@@ -868,12 +873,11 @@ def rehearse(
             with autocast():
                 loss = loss_fn(model(x), y)
             loss.backward()
+            grads = [p.grad for p in params if p.grad is not None]
         except Exception as exc:
             log.info("no rehearsal of the first step (%s: %s)", type(exc).__name__, exc)
-            return []
         finally:
             model.train(was_training)
-            grads = [p.grad for p in params if p.grad is not None]
             for p in params:
                 p.grad = None
     return grads
