@@ -143,6 +143,41 @@ def test_user_code_runs_as_another_user_when_edt_is_root(tmp_path: Path) -> None
     assert done.stdout.strip() == "[]", done.stderr
 
 
+THREADS_UNTIL_REFUSED = """
+import threading, time
+from workers.sandbox import out_of_processes
+try:
+    for _ in range(20000):
+        threading.Thread(target=time.sleep, args=(60,), daemon=True).start()
+except Exception as exc:
+    print(out_of_processes(exc), flush=True)
+"""
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the user switch needs root (root has no limit)")
+def test_code_at_the_hosts_process_limit_is_told_so(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The limit counts every task of the learners' user on the host, so it is set above
+    what that user runs now: the code's own threads reach it."""
+    probe = sandbox.policy(read=[], write=[tmp_path], memory=0)
+    assert probe.uid is not None
+    running = sum(p.info["num_threads"] for p in psutil.process_iter(["uids", "num_threads"])
+                  if p.info["uids"] is not None and p.info["uids"].real == probe.uid)  # fmt: skip
+    limit = running + 300  # room for learners that other tests start meanwhile
+    monkeypatch.setenv("EDT_LEARNER_PROCESSES", str(limit))
+    policy = sandbox.policy(read=[], write=[tmp_path], memory=0)
+    env = dict(os.environ)
+    cmd = sandbox.command(policy, [sys.executable, "-c", THREADS_UNTIL_REFUSED], env)
+    done = subprocess.run(cmd, env=env, cwd=PROJECT_DIR, capture_output=True, text=True,
+                          timeout=120)  # fmt: skip
+    assert done.stdout.strip() == (
+        f"{sandbox.OUT_OF_PROCESSES}: user code on this host (every learner's processes and "
+        f"threads together) is at its limit of {limit} (EDT_LEARNER_PROCESSES on the worker "
+        "host)"
+    ), done.stderr
+
+
 def test_edts_own_redis_password_is_kept_private(tmp_path: Path) -> None:
     password = redis_password(tmp_path)
     assert redis_password(tmp_path) == password and len(password) >= 32

@@ -50,6 +50,7 @@ DEFAULT_USER = "edt-learner"
 OPT_OUT_USER = "root"  # EDT_LEARNER_USER=root: user code runs as root (development only)
 PRIVATE_TMP = ("/tmp", "/var/tmp", "/dev/shm")
 OUT_OF_MEMORY = "out of memory in your code"
+OUT_OF_PROCESSES = "could not start a thread or process in your job"
 
 # <linux/sched.h>, <sys/mount.h>, <linux/prctl.h>
 CLONE_NEWNS = 0x00020000
@@ -119,7 +120,10 @@ def memory_limit(slot_index: int | None = None, device: str = "cpu") -> int:
 @dataclass(frozen=True)
 class Limits:
     memory: int = 0  # bytes of address space; 0: none
-    processes: int = 512  # per user: every learner of the host shares it
+    # per user: every learner of the host shares it, each thread counting (a learner has
+    # 7-8 threads on CPU, more with data loader workers); 512 was reached by a few jobs'
+    # learners at once, which then could not start a thread
+    processes: int = 4096
     file_size: int = 64 << 30
     cpu_seconds: int = 0  # 0: none
     open_files: int = 4096
@@ -340,6 +344,27 @@ def out_of_memory(exc: BaseException) -> str | None:
         else "the host has no memory left for it"
     )
     return f"{OUT_OF_MEMORY}: {where}"
+
+
+def out_of_processes(exc: BaseException) -> str | None:
+    """The user's message when ``exc`` means a process or thread could not be started
+    because user code on this host has reached its limit (``RLIMIT_NPROC``), else None."""
+    thread = isinstance(exc, RuntimeError) and "can't start new thread" in str(exc)
+    fork = isinstance(exc, BlockingIOError) and exc.errno == errno.EAGAIN
+    if not (thread or fork):
+        return None
+    limit = resource.getrlimit(resource.RLIMIT_NPROC)[0]
+    if limit == resource.RLIM_INFINITY:
+        return f"{OUT_OF_PROCESSES}: the host could not start another"
+    return (
+        f"{OUT_OF_PROCESSES}: user code on this host (every learner's processes and threads "
+        f"together) is at its limit of {limit} (EDT_LEARNER_PROCESSES on the worker host)"
+    )
+
+
+def user_limit(exc: BaseException) -> str | None:
+    """The user's message when ``exc`` is user code reaching one of its limits."""
+    return out_of_memory(exc) or out_of_processes(exc)
 
 
 # --------------------------------------------------------------------------- job files

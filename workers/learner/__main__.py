@@ -21,7 +21,7 @@ from scheduler.store import LEARNER_PATIENCE, JobStore, LeaseKeeper, connect
 from workers.learner.contract import UserCodeError
 from workers.learner.engine import Learner
 from workers.learner.spec import JobSpec
-from workers.sandbox import out_of_memory
+from workers.sandbox import user_limit
 
 
 def user_frame(exc: BaseException, model_path: str) -> str:
@@ -52,14 +52,14 @@ def main(argv: list[str] | None = None) -> int:
     spec = JobSpec.load(args.spec)
     jobs = JobStore(connect(os.environ["REDIS_URL"]), spec.job_id, patience=LEARNER_PATIENCE)
     lease = LeaseKeeper(jobs, args.slot, jobs.dispatch_token(args.slot) or "local")
-    lease.start()
     learner = Learner(spec, args.slot, jobs, os.environ["REDIS_URL"])
     try:
+        lease.start()  # a thread: the host's limit on them may be reached (user_limit)
         return learner.start()
     except (UserCodeError, Exception) as exc:
         traceback.print_exc()
         message = str(exc) if isinstance(exc, UserCodeError) else f"{type(exc).__name__}: {exc}"
-        message = out_of_memory(exc) or message
+        message = user_limit(exc) or message
         jobs.report_error(args.slot, message, user_frame(exc, str(Path(spec.model).resolve())))
         return 2
     finally:

@@ -199,12 +199,12 @@ class Checker:
     def _fail(self, exc: BaseException) -> None:
         from workers.learner.__main__ import user_frame
         from workers.learner.contract import UserCodeError
-        from workers.sandbox import out_of_memory
+        from workers.sandbox import user_limit
 
         if isinstance(exc, CheckFailed | UserCodeError):
             self.result.error = str(exc)
-        elif out_of_memory(exc):
-            self.result.error = f"{self.stage} failed: {out_of_memory(exc)}"
+        elif user_limit(exc):
+            self.result.error = f"{self.stage} failed: {user_limit(exc)}"
         else:
             self.result.error = f"{self.stage} failed: {type(exc).__name__}: {exc}"
         self.result.line = user_frame(exc, str(self.path)) if self._in_file(exc) else self.hint
