@@ -21,6 +21,7 @@ import torch
 
 from edtweb.redis_server import RedisServer, free_port
 from tests.conftest import PROJECT_DIR, Processes, subprocess_env, wait_for
+from workers import sandbox
 from workers.learner.datasets import write_cifar10
 
 MAX_UPLOAD = 8 * 1024 * 1024
@@ -93,6 +94,13 @@ def _start(config: pytest.Config, tmp: Path) -> LiveEdt:
     env = subprocess_env(tmp / "data", REDIS_URL=redis.url, EDT_MAX_UPLOAD_BYTES=str(MAX_UPLOAD))
     # User code's limits (tests/test_sandbox.py): a 4 GiB allocation and a fork loop fail.
     env.update(EDT_LEARNER_MEMORY="3g", EDT_LEARNER_PROCESSES="128")
+    if os.geteuid() == 0:
+        # The process limit counts every task of the learners' user on the host: each
+        # test worker's EDT runs its user code as a user of its own, so that the fork loop
+        # of one leaves the learners of another their threads.
+        worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
+        env["EDT_LEARNER_USER"] = f"edt-learner-{worker}"
+        sandbox.account(env["EDT_LEARNER_USER"])
     env.pop("DATABASE_URL", None)
     port = free_port()
     log = tmp / "run.log"

@@ -120,9 +120,9 @@ def memory_limit(slot_index: int | None = None, device: str = "cpu") -> int:
 @dataclass(frozen=True)
 class Limits:
     memory: int = 0  # bytes of address space; 0: none
-    # per user: every learner of the host shares it, each thread counting (a learner has
-    # 7-8 threads on CPU, more with data loader workers); 512 was reached by a few jobs'
-    # learners at once, which then could not start a thread
+    # per user: every learner of the host, of every job, shares it, each thread counting (a
+    # learner has 7-8 threads on CPU, more with data loader workers): 512 left a host room
+    # for a few dozen learners, fewer beside one job's runaway forks
     processes: int = 4096
     file_size: int = 64 << 30
     cpu_seconds: int = 0  # 0: none
@@ -220,6 +220,15 @@ def learner_account() -> tuple[int, int] | None:
     if not _account:
         _account.append(_resolve_account())
     return _account[0]
+
+
+def account(name: str) -> tuple[int, int]:
+    """(uid, gid) of the system user ``name``, created if there is none (needs root)."""
+    try:
+        entry = pwd.getpwnam(name)
+    except KeyError:
+        entry = _create_account(name)
+    return entry.pw_uid, entry.pw_gid
 
 
 def _resolve_account() -> tuple[int, int] | None:
@@ -347,19 +356,30 @@ def out_of_memory(exc: BaseException) -> str | None:
 
 
 def out_of_processes(exc: BaseException) -> str | None:
-    """The user's message when ``exc`` means a process or thread could not be started
-    because user code on this host has reached its limit (``RLIMIT_NPROC``), else None."""
+    """The user's message when ``exc`` means a thread or process could not be started,
+    which under the learners' ``RLIMIT_NPROC`` is most likely that limit (or memory for
+    another thread's stack), else None."""
     thread = isinstance(exc, RuntimeError) and "can't start new thread" in str(exc)
-    fork = isinstance(exc, BlockingIOError) and exc.errno == errno.EAGAIN
+    fork = isinstance(exc, BlockingIOError) and exc.errno == errno.EAGAIN and _forking(exc)
     if not (thread or fork):
         return None
     limit = resource.getrlimit(resource.RLIMIT_NPROC)[0]
     if limit == resource.RLIM_INFINITY:
         return f"{OUT_OF_PROCESSES}: the host could not start another"
     return (
-        f"{OUT_OF_PROCESSES}: user code on this host (every learner's processes and threads "
-        f"together) is at its limit of {limit} (EDT_LEARNER_PROCESSES on the worker host)"
+        f"{OUT_OF_PROCESSES}: the processes and threads of user code on this host (every "
+        f"job's learners together) are probably at their limit of {limit} "
+        "(EDT_LEARNER_PROCESSES on the worker host), or it had no memory left for another"
     )
+
+
+def _forking(exc: BaseException) -> bool:
+    """Whether ``exc`` came from starting a process (not, say, a non-blocking lock)."""
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    name = tb.tb_frame.f_code.co_name if tb is not None else ""
+    return "fork" in name or name in ("_execute_child", "_launch", "spawnv_passfds")
 
 
 def user_limit(exc: BaseException) -> str | None:
