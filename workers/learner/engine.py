@@ -652,7 +652,7 @@ class Learner:
         if not self.model.training:  # after an evaluation (every module: 0.05 ms a step)
             self.model.train()
         self.buckets.begin()
-        self.held = []  # just before the step's forward and backward need as much (rehearse)
+        self.held.clear()  # just before the step's forward and backward need as much (rehearse)
         B, loss_part, correct = self.spec.batch_size, 0.0, 0.0
         launch = gloo_or_nccl_allreduce(self.pg)
         for k, (x, y) in enumerate(batches):
