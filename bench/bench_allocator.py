@@ -26,6 +26,8 @@ from pathlib import Path
 PROJECT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(PROJECT))
 
+from bench_engine import span  # noqa: E402  (bench/ is this script's directory)
+
 from workers.learner.allocator import HUGE_PAGES  # noqa: E402
 
 # name: (hidden widths of an MLP on 3x32x32 input, batch, steps)
@@ -67,10 +69,6 @@ def sample(hidden: tuple[int, ...], batch: int, steps: int, huge: bool) -> dict[
     got = json.loads(out)
     return {"first": got["times"][0], "step": statistics.median(got["times"][1:]),
             "rss_mb": got["rss_mb"], "load": os.getloadavg()[0]}  # fmt: skip
-
-
-def span(values: list[float], fmt: str = "{:.3f}") -> str:
-    return " / ".join(fmt.format(v) for v in (min(values), statistics.median(values), max(values)))
 
 
 def main() -> None:

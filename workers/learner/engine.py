@@ -389,7 +389,7 @@ class Learner:
                     return TORN_EXIT
                 self.jobs.report_failure(self.slot, self.gen, self.counters["step"], str(exc))
                 self.pg = None
-                self.held = []  # the next state may come into new buffers: memory for them
+                self.held.clear()  # the next state may come into new buffers: memory for them
                 gen = self.wait_for_generation(after=self.gen, member=True)
         return 0
 
