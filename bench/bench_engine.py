@@ -11,8 +11,10 @@ alternates within pairs): the engine driven by ``workers.learner.drive`` and pla
 per-epoch shuffle. Both are timed over the same steps (after a warm-up, inside the first
 epoch: no evaluation or checkpoint in the window). The engine's window runs from rank 0's
 record of step W to that of step W+S; DDP's from a barrier before step W to one after
-step W+S-1. CPU per step: the learners' CPU time (all threads, read from /proc when rank 0
-reports those steps) and DDP's process time over its window, per worker.
+step W+S-1. CPU per step: the learners' CPU time (all threads, read from /proc every 0.2 s
+and interpolated to the window's edges; the records are read from Redis after the run, so
+nothing of the measurement talks to Redis while the learners train) and DDP's process time
+over its window, per worker.
 
 **Resize.** One learner trains; at the *decision* the coordinator starts a joiner and
 publishes the grown generation once it is READY; later it shrinks back. Reported: the
@@ -64,7 +66,7 @@ from workers.learner.spec import JobSpec  # noqa: E402
 CNN = PROJECT / "examples" / "cnn.py"
 WIDE = PROJECT / "bench" / "wide_mlp.py"
 CLK = os.sysconf("SC_CLK_TCK")
-READ_SECONDS = 0.2  # how often the engine's throughput run looks at its records
+READ_SECONDS = 0.2  # how often the engine's throughput run reads its learners' CPU
 
 
 @dataclass(frozen=True)
@@ -130,43 +132,45 @@ def engine_run(redis_url: str, s: Setup, workers: int, data: Path, tmp: Path) ->
     env = dict(os.environ, REDIS_URL=redis_url)
     proc = subprocess.Popen(cmd, cwd=PROJECT, env=env, stdout=subprocess.DEVNULL,
                             stderr=subprocess.PIPE, text=True)  # fmt: skip
-    jobs = JobStore(connect(redis_url), job)
-    stream, last = jobs.key("metrics"), "0-0"
     edges = (s.warmup, s.warmup + s.steps)
-    times: dict[int, float] = {}  # the window's edges, as the learners timed them
     learners: list[int] = []
-    cpu: list[tuple[float, float]] = []  # (time, the learners' CPU seconds), each poll
+    cpu: list[tuple[float, float]] = []  # (time, the learners' CPU seconds), each look
+    own = time.process_time()
     try:
-        # A look every READ_SECONDS, not a blocking read woken by every write: the reader
-        # shares the cores with the learners (1 % of one when it read each write). The run
-        # trains half a window past the window's end (--max-steps), so that a look comes
-        # after that end while every learner still runs.
-        while len(times) < 2 or not cpu or cpu[-1][0] < times[edges[1]]:
-            if proc.poll() is not None:
-                raise RuntimeError(
-                    f"drive exited early: {proc.stderr.read() if proc.stderr else ''}"
-                )
+        # Nothing but /proc while the job trains: a look every READ_SECONDS at the learners'
+        # CPU, and the records are read from Redis once the run is over (a reader of the
+        # stream during the window took 0.6-0.7 % of a core, and Redis some more, from the
+        # cores the learners share; DDP's side measures itself in-process). The run trains
+        # half a window past the window's end (--max-steps), so a look comes after that end
+        # while every learner still runs.
+        while proc.poll() is None:
             if len(learners) < workers:  # the driver's children: its learners, once all are up
                 learners = children(proc.pid)
             if len(learners) == workers and all(Path(f"/proc/{p}").exists() for p in learners):
                 cpu.append((time.time(), cpu_seconds(learners)))
-            reply: Any = jobs.r.xread({stream: last})
-            for _key, entries in reply or []:
-                for eid, fields in entries:
-                    last = eid
-                    rec = json.loads(fields["json"])
-                    if rec["type"] == "train" and rec["step"] in edges:
-                        times[rec["step"]] = rec["time"]
             time.sleep(READ_SECONDS)
-        proc.wait(timeout=600)
+        if proc.returncode != 0:
+            raise RuntimeError(f"drive exited with {proc.returncode}: "
+                               f"{proc.stderr.read() if proc.stderr else ''}")  # fmt: skip
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+    own = time.process_time() - own
+    times: dict[int, float] = {}  # the window's edges, as rank 0 timed them
+    jobs = JobStore(connect(redis_url), job)
+    entries: Any = jobs.r.xrange(jobs.key("metrics"))
+    for _eid, fields in entries:
+        rec = json.loads(fields["json"])
+        if rec["type"] == "train" and rec["step"] in edges and not rec.get("replay"):
+            times.setdefault(rec["step"], rec["time"])
+    if len(times) < 2:
+        raise RuntimeError(f"no records of steps {edges} in the job's stream")
     t0, t1 = times[edges[0]], times[edges[1]]
     used = interpolate(cpu, t1) - interpolate(cpu, t0)
     return {"samples_per_s": s.steps * s.batch / (t1 - t0),
-            "cpu_ms_per_step": used * 1000 / (s.steps * workers)}  # fmt: skip
+            "cpu_ms_per_step": used * 1000 / (s.steps * workers),
+            "watcher_cpu_s": own}  # fmt: skip
 
 
 def interpolate(samples: list[tuple[float, float]], at: float) -> float:
@@ -227,6 +231,7 @@ def throughput(redis_url: str, data: Path, tmp: Path, pairs: int,
                       f"{eng['samples_per_s']:.0f}/s, DDP {ddp['samples_per_s']:.0f}/s, "
                       f"ratio {ratio:.3f}, CPU ms/step/worker engine "
                       f"{eng['cpu_ms_per_step']:.1f} DDP {ddp['cpu_ms_per_step']:.1f}, "
+                      f"this process's CPU while the engine ran {eng['watcher_cpu_s']:.2f} s, "
                       f"load {load:.1f}", flush=True)  # fmt: skip
             rows.append({"setup": s, "workers": workers, "runs": runs})
     return rows
