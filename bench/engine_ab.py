@@ -50,7 +50,7 @@ if __name__ == "__main__":
     model = be.sized_model(tmp, be.RESIZE_MODELS[label])
     print(json.dumps(be.Session(url, model, data, tmp, True).run()))
 """
-RESIZE_KEYS = ("stall", "pause", "first_step", "step")
+RESIZE_KEYS = ("stall", "pause", "first_step", "step", "startup", "to_first_step")
 
 
 def resize_run(tree: Path, redis_url: str, tmp: Path, data: Path, label: str) -> dict[str, Any]:
@@ -92,9 +92,10 @@ def compare_resizes(
     for key in RESIZE_KEYS:
         print(f"  {key}: after {be.span([r['grow'][key] for r in runs['after']])}; "
               f"before {be.span([r['grow'][key] for r in runs['before']])}")  # fmt: skip
-    diffs = [n["grow"]["stall"] - o["grow"]["stall"]
-             for n, o in zip(runs["after"], runs["before"], strict=True)]  # fmt: skip
-    print(f"  stall, after - before, per pair: {be.span(diffs)}")
+    for key in ("stall", "to_first_step"):
+        diffs = [n["grow"][key] - o["grow"][key]
+                 for n, o in zip(runs["after"], runs["before"], strict=True)]  # fmt: skip
+        print(f"  {key}, after - before, per pair: {be.span(diffs)}")
     print(f"  shrink stall: after {be.span([r['shrink']['stall'] for r in runs['after']])}; "
           f"before {be.span([r['shrink']['stall'] for r in runs['before']])}")  # fmt: skip
 
