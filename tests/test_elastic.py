@@ -32,7 +32,6 @@ from workers.learner.engine import (
     Prefetcher,
     rehearse,
 )
-from workers.learner.noinit import no_initialisation, outside_state
 from workers.learner.overlap import GradBuckets, gloo_or_nccl_allreduce
 from workers.learner.partition import iterations_per_epoch, permutation
 from workers.learner.spec import JobSpec
@@ -549,125 +548,6 @@ def test_a_learner_holds_its_rehearsal_gradients_until_its_first_step(
     finally:
         learner.prefetch.pool.shutdown()
         learner.pg = None
-
-
-class _Layers(nn.Module):
-    """torch.nn's layers of many kinds, and tensors the model's code makes itself."""
-
-    def __init__(self, extra: bool = False) -> None:
-        super().__init__()
-        self.conv, self.bn = nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4)
-        self.ln, self.emb = nn.LayerNorm(4), nn.Embedding(5, 4)
-        self.lstm, self.attn = nn.LSTM(4, 4), nn.MultiheadAttention(4, 2)
-        self.block = nn.TransformerEncoderLayer(4, 2, 8)
-        self.lazy, self.fc = nn.LazyLinear(3), nn.Linear(4, 2)
-        self.own = nn.Parameter(torch.randn(3) + 5)  # drawn by the model's code: kept
-        self.register_buffer("steps", torch.arange(3.0))  # persistent: in the state
-        if extra:
-            self.register_buffer("table", torch.randn(2), persistent=False)
-            self.scale = torch.ones(1)
-            self.cache = [torch.zeros(1)]
-
-
-def test_torch_layers_built_without_initialisation_hold_zeros_and_the_rest_is_as_written() -> None:
-    linear_init = nn.Linear.reset_parameters
-    with no_initialisation():
-        model = _Layers()
-    assert nn.Linear.reset_parameters is linear_init  # put back after the block
-    lazy = nn.parameter.UninitializedParameter
-    zeroed = [(n, p) for n, p in model.named_parameters()
-              if n != "own" and not isinstance(p, lazy)]  # fmt: skip
-    assert len(zeroed) == len(list(model.parameters())) - 3  # but own and the lazy two
-    assert all(torch.count_nonzero(p) == 0 for _, p in zeroed), zeroed
-    assert torch.all(model.own > 4) and torch.equal(model.steps, torch.arange(3.0))
-    assert torch.equal(model.bn.running_var, torch.ones(4))  # reset as its initialiser does
-    assert outside_state(model) == []
-    # a lazy layer made later, outside the block, is initialised as usual
-    model.lazy(torch.ones(2, 4))
-    assert torch.count_nonzero(model.lazy.weight) > 0
-    # put back after a build that raises too
-    with pytest.raises(RuntimeError), no_initialisation():
-        raise RuntimeError("a model's code failed")
-    assert nn.Linear.reset_parameters is linear_init
-    assert sorted(outside_state(_Layers(extra=True))) == ["cache", "scale", "table"]
-
-
-def test_a_joiner_leaves_its_parameters_to_the_state_and_one_alone_initialises_them(
-    redis_server: RedisServer, tmp_path: Path, dataset: Path
-) -> None:
-    """A learner that starts while its job has a generation builds its model without the
-    random initialisation (noinit.py): its parameters come with the state. Left to train
-    alone with no state to receive (as after the coordinator lost every member), it sets
-    them as the ordinary build does, and its random generator is where that build leaves
-    it: the updates are the single-process ones. A learner that starts before the job's
-    first generation builds as usual."""
-    defn = load_definition(MLP)
-    torch.manual_seed(SEED)
-    reference = defn.build_model().state_dict()
-    rng = torch.get_rng_state()
-
-    def learner(slot: str, job: str) -> Learner:
-        jobs = JobStore(connect(redis_server.url), job)
-        spec = JobSpec(job_id=job, model=str(MLP), data=str(dataset),
-                       workdir=str(tmp_path / job), batch_size=BATCH, seed=SEED)  # fmt: skip
-        one = Learner(spec, slot, jobs, redis_server.url)
-        one.adopt(load_definition(MLP))
-        return one
-
-    first = learner("f0", f"first-{uuid.uuid4().hex[:8]}")
-    try:
-        assert not first._unset
-        assert all(torch.equal(v, reference[k]) for k, v in first.model.state_dict().items())
-    finally:
-        first.prefetch.pool.shutdown()
-    job = f"joiner-{uuid.uuid4().hex[:8]}"
-    JobStore(connect(redis_server.url), job).publish_generation(["r0"])  # a running job
-    joiner = learner("j0", job)
-    try:
-        assert joiner._unset
-        assert all(torch.count_nonzero(p) == 0 for p in joiner.params)
-        torch.manual_seed(SEED + 1)  # anywhere but where the build leaves it
-        joiner.form_group(joiner.jobs.publish_generation(["j0"]))  # alone: nothing to receive
-        joiner.sync_state()
-        assert not joiner._unset
-        assert all(torch.equal(v, reference[k]) for k, v in joiner.model.state_dict().items())
-        assert torch.equal(torch.get_rng_state(), rng)
-    finally:
-        joiner.prefetch.pool.shutdown()
-        joiner.pg = None
-
-
-def test_a_joiner_whose_model_keeps_tensors_outside_its_state_builds_it_as_usual(
-    redis_server: RedisServer, tmp_path: Path, dataset: Path
-) -> None:
-    """A random buffer that no state carries would differ from the other learners' (the
-    layers' skipped draws shift the model's own): such a model is initialised as usual."""
-    code = tmp_path / "buffered.py"
-    code.write_text(MLP.read_text().replace(
-        "def build_model() -> nn.Module:\n    return nn.Sequential(",
-        "def build_model() -> nn.Module:\n    model = nn.Sequential(",
-    ).replace(
-        "nn.Linear(64, 10))",
-        "nn.Linear(64, 10))\n    model.register_buffer('mix', torch.randn(4), persistent=False)\n"
-        "    return model",
-    ))  # fmt: skip
-    defn = load_definition(code)
-    torch.manual_seed(SEED)
-    reference = defn.build_model()
-    job = f"buffered-{uuid.uuid4().hex[:8]}"
-    jobs = JobStore(connect(redis_server.url), job)
-    jobs.publish_generation(["r0"])
-    spec = JobSpec(job_id=job, model=str(code), data=str(dataset), workdir=str(tmp_path / job),
-                   batch_size=BATCH, seed=SEED)  # fmt: skip
-    joiner = Learner(spec, "j0", jobs, redis_server.url)
-    try:
-        joiner.adopt(load_definition(code))
-        assert not joiner._unset
-        assert torch.equal(joiner.model.mix, reference.mix)
-        pairs = zip(joiner.params, reference.parameters(), strict=True)
-        assert all(torch.equal(a, b) for a, b in pairs)
-    finally:
-        joiner.prefetch.pool.shutdown()
 
 
 def _leaves(obj: Any, prefix: str = "") -> list[tuple[str, torch.Tensor]]:

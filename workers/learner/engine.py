@@ -40,7 +40,6 @@ from workers.learner.contract import (
     load_definition,
     run_script,
 )
-from workers.learner.noinit import no_initialisation, outside_state
 from workers.learner.overlap import BucketFailure, GradBuckets, gloo_or_nccl_allreduce
 from workers.learner.partition import (
     iterations_per_epoch,
@@ -208,10 +207,6 @@ class Learner:
         # midway cannot leave a torn state that this learner might later give on.
         self._has_state = False
         self._torn = False  # a broadcast into its own tensors failed midway
-        # Its parameters were left unset at the build (a joiner's: the state will set
-        # them); until they are set, by a state or a checkpoint, this learner initialises
-        # them from the seed before it gives a state on or trains alone (_initialise).
-        self._unset = False
         self.counters = {"epoch": 0, "iteration": 0, "step": 0}
         self._orders: dict[int, list[int]] = {}
         self._saved_step = -1
@@ -299,7 +294,8 @@ class Learner:
             if name in spec.script_decides and script.get(name):
                 setattr(spec, name, int(script[name]))
         self.train_set, self.test_set = self._datasets()
-        self.model = self._build_model()
+        torch.manual_seed(spec.seed)
+        self.model = self.defn.build_model().to(self.device)
         self.params = [p for p in self.model.parameters() if p.requires_grad]
         lr = None if defn.style == "wmla" and "lr" in spec.script_decides else spec.lr
         self.optimizer = self.defn.build_optimizer(self.params, lr)  # type: ignore[arg-type]
@@ -319,65 +315,19 @@ class Learner:
                 "model": self.model, "optimizer": self.optimizer, "loss_function": defn.loss_fn,
                 "epochs": spec.epochs, "batch_size": spec.batch_size,
             })  # fmt: skip
-        if self._resume_from_checkpoint():
-            self._unset = False
+        self._resume_from_checkpoint()
         # a joiner's optimizer has no state yet: memory for the state it will receive
         per_param = 0 if self.optimizer.state else statecast.spare_count(self.optimizer)
         self.spares = statecast.spares_for(self.params, per_param)
         if defn.train_step is None and len(self.train_set):  # type: ignore[arg-type]
             n = min(spec.batch_size, spec.max_micro_batch or spec.batch_size,
                     len(self.train_set))  # type: ignore[arg-type]  # fmt: skip
-            with torch.random.fork_rng(devices=[]):  # a dataset's random transforms
-                x, y = self._batch(self.train_set, list(range(n)))
+            x, y = self._batch(self.train_set, list(range(n)))
             held = rehearse(self.model, self.params, defn.loss_fn, x, y, self._autocast)
             # (on a GPU the caching allocator keeps freed memory for the step anyway)
             self.held = held if self.device.type == "cpu" else []
         log.info("%s: ready in %.2f s (code, %d training samples, model)",
                  self.slot, time.perf_counter() - started, len(self.train_set))  # type: ignore[arg-type]  # fmt: skip
-
-    def _build_model(self) -> torch.nn.Module:
-        """The user's model, from the job's seed. A learner that starts while the job has a
-        generation (a joiner: a grow, a replacement) will receive every parameter with the
-        state, so torch's layers skip their random initialisation (noinit.py; about 0.8 s
-        of a 1 GB model's start-up here). A build that fails that way is done again the
-        ordinary way. A WMLA script's model is built by the script itself."""
-        self._unset = self.defn.style == "native" and self._job_running()
-        torch.manual_seed(self.spec.seed)
-        if self._unset:
-            try:
-                with no_initialisation():
-                    model = self.defn.build_model()
-                kept = outside_state(model)
-                if not kept:
-                    return model.to(self.device)
-                why = f"it keeps tensors that no state carries: {', '.join(kept[:5])}"
-            except Exception as exc:
-                why = f"{type(exc).__name__}: {exc}"
-            log.info("%s: the model is built as usual, initialised (%s)", self.slot, why)
-            self._unset = False
-            torch.manual_seed(self.spec.seed)
-        return self.defn.build_model().to(self.device)
-
-    def _job_running(self) -> bool:
-        try:
-            return self.jobs.generation() > 0
-        except Exception:  # Redis away: build as usual
-            return False
-
-    def _initialise(self) -> None:
-        """Parameters left unset at the build, set as the ordinary build sets them: the
-        model built again from the seed and copied in, so that the values and the random
-        generator's state are the same as if this learner had built it so at first (the
-        equal-updates guarantee). For a learner with nothing to receive: the only member,
-        or rank 0 of a generation that no member with a state is in."""
-        started = time.perf_counter()
-        torch.manual_seed(self.spec.seed)
-        fresh = self.defn.build_model().to(self.device)
-        self.model.load_state_dict(fresh.state_dict())
-        del fresh
-        self._unset = False
-        log.info("%s: initialised its parameters from the seed in %.2f s", self.slot,
-                 time.perf_counter() - started)  # fmt: skip
 
     def _scaler(self) -> torch.amp.GradScaler | None:
         if self.precision != "fp16":
@@ -448,7 +398,7 @@ class Learner:
         the latest checkpoint, as it started, so that it never gives a torn state on. False
         where there is none: it then leaves the job, a lost learner to the coordinator."""
         if self._resume_from_checkpoint():
-            self._torn = self._unset = False
+            self._torn = False
             return True
         log.warning("%s: the state it was receiving is incomplete and no checkpoint exists "
                     "to go back to: leaving the job", self.slot)  # fmt: skip
@@ -529,8 +479,6 @@ class Learner:
         parameters; its optimizer's state into the spares it made while starting up),
         into new buffers on a learner that holds the state already (statecast.py)."""
         spares, self.spares = self.spares, {}  # for the first state received, if any
-        if self._unset and not self._has_state and (self.size == 1 or self.rank == 0):
-            self._initialise()
         if self.size == 1:
             self._has_state = True
             return
@@ -572,7 +520,7 @@ class Learner:
                 raise RuntimeError(f"the state received does not fit this model: {result}")
             del model, packed.flats["model"]
             self._load_state(statecast.rebuild(skeleton["rest"], packed.flats, packed.bigs))
-        self._has_state, self._torn, self._unset = True, False, False
+        self._has_state, self._torn = True, False
         total = sum(header["sizes"].values()) + sum(t.nbytes for t in packed.bigs)
         log.info("%s: state of %.1f MB in %.3f s (%d large tensors)", self.slot, total / 1e6,
                  time.perf_counter() - started, len(packed.bigs))  # fmt: skip
