@@ -130,32 +130,36 @@ def engine_run(redis_url: str, s: Setup, workers: int, data: Path, tmp: Path) ->
            "--max-steps", str(s.warmup + s.steps + s.steps // 2), "--epochs", "1000",
            "--checkpoint-every", "1000", "--workdir", str(tmp / job), "--job", job]  # fmt: skip
     env = dict(os.environ, REDIS_URL=redis_url)
-    proc = subprocess.Popen(cmd, cwd=PROJECT, env=env, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, text=True)  # fmt: skip
+    deadline = time.monotonic() + 600
     edges = (s.warmup, s.warmup + s.steps)
     learners: list[int] = []
     cpu: list[tuple[float, float]] = []  # (time, the learners' CPU seconds), each look
     own = time.process_time()
-    try:
-        # Nothing but /proc while the job trains: a look every READ_SECONDS at the learners'
-        # CPU, and the records are read from Redis once the run is over (a reader of the
-        # stream during the window took 0.6-0.7 % of a core, and Redis some more, from the
-        # cores the learners share; DDP's side measures itself in-process). The run trains
-        # half a window past the window's end (--max-steps), so a look comes after that end
-        # while every learner still runs.
-        while proc.poll() is None:
-            if len(learners) < workers:  # the driver's children: its learners, once all are up
-                learners = children(proc.pid)
-            if len(learners) == workers and all(Path(f"/proc/{p}").exists() for p in learners):
-                cpu.append((time.time(), cpu_seconds(learners)))
-            time.sleep(READ_SECONDS)
-        if proc.returncode != 0:
-            raise RuntimeError(f"drive exited with {proc.returncode}: "
-                               f"{proc.stderr.read() if proc.stderr else ''}")  # fmt: skip
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+    # Nothing but /proc while the job trains: a look every READ_SECONDS at the learners'
+    # CPU, and the records are read from Redis once the run is over (a reader of the stream
+    # during the window took 0.6-0.7 % of a core, and Redis some more, from the cores the
+    # learners share; DDP's side measures itself in-process). The run trains half a window
+    # past the window's end (--max-steps), so a look comes after that end while every
+    # learner still runs. Its output goes to a file, not a pipe nobody reads while it runs.
+    with tempfile.TemporaryFile(mode="w+") as err:
+        proc = subprocess.Popen(cmd, cwd=PROJECT, env=env, stdout=err,
+                                stderr=subprocess.STDOUT, text=True)  # fmt: skip
+        try:
+            while proc.poll() is None:
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"drive did not finish {job} in 600 s")
+                if len(learners) < workers:  # the driver's children: its learners, once up
+                    learners = children(proc.pid)
+                if len(learners) == workers and all(Path(f"/proc/{p}").exists() for p in learners):
+                    cpu.append((time.time(), cpu_seconds(learners)))
+                time.sleep(READ_SECONDS)
+            if proc.returncode != 0:
+                err.seek(0)
+                raise RuntimeError(f"drive exited with {proc.returncode}: {err.read()[-3000:]}")
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
     own = time.process_time() - own
     times: dict[int, float] = {}  # the window's edges, as rank 0 timed them
     jobs = JobStore(connect(redis_url), job)
