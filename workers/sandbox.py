@@ -241,15 +241,15 @@ def _resolve_account() -> tuple[int, int] | None:
             log.warning("EDT_LEARNER_USER=%s needs EDT to run as root; ignored", name)
         return None
     name = name or DEFAULT_USER
-    try:
-        entry = pwd.getpwnam(name)
-    except KeyError:
-        if name != DEFAULT_USER:
+    if name != DEFAULT_USER:  # only the default user is created
+        try:
+            pwd.getpwnam(name)
+        except KeyError:
             raise SandboxError(f"EDT_LEARNER_USER={name}: no such user") from None
-        entry = _create_account(name)
-    if entry.pw_uid == 0:
+    uid, gid = account(name)
+    if uid == 0:
         raise SandboxError(f"EDT_LEARNER_USER={name} is root; use 'root' to opt out explicitly")
-    return entry.pw_uid, entry.pw_gid
+    return uid, gid
 
 
 def _create_account(name: str) -> pwd.struct_passwd:

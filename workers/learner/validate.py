@@ -203,8 +203,8 @@ class Checker:
 
         if isinstance(exc, CheckFailed | UserCodeError):
             self.result.error = str(exc)
-        elif user_limit(exc):
-            self.result.error = f"{self.stage} failed: {user_limit(exc)}"
+        elif limit := user_limit(exc):
+            self.result.error = f"{self.stage} failed: {limit}"
         else:
             self.result.error = f"{self.stage} failed: {type(exc).__name__}: {exc}"
         self.result.line = user_frame(exc, str(self.path)) if self._in_file(exc) else self.hint
