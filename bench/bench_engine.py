@@ -55,8 +55,9 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 import torch.distributed as dist  # noqa: E402
 
 from edtweb.redis_server import RedisServer, free_port  # noqa: E402
+from protocol.connection import connect  # noqa: E402
+from protocol.jobstore import JobStore  # noqa: E402
 from scheduler.elastic import Coordinator  # noqa: E402
-from scheduler.store import JobStore, connect  # noqa: E402
 from workers.learner import host  # noqa: E402
 from workers.learner.allocator import huge_pages  # noqa: E402
 from workers.learner.datasets import write_cifar10  # noqa: E402

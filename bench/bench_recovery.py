@@ -133,7 +133,8 @@ class LiveStack:
         from edtweb import launcher
         from edtweb.redis_server import free_port
         from edtweb.supervisor import Supervisor
-        from scheduler.store import Store, connect
+        from protocol.connection import connect
+        from scheduler.store import Store
 
         call_command("migrate", verbosity=0)
         self.user = get_user_model().objects.create_user("bench", password="bench-only-1")

@@ -519,8 +519,9 @@ def _live_timings(count: int, size: int) -> dict[str, object]:
 
     from edtweb.training.models import Job
     from edtweb.training.scheduling import LiveScheduler, collector_paused
+    from protocol.keys import ALIVE
+    from protocol.slots import SlotInfo
     from scheduler.policies import decide
-    from scheduler.store import ALIVE, SlotInfo
 
     call_command("migrate", verbosity=0)
     user = get_user_model().objects.create_user("bench", password="bench-only")

@@ -164,7 +164,7 @@ WHITENOISE_KEEP_ONLY_HASHED_FILES = True
 # Where pages open their WebSockets: this port on the page's host (0: the page's own port).
 EDT_LIVE_PORT = envint("EDT_LIVE_PORT", 0)
 
-# Redis: Celery broker, Channels layer and live coordination state (scheduler/store.py).
+# Redis: Celery broker, Channels layer and live coordination state (protocol/keys.py).
 REDIS_URL = envstr("REDIS_URL", "redis://127.0.0.1:6379/0")
 
 

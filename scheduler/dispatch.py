@@ -20,7 +20,8 @@ import signal
 import time
 from typing import Any
 
-from scheduler.store import JobStore, Start, queue_for, send_starts
+from protocol.jobstore import JobStore, Start, send_starts
+from protocol.keys import queue_for
 
 LEASE_GRACE = 2.0  # seconds a lapsed lease must stay missing, watched without a gap
 START_GRACE = 180.0  # seconds a dispatched learner has to take its first lease

@@ -14,10 +14,10 @@ import time
 from collections.abc import Callable, Collection
 from typing import Any, Protocol
 
-from scheduler.store import JobStore
+from protocol.exits import Exit
+from protocol.jobstore import JobStore
 
 FAILURE_GRACE_SECONDS = 1.0
-USER_CODE_FAILED = 2  # a learner's exit status when the user's code raised
 
 EventSink = Callable[[str, dict[str, Any]], None]
 
@@ -130,7 +130,7 @@ class Coordinator:
         """The member's learner reported a clean exit: it finished or was told to stop (a
         peer still training would see the collective fail and report it)."""
         exit_code = getattr(self.launcher, "exit_code", None)
-        return exit_code is not None and exit_code(slot) == 0
+        return exit_code is not None and exit_code(slot) == Exit.FINISHED
 
     def _replace(self, survivors: list[str]) -> None:
         lost = [s for s in self.members if s not in survivors]
@@ -175,7 +175,7 @@ class Coordinator:
         if errors:
             first = errors[0]
             return f"{first['message']} ({first['trace']})" if first["trace"] else first["message"]
-        failed = [s for s, (_, code) in self.jobs.exits().items() if code == USER_CODE_FAILED]
+        failed = [s for s, result in self.jobs.exits().items() if result.user_code_failed]
         return f"the learner on {failed[0]} failed; see its log" if failed else None
 
     def all_exited(self) -> bool:

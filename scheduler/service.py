@@ -20,8 +20,10 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
-from scheduler.retry import Backoff
-from scheduler.store import ALIVE, LOST, AllocationRecord, SlotInfo, Store
+from protocol.keys import ALIVE, LOST
+from protocol.retry import Backoff
+from protocol.slots import SlotInfo
+from scheduler.store import AllocationRecord, Store
 
 log = logging.getLogger("edt.scheduler")
 

@@ -20,7 +20,8 @@ import torch.distributed as dist
 from torch import nn
 
 from edtweb.redis_server import RedisServer
-from scheduler.store import JobStore, connect
+from protocol.connection import connect
+from protocol.jobstore import JobStore
 from tests.conftest import PROJECT_DIR, subprocess_env, wait_for
 from workers.learner import statecast
 from workers.learner.contract import load_definition

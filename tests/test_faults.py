@@ -32,7 +32,10 @@ from edtweb.redis_server import RedisServer, free_port
 from edtweb.supervisor import Supervisor
 from edtweb.training import services
 from edtweb.training.models import Job
-from scheduler.store import ALIVE, SlotInfo, Store, connect
+from protocol.connection import connect
+from protocol.keys import ALIVE
+from protocol.slots import SlotInfo
+from scheduler.store import Store
 from tests.conftest import PROJECT_DIR, Processes, wait_for
 from tests.test_scheduler_live import Cluster, submit, workers_of
 from workers.learner.datasets import write_cifar10

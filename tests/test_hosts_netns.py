@@ -34,9 +34,12 @@ from edtweb.redis_server import RedisServer
 from edtweb.training import services
 from edtweb.training.models import Job
 from edtweb.training.runner import JobRunner
+from protocol.connection import connect
+from protocol.jobstore import JobStore
+from protocol.keys import ALIVE
 from scheduler.elastic import Coordinator
 from scheduler.phases import JobPhase
-from scheduler.store import ALIVE, JobStore, Store, connect
+from scheduler.store import Store
 from tests.conftest import PROJECT_DIR, Processes, wait_for
 from tests.test_faults import Watch, api_steps, completed, redone
 from tests.test_scheduler_live import live_env, workers_of

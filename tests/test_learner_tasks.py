@@ -18,7 +18,8 @@ from edtweb.training import services
 from edtweb.training.metrics_consumer import MetricsConsumer
 from edtweb.training.models import Job, Metric
 from edtweb.training.runner import JobRunner
-from scheduler.store import ALIVE, Store
+from protocol.keys import ALIVE
+from scheduler.store import Store
 from tests.conftest import PROJECT_DIR, Processes, subprocess_env, wait_for
 from workers.learner.datasets import write_cifar10
 

@@ -18,8 +18,11 @@ from edtweb.redis_server import RedisServer
 from edtweb.training.metrics_consumer import MetricsConsumer
 from edtweb.training.models import Job, Metric
 from edtweb.training.runner import JobRunner
+from protocol.connection import connect
+from protocol.jobstore import LEARNER_PATIENCE, JobStore
+from protocol.keys import WAKE_KEY
 from scheduler.phases import JobPhase
-from scheduler.store import LEARNER_PATIENCE, WAKE_KEY, JobStore, Store, connect
+from scheduler.store import Store
 from tests.conftest import Processes, load_factor, subprocess_env, wait_for
 from tests.test_scheduler_live import Cluster, submit, workers_of
 from workers.learner.datasets import write_cifar10

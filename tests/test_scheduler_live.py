@@ -20,7 +20,10 @@ from django.db import connection
 from edtweb.redis_server import RedisServer
 from edtweb.training import services
 from edtweb.training.models import Job, Metric
-from scheduler.store import ALIVE, SlotInfo, Store, connect
+from protocol.connection import connect
+from protocol.keys import ALIVE
+from protocol.slots import SlotInfo
+from scheduler.store import Store
 from tests.conftest import PROJECT_DIR, Processes, load_factor, subprocess_env, wait_for
 from workers.learner.datasets import write_cifar10
 

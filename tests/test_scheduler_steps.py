@@ -24,21 +24,14 @@ from edtweb.redis_server import RedisServer
 from edtweb.training import scheduling
 from edtweb.training.models import Job, JobEvent, JobRow
 from edtweb.training.scheduling import LiveScheduler
+from protocol.connection import connect
+from protocol.jobstore import JobStore
+from protocol.keys import ALIVE, CHANGED_KEY, queue_for
+from protocol.slots import SlotInfo
 from scheduler.dispatch import SEND, TASK, LearnerMessages
 from scheduler.placement import Slot, place
 from scheduler.policies import JobView, Snapshot, decide
-from scheduler.store import (
-    ALIVE,
-    CHANGED_KEY,
-    AllocationRecord,
-    Changed,
-    JobStore,
-    SlotInfo,
-    Store,
-    connect,
-    queue_for,
-    take_changed,
-)
+from scheduler.store import AllocationRecord, Changed, Store, take_changed
 
 pytestmark = pytest.mark.django_db(transaction=True)
 JOBS, SLOTS = 60, 64

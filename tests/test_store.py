@@ -6,19 +6,16 @@ import time
 from pathlib import Path
 
 from edtweb.redis_server import RedisServer
+from protocol.connection import connect
+from protocol.jobstore import JobStore, Progress
+from protocol.keys import ALIVE, LOST, OFFLINE
+from protocol.slots import SlotInfo
 from scheduler.service import SchedulerService, slot_changes
 from scheduler.store import (
-    ALIVE,
-    LOST,
-    OFFLINE,
     Allocation,
     AllocationRecord,
-    JobStore,
     ObservedJobStore,
-    Progress,
-    SlotInfo,
     Store,
-    connect,
     observe,
     read_leases,
     take_changed,

@@ -10,7 +10,8 @@ import pytest
 from celery import Celery
 
 from edtweb.redis_server import RedisServer
-from scheduler.store import ALIVE, LOST, OFFLINE, Store
+from protocol.keys import ALIVE, LOST, OFFLINE
+from scheduler.store import Store
 from tests.conftest import Processes, alive_pids, subprocess_env, wait_for
 from workers.launcher import plan_slots, slot_env
 from workers.telemetry import Discovery, GpuInfo

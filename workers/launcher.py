@@ -21,7 +21,7 @@ from pathlib import Path
 
 import psutil
 
-from scheduler.store import queue_for, slot_id_for
+from protocol.keys import queue_for, slot_id_for
 from workers.learner.allocator import huge_pages
 from workers.telemetry import Discovery
 

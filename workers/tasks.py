@@ -29,7 +29,8 @@ def run_learner(job_id: int, slot: str, token: str) -> dict[str, Any]:
 
     import edtweb.training.services as services
     from edtweb.training.models import Job
-    from scheduler.store import LEARNER_PATIENCE, JobStore, connect
+    from protocol.connection import connect
+    from protocol.jobstore import LEARNER_PATIENCE, JobStore
     from workers.learner import host
 
     jobs = JobStore(connect(settings.REDIS_URL), str(job_id), patience=LEARNER_PATIENCE)

@@ -12,7 +12,8 @@ from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 from django.conf import settings
 
-from scheduler.store import Store, connect
+from protocol.connection import connect
+from scheduler.store import Store
 
 log = logging.getLogger("edt.live")
 

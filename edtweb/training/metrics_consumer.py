@@ -35,8 +35,10 @@ from django.utils import timezone
 
 from edtweb.training import live, services
 from edtweb.training.models import Job
-from scheduler.retry import Backoff
-from scheduler.store import METRICS_LEASE_KEY, JobStore, Store
+from protocol.jobstore import JobStore
+from protocol.keys import METRICS_LEASE_KEY
+from protocol.retry import Backoff
+from scheduler.store import Store
 
 log = logging.getLogger("edt.metrics")
 

@@ -87,7 +87,7 @@ class Job(models.Model):
 
     @property
     def store_id(self) -> str:
-        """The job's id in Redis (scheduler/store.py)."""
+        """The job's id in Redis (protocol/keys.py)."""
         return str(self.pk)
 
     @property

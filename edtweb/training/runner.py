@@ -15,10 +15,10 @@ from typing import Any
 from edtweb.celery import app as celery_app
 from edtweb.training import services
 from edtweb.training.models import Job, JobRow
+from protocol.jobstore import JobStore
 from scheduler.dispatch import CeleryLauncher, Dispatches
 from scheduler.elastic import Coordinator
 from scheduler.phases import FINAL, Facts, JobPhase, Transition, advance
-from scheduler.store import JobStore
 
 log = logging.getLogger("edt.scheduler")
 

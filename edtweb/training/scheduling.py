@@ -21,17 +21,17 @@ from edtweb.training import services
 from edtweb.training.models import Job, JobRow
 from edtweb.training.runner import JobRunner
 from edtweb.training.speedups import Curves
-from scheduler import redis_acl
+from protocol import redis_acl
+from protocol.connection import REDIS_DOWN
+from protocol.slots import SlotInfo
 from scheduler.dispatch import Dispatches
 from scheduler.placement import Placement, Slot, place
 from scheduler.policies import Decision, JobView, Snapshot, decide, las, tiresias
 from scheduler.policies.las import SPEEDUP_POLICY
 from scheduler.store import (
-    REDIS_DOWN,
     Allocation,
     AllocationRecord,
     ObservedJobStore,
-    SlotInfo,
     Store,
     observe,
     read_leases,

@@ -27,7 +27,9 @@ from django.utils import timezone
 from edtweb.training import live
 from edtweb.training.models import Job, JobEvent, Metric
 from edtweb.training.validation import submission_errors
-from scheduler.store import AllocationRecord, JobStore, Store, connect
+from protocol.connection import connect
+from protocol.jobstore import JobStore
+from scheduler.store import AllocationRecord, Store
 
 log = logging.getLogger("edt.jobs")
 

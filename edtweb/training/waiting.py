@@ -10,7 +10,8 @@ import redis
 from django.conf import settings
 
 from edtweb.training.models import Job
-from scheduler.store import Store, connect
+from protocol.connection import connect
+from scheduler.store import Store
 
 WAITING = (Job.State.QUEUED, Job.State.SUSPENDED)
 

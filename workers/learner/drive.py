@@ -25,8 +25,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from protocol.connection import connect
+from protocol.exits import Exit
+from protocol.jobstore import JobStore
 from scheduler.elastic import Coordinator
-from scheduler.store import JobStore, connect
 from workers.learner.allocator import huge_pages
 from workers.learner.spec import JobSpec
 
@@ -40,6 +42,7 @@ PROJECT_DIR = Path(__file__).resolve().parents[2]
 # 0.5 %.
 TICK_SECONDS = 0.05
 STEADY_TICK_SECONDS = 0.25
+TIMED_OUT = 3  # the drive's own exit status when the run outlasted --timeout
 
 
 @dataclass(frozen=True, order=True)
@@ -196,15 +199,15 @@ class Driver:
         error = c.first_error()
         if error:
             c.event("failed", error=error)
-            return 2
+            return Exit.USER_CODE_FAILED
         if c.done:
             if self.kills:  # a run that was to test a fault must not pass without one
                 c.event("failed", error=f"the job ended at step {c.step}, before the fault "
                         f"due at step {self.kills[0].step} could be injected")  # fmt: skip
-                return 2
+                return Exit.USER_CODE_FAILED
             if c.all_exited():
                 c.event("completed")
-                return 0
+                return Exit.FINISHED
             return None
         self.inject_faults()
         c.watch_failures()
@@ -233,7 +236,7 @@ class Driver:
                     return code
                 time.sleep(STEADY_TICK_SECONDS if self.steady() else TICK_SECONDS)
             self.coord.event("timeout", seconds=timeout)
-            return 3
+            return TIMED_OUT
         finally:
             self.launcher.reap()
             self.metrics.close()

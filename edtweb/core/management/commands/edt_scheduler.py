@@ -9,9 +9,10 @@ from django.core.management.base import BaseCommand, CommandError
 from edtweb.dashboard.live import publish_slots
 from edtweb.redis_server import ping_error
 from edtweb.training.scheduling import LiveScheduler
+from protocol.connection import connect
 from scheduler.policies import POLICIES
 from scheduler.service import SchedulerService
-from scheduler.store import Store, connect
+from scheduler.store import Store
 
 
 class Command(BaseCommand):
