@@ -193,7 +193,7 @@ CELERY_BROKER_URL = REDIS_URL
 CELERY_RESULT_BACKEND = REDIS_URL
 CELERY_RESULT_EXPIRES = 3600
 CELERY_TASK_DEFAULT_QUEUE = "edt.default"
-# A learner task can run for hours: never redeliver it (DESIGN.md, "Sources of truth").
+# A learner task can run for hours: never redeliver it (docs/architecture.md, "Sources of truth").
 CELERY_TASK_ACKS_LATE = False
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True

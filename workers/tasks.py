@@ -24,7 +24,8 @@ ping_task = shared_task(name="edt.ping")(ping)
 
 
 def run_learner(job_id: int, slot: str, token: str) -> dict[str, Any]:
-    """Start a learner of the job on this slot and wait for it (DESIGN.md, "Processes")."""
+    """Start a learner of the job on this slot and wait for it (docs/architecture.md,
+    "Processes")."""
     from django.conf import settings
 
     import edtweb.training.services as services

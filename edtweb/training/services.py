@@ -210,7 +210,7 @@ def wake_scheduler(reason: str) -> None:
 
 def _quietly(action: Any, what: str) -> None:
     """Redis away: the record in the database stands; the scheduler's periodic tick and a
-    fresh start rebuild the rest (DESIGN.md, "Sources of truth")."""
+    fresh start rebuild the rest (docs/architecture.md, "Sources of truth")."""
     try:
         action()
     except redis.RedisError as exc:

@@ -1,4 +1,4 @@
-"""The elastic training loop of one learner (DESIGN.md, "Elastic training protocol").
+"""The elastic training loop of one learner (docs/architecture.md, "Elastic training protocol").
 
 Rank 0 adds the job's generation and stop flag, as its watch thread last read them from
 Redis, to the gradient all-reduce, so every member learns the same decision at the same

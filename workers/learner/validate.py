@@ -1,4 +1,4 @@
-"""Checking an uploaded model definition before anyone trains it (DESIGN.md, "Model
+"""Checking an uploaded model definition before anyone trains it (docs/architecture.md, "Model
 definition contract").
 
 The web process calls :func:`validate`, which runs ``python -m workers.learner.validate`` as a
