@@ -4,7 +4,7 @@ Celery only delivers "start a learner of job J on slot S with token T"; it is ne
 record of a job. A task that arrives with an old token exits at once. Killing goes through
 Redis to the slot's task, which signals the learner's process group.
 
-Whether a learner is still there is observed, not waited for (DESIGN.md, "Sources of
+Whether a learner is still there is observed, not waited for (docs/architecture.md, "Sources of
 truth"): its slot task reports its exit when it can, and the learner renews a lease while it
 lives. A learner whose lease lapsed, or that never took one while its slot died or a long
 start-up grace passed, is gone, whatever killed it: a dead host writes no exit report.

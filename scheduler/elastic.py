@@ -1,4 +1,5 @@
-"""The coordinator's side of the elastic protocol for one job (DESIGN.md).
+"""The coordinator's side of the elastic protocol for one job (docs/architecture.md,
+"Elastic training protocol").
 
 It starts joiners first and publishes the generation that includes them only once they are
 READY, shrinks at once, replaces a generation after a learner fails, and starts over from

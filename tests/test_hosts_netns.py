@@ -32,8 +32,8 @@ from django.conf import settings as django_settings
 
 from edtweb.redis_server import RedisServer
 from edtweb.training import services
+from edtweb.training.live_adapter import runner_for
 from edtweb.training.models import Job
-from edtweb.training.runner import JobRunner
 from protocol.connection import connect
 from protocol.jobstore import JobStore
 from protocol.keys import ALIVE
@@ -421,7 +421,7 @@ def test_a_suspending_job_starts_no_joiner(redis_server: RedisServer, alice: Any
     model = PROJECT_DIR / "tests" / "models" / "paced_mlp.py"
     job = services.submit_job(alice, name="suspending", data_path=str(data),
                               model_path=str(model))  # fmt: skip
-    runner = JobRunner(job, resume=False)
+    runner = runner_for(job, resume=False)
     runner.phase = JobPhase.SUSPENDING
     runner.apply(1, ("a.0",), ())
     assert runner.jobs.dispatches() == {}

@@ -15,9 +15,9 @@ from django.conf import settings
 from django.db import connection
 
 from edtweb.redis_server import RedisServer
+from edtweb.training.live_adapter import runner_for
 from edtweb.training.metrics_consumer import MetricsConsumer
 from edtweb.training.models import Job, Metric
-from edtweb.training.runner import JobRunner
 from protocol.connection import connect
 from protocol.jobstore import LEARNER_PATIENCE, JobStore
 from protocol.keys import WAKE_KEY
@@ -191,7 +191,7 @@ def test_the_runner_stores_no_metric_and_completes_once_the_consumer_stored_them
     for step in range(1, 6):
         jobs.emit(record(step))
     jobs.emit({"type": "done", "step": 5, "time": time.time()})
-    runner = JobRunner(job, resume=False)
+    runner = runner_for(job, resume=False)
     runner.apply(1, (), ())  # no learner runs: the facts come from the stream alone
     for _ in range(3):
         assert runner.tick(set()) is None

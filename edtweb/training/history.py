@@ -9,6 +9,8 @@ from typing import Any, BinaryIO
 from django.db.models import F
 
 from edtweb.training.models import Job, Metric
+from scheduler.live.snapshot import BY_SERVICE, BY_SPEEDUP, SnapshotBuilder
+from scheduler.live.speedups import Curves
 from scheduler.policies import decide
 from scheduler.store import Store
 
@@ -155,8 +157,10 @@ def downloadable(job: Job, name: str) -> Path | None:
 
 def preview(job: Job, priority: int, user: Any) -> dict[str, Any]:
     """What the scheduler would decide if ``job`` had ``priority``: "B 5, A 3". The same
-    snapshot as the scheduler's: its policy, its usable slots, joiners counted."""
-    from edtweb.training.scheduling import schedulable_jobs, snapshot
+    snapshot as the scheduler's (scheduler/live/snapshot.py): its policy, its usable slots,
+    joiners counted, each job's attained service and, for the speedup-aware policy, the
+    same speedup curves."""
+    from edtweb.training.live_adapter import observed_rates, schedulable_jobs
     from edtweb.training.services import allocations, redis_client
 
     record = allocations()
@@ -165,7 +169,15 @@ def preview(job: Job, priority: int, user: Any) -> dict[str, Any]:
     if not active:
         return {"targets": {}, "text": "the job is not running"}
     held = {pk: len(a.slots) for pk, a in record.jobs.items()}
-    decision = decide(snapshot(active, capacity, held, {job.pk: priority}), record.policy)
+    speedups = {}
+    if record.policy in BY_SPEEDUP:
+        curves = Curves(observed_rates)
+        speedups = {j.pk: curves.curve(j.pk, j.max_workers) for j in active}
+    attained = dict(record.attained) if record.policy in BY_SERVICE else {}
+    snapshot = SnapshotBuilder().build(
+        active, capacity, held, speedups, attained, {job.pk: priority}
+    )
+    decision = decide(snapshot, record.policy)
     names = {
         str(j.pk): (j.name if user.is_staff or j.owner_id == user.pk else "others") for j in active
     }

@@ -1,8 +1,7 @@
 from __future__ import annotations
 
-from datetime import datetime
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
 from django.conf import settings
 from django.core.validators import MaxValueValidator, MinValueValidator
@@ -106,39 +105,6 @@ class Job(models.Model):
             seed=self.seed, checkpoint_every=self.checkpoint_every,
             collective_timeout=self.collective_timeout, precision=self.precision,
         )  # fmt: skip
-
-
-NEW_BY_ID = 500  # at most this many new jobs' times are read by id; more: every job's
-
-
-class JobRow(NamedTuple):
-    """The fields of a job the scheduler reads on every step, as one row: thousands of jobs
-    per step are read without building a model instance for each."""
-
-    pk: int
-    name: str
-    state: str
-    priority: int
-    max_workers: int
-    min_workers: int
-    collective_timeout: float
-    created_at: datetime
-
-    @classmethod
-    def of(cls, jobs: Any, created: dict[int, datetime] | None = None) -> list[JobRow]:
-        """The rows of the queryset ``jobs``. With ``created`` (a cache kept between calls:
-        a job's submission time never changes), only the times of the jobs not in it yet
-        are read, and parsed; those of jobs no longer in ``jobs`` are dropped now and then."""
-        if created is None:
-            return [cls(*row) for row in jobs.values_list(*cls._fields)]
-        rows = list(jobs.values_list(*cls._fields[:-1]))
-        new = [row[0] for row in rows if row[0] not in created]
-        if len(new) > NEW_BY_ID or len(created) > 2 * len(rows) + NEW_BY_ID:
-            created.clear()  # every active job's, afresh
-            created.update(jobs.values_list("pk", "created_at"))
-        elif new:
-            created.update(jobs.filter(pk__in=new).values_list("pk", "created_at"))
-        return [cls(*row, created[row[0]]) for row in rows if row[0] in created]  # type: ignore[call-arg]
 
 
 class JobEvent(models.Model):

@@ -8,7 +8,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 from edtweb.dashboard.live import publish_slots
 from edtweb.redis_server import ping_error
-from edtweb.training.scheduling import LiveScheduler
+from edtweb.training.live_adapter import live_scheduler
 from protocol.connection import connect
 from scheduler.policies import POLICIES
 from scheduler.service import SchedulerService
@@ -34,7 +34,7 @@ class Command(BaseCommand):
         error = ping_error(settings.REDIS_URL)
         if error:
             raise CommandError(f"Redis at {settings.REDIS_URL} does not answer ({error})")
-        planner = LiveScheduler(opts["policy"])
+        planner = live_scheduler(opts["policy"])
         service = SchedulerService(
             Store(connect(settings.REDIS_URL)), publish_slots, opts["interval"], planner.step,
             allocations=planner.allocations, settle=float(settings.EDT_HEARTBEAT_TTL),

@@ -2,22 +2,20 @@
 
 The live scheduler owns a ``JobRunner`` per job that holds slots: it sends learners to the
 slots placement chose, admits them when READY, shrinks, handles failures, suspends, and
-records every change. It reads no metric records: the metrics consumer
-(``edtweb/training/metrics_consumer.py``) stores them and says when training finished. A new
-active scheduler rebuilds runners from Redis.
+records every change through the job book (``ports.JobBook``). It reads no metric records:
+the metrics consumer stores them and says when training finished. A new active scheduler
+rebuilds runners from Redis.
 """
 
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import Any, Protocol
 
-from edtweb.celery import app as celery_app
-from edtweb.training import services
-from edtweb.training.models import Job, JobRow
 from protocol.jobstore import JobStore
 from scheduler.dispatch import CeleryLauncher, Dispatches
 from scheduler.elastic import Coordinator
+from scheduler.live.ports import COMPLETED, FAILED, SUSPENDED, Ports
 from scheduler.phases import FINAL, Facts, JobPhase, Transition, advance
 
 log = logging.getLogger("edt.scheduler")
@@ -30,16 +28,27 @@ MESSAGES = {
 }
 
 
+class Controlled(Protocol):
+    """A job as its runner reads it (a job row, or the web's model instance)."""
+
+    @property
+    def pk(self) -> int: ...
+    @property
+    def collective_timeout(self) -> float: ...
+
+
 class JobRunner:
     """``jobs``: the job's store (the live scheduler's reads from its step's observation;
     by default one that reads Redis at each call); ``batch``: where learner starts go when
     the caller sends a step's starts together (by default each is sent at once)."""
 
-    def __init__(self, job: Job | JobRow, resume: bool = True, jobs: JobStore | None = None,
+    def __init__(self, job: Controlled, ports: Ports, resume: bool = True,
+                 jobs: JobStore | None = None,
                  batch: Dispatches | None = None) -> None:  # fmt: skip
         self.job_id = job.pk
-        self.jobs = jobs if jobs is not None else services.job_store(job.pk)
-        self.launcher = CeleryLauncher(self.jobs, celery_app, job.pk, batch)
+        self.book = ports.book
+        self.jobs = jobs if jobs is not None else JobStore(ports.redis(), str(job.pk))
+        self.launcher = CeleryLauncher(self.jobs, ports.celery, job.pk, batch)
         self.coord = Coordinator(self.jobs, self.launcher, self._event, job.collective_timeout)
         self.want = 0
         self.phase = JobPhase.WAITING
@@ -68,7 +77,7 @@ class JobRunner:
 
     def _event(self, kind: str, data: dict[str, Any]) -> None:
         message = MESSAGES.get(kind, kind).format(**data)
-        services.record_event(self.job_id, kind, message, **data)
+        self.book.record_event(self.job_id, kind, message, **data)
 
     # What the scheduler sees and asks ---------------------------------------------------------
 
@@ -168,23 +177,23 @@ class JobRunner:
         """Carry out a transition's effects; the job's resting state when it ends here."""
         to = transition.next
         if to is JobPhase.FAILED:
-            services.fail_job(self.job_id, self.coord.first_error() or "failed")
+            self.book.fail(self.job_id, self.coord.first_error() or "failed")
             self.coord.kill_all()
-            return Job.State.FAILED
+            return FAILED
         if to is JobPhase.TRAINING and transition.previous is JobPhase.WAITING:
-            services.start_job(self.job_id)
+            self.book.start(self.job_id)
         elif to is JobPhase.COMPLETING:
-            services.complete_job(self.job_id)
+            self.book.complete(self.job_id)
         elif to is JobPhase.COMPLETED:
-            services.complete_job(self.job_id)
-            return Job.State.COMPLETED
+            self.book.complete(self.job_id)
+            return COMPLETED
         elif to is JobPhase.SUSPENDING:
             self.jobs.request_stop()  # learners checkpoint, then exit
-            services.record_event(self.job_id, "suspending", "checkpointing before suspension")
+            self.book.record_event(self.job_id, "suspending", "checkpointing before suspension")
         elif to is JobPhase.SUSPENDED:
             self.coord.kill_all()  # joiners that never joined
-            services.suspend_job(self.job_id, self.jobs.checkpoint_step())
-            return Job.State.SUSPENDED
+            self.book.suspend(self.job_id, self.jobs.checkpoint_step())
+            return SUSPENDED
         return None
 
     def _progress(self) -> None:
