@@ -132,9 +132,9 @@ class LiveStack:
 
         from edtweb import launcher
         from edtweb.redis_server import free_port
-        from edtweb.supervisor import Supervisor
         from protocol.connection import connect
         from scheduler.store import Store
+        from workers.supervisor import supervise_commands
 
         call_command("migrate", verbosity=0)
         self.user = get_user_model().objects.create_user("bench", password="bench-only-1")
@@ -146,8 +146,8 @@ class LiveStack:
         self.port = free_port()
         commands = launcher.processes(launcher.Options(port=self.port, live_port=0))
         wanted = {name: commands[name] for name in ("scheduler", "metrics", "web")}
-        self.supervisor = Supervisor(wanted, dict(os.environ), str(PROJECT),
-                                     out=(tmp / "supervisor.log").open("w"))  # fmt: skip
+        self.supervisor = supervise_commands(wanted, dict(os.environ), str(PROJECT),
+                                             out=(tmp / "supervisor.log").open("w"))  # fmt: skip
         threading.Thread(target=self.supervisor.watch, daemon=True).start()
 
     def start_host(self, host: str) -> None:

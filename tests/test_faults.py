@@ -29,7 +29,6 @@ from rest_framework.test import APIClient
 
 from edtweb import launcher
 from edtweb.redis_server import RedisServer, free_port
-from edtweb.supervisor import Supervisor
 from edtweb.training import services
 from edtweb.training.models import Job
 from protocol.connection import connect
@@ -39,6 +38,7 @@ from scheduler.store import Store
 from tests.conftest import PROJECT_DIR, Processes, wait_for
 from tests.test_scheduler_live import Cluster, submit, workers_of
 from workers.learner.datasets import write_cifar10
+from workers.supervisor import supervise_commands
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -62,11 +62,11 @@ def store(durable_redis: RedisServer, settings: Any) -> Iterator[Store]:
 
 class Supervised:
     """Some of the stack's processes under `make run`'s own supervisor, which restarts
-    whichever dies (edtweb/supervisor.py); its loop runs in a thread of the test."""
+    whichever dies (workers/supervisor.py); its loop runs in a thread of the test."""
 
     def __init__(self, commands: dict[str, str], env: dict[str, str], log: Path) -> None:
         self.log = log
-        self.supervisor = Supervisor(commands, env, str(PROJECT_DIR), out=log.open("w"))
+        self.supervisor = supervise_commands(commands, env, str(PROJECT_DIR), out=log.open("w"))
         self.thread = threading.Thread(target=self.supervisor.watch, name="supervisor",
                                        daemon=True)  # fmt: skip
         self.thread.start()
