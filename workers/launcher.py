@@ -1,7 +1,10 @@
-"""The worker host: one Celery worker per slot, each pinned to its GPU (or a CPU slot).
+"""The worker host: one Celery worker per slot, each pinned to its GPU (or a CPU slot), and
+the host's control worker.
 
 ``python manage.py edt_worker`` runs :func:`main`. Each slot's worker consumes only its own
 queue (``slot.<host>.<index>``) with the solo pool, so one slot runs one learner at a time.
+The control worker consumes the queue ``control`` (model checks and dataset preparations,
+``workers/control.py``) with a small prefork pool: a pool process that dies loses no task.
 A worker that dies is restarted after a delay; its slot shows as lost until then (the
 heartbeat TTL), so the scheduler moves work elsewhere.
 """
@@ -22,6 +25,8 @@ from pathlib import Path
 import psutil
 
 from scheduler.store import queue_for, slot_id_for
+from workers import sandbox
+from workers.control import CONTROL_QUEUE
 from workers.learner.allocator import huge_pages
 from workers.telemetry import Discovery
 
@@ -29,6 +34,7 @@ log = logging.getLogger("edt.worker")
 
 PROJECT_DIR = Path(__file__).resolve().parent.parent
 DEFAULT_CPU_SLOTS = 4
+CONTROL_PROCESSES = 2  # model checks and dataset preparations a host runs at once
 
 
 @dataclass(frozen=True)
@@ -44,6 +50,44 @@ class SlotSpec:
     @property
     def queue(self) -> str:
         return queue_for(self.slot_id)
+
+    @property
+    def label(self) -> str:
+        return f"slot {self.slot_id}"
+
+    def command(self) -> list[str]:
+        return worker_command(self)
+
+    def environment(self, base: dict[str, str], parent_pid: int) -> dict[str, str]:
+        return slot_env(self, base, parent_pid)
+
+
+@dataclass(frozen=True)
+class ControlSpec:
+    """The host's control worker: checks and preparations, never a learner (no slot)."""
+
+    host: str
+
+    @property
+    def label(self) -> str:
+        return f"control worker of {self.host}"
+
+    def command(self, loglevel: str = "INFO") -> list[str]:
+        return [
+            sys.executable, "-m", "celery", "--quiet", "-A", "edtweb", "worker",
+            "-P", "prefork", "-c", str(CONTROL_PROCESSES),
+            "-Q", CONTROL_QUEUE,
+            "-n", f"control@{self.host}",
+            "--without-gossip", "--without-mingle", "--without-heartbeat",
+            "-l", loglevel,
+        ]  # fmt: skip
+
+    def environment(self, base: dict[str, str], parent_pid: int) -> dict[str, str]:
+        env = {k: v for k, v in base.items() if not k.startswith("EDT_SLOT_")}  # not a slot
+        env["PYTHONUNBUFFERED"] = "1"
+        paths = [str(PROJECT_DIR), base.get("PYTHONPATH")]
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, paths))
+        return env
 
 
 def plan_slots(host: str, discovery: Discovery, cpu_slots: int | None) -> list[SlotSpec]:
@@ -91,7 +135,7 @@ def worker_command(spec: SlotSpec, loglevel: str = "INFO") -> list[str]:
 
 @dataclass
 class SlotProcess:
-    spec: SlotSpec
+    spec: SlotSpec | ControlSpec
     proc: subprocess.Popen[bytes] | None = None
     restart_at: float | None = None
     restarts: int = 0
@@ -99,10 +143,12 @@ class SlotProcess:
 
 
 class WorkerHost:
-    """Starts, watches and stops the slot workers of this machine."""
+    """Starts, watches and stops the slot workers and the control worker of this machine."""
 
     def __init__(self, specs: Sequence[SlotSpec], restart_delay: float = 10.0) -> None:
         self.slots = [SlotProcess(spec) for spec in specs]
+        if specs:
+            self.slots.append(SlotProcess(ControlSpec(specs[0].host)))
         self.restart_delay = restart_delay
         self.stopping = False
 
@@ -111,10 +157,12 @@ class WorkerHost:
             self._spawn(slot)
 
     def _spawn(self, slot: SlotProcess) -> None:
-        env = slot_env(slot.spec, dict(os.environ), os.getpid())
-        slot.proc = subprocess.Popen(worker_command(slot.spec), env=env, cwd=PROJECT_DIR)
+        env = slot.spec.environment(dict(os.environ), os.getpid())
+        # A worker whose host process died shuts down (SIGTERM: warm), whatever killed it.
+        slot.proc = subprocess.Popen(slot.spec.command(), env=env, cwd=PROJECT_DIR,
+                                     preexec_fn=sandbox.dies_with_parent())  # fmt: skip
         slot.restart_at = None
-        log.info("slot %s: worker started (pid %d)", slot.spec.slot_id, slot.proc.pid)
+        log.info("%s: worker started (pid %d)", slot.spec.label, slot.proc.pid)
 
     def poll(self, now: float) -> None:
         """Notice dead workers and restart them once their delay has passed."""
@@ -125,8 +173,8 @@ class WorkerHost:
                 slot.proc = None
                 slot.restart_at = now + self.restart_delay
                 log.warning(
-                    "slot %s: worker exited (%s); restarting in %.0f s",
-                    slot.spec.slot_id, describe_exit(code), self.restart_delay,
+                    "%s: worker exited (%s); restarting in %.0f s",
+                    slot.spec.label, describe_exit(code), self.restart_delay,
                 )  # fmt: skip
             elif slot.proc is None and slot.restart_at is not None and now >= slot.restart_at:
                 slot.restarts += 1
@@ -186,5 +234,5 @@ def main(host: str, cpu_slots: int | None, restart_delay: float, discovery: Disc
         worker_host.run()
     finally:
         worker_host.stop()
-    log.info("host %s: all slot workers stopped", host)
+    log.info("host %s: all workers stopped", host)
     return 0
