@@ -44,6 +44,8 @@ def create(
     )
     code = model.root / "code"
     try:
+        # What a row that had this id before left (one rolled back: SQLite gives it again).
+        shutil.rmtree(model.root, ignore_errors=True)
         code.mkdir(parents=True, exist_ok=True)
         if is_py:
             (code / model.entry).write_bytes(content)
