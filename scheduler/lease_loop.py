@@ -6,7 +6,7 @@ Redis lease (``lease_ms``; a round must take well under it); the holder does one
 work, the others stand by and try again after a rest. A holder that dies stops renewing and
 a standby takes over once the lease lapses; one that stops releases the lease, so a standby
 takes over at its next try. A round that raises (Redis or the database away) only slows
-the loop down: the next try comes after a backoff (``scheduler/retry.py``) of up to
+the loop down: the next try comes after a backoff (``protocol/retry.py``) of up to
 ``BACKOFF_CAP`` seconds, and the loop ends only when ``stopping`` is set.
 """
 

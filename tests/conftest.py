@@ -18,12 +18,14 @@ from typing import Any
 
 import psutil
 import pytest
+from celery import Celery
 from django.test import override_settings
 
 from edtweb.redis_server import RedisServer
 from edtweb.settings import channel_layers
 from protocol.connection import connect
 from scheduler.store import Store
+from workers.control import CONTROL_QUEUE
 
 PROJECT_DIR = Path(__file__).resolve().parent.parent
 
@@ -140,6 +142,35 @@ def processes() -> Iterator[Processes]:
     procs = Processes()
     yield procs
     procs.cleanup()
+
+
+@pytest.fixture
+def control_worker(
+    redis_server: RedisServer, processes: Processes, transactional_db: None, tmp_path: Path
+) -> subprocess.Popen[str]:
+    """A control worker as a worker host starts it (model checks, dataset preparations),
+    sharing this test's database and data directory; answering once this returns."""
+    from django.conf import settings
+    from django.db import connection
+
+    from workers.launcher import ControlSpec
+
+    spec = ControlSpec("test-host")
+    base = subprocess_env(
+        Path(settings.EDT_DATA_DIR),
+        REDIS_URL=redis_server.url,
+        DATABASE_URL=f"sqlite:///{connection.settings_dict['NAME']}",
+    )
+    with (tmp_path / "control.log").open("w") as log:
+        proc = subprocess.Popen(
+            spec.command(), cwd=PROJECT_DIR, env=spec.environment(base, os.getpid()),
+            stdout=log, stderr=subprocess.STDOUT, text=True, start_new_session=True,
+        )  # fmt: skip
+    processes.started.append(proc)
+    celery = Celery(broker=redis_server.url, backend=redis_server.url)
+    ping = celery.send_task("edt.ping", queue=CONTROL_QUEUE)
+    assert ping.get(timeout=60 * load_factor())["pid"], "the control worker answers"
+    return proc
 
 
 def load_factor() -> float:

@@ -1,7 +1,10 @@
-"""The worker host: one Celery worker per slot, each pinned to its GPU (or a CPU slot).
+"""The worker host: one Celery worker per slot, each pinned to its GPU (or a CPU slot), and
+the host's control worker.
 
 ``python manage.py edt_worker`` runs :func:`main`. Each slot's worker consumes only its own
 queue (``slot.<host>.<index>``) with the solo pool, so one slot runs one learner at a time.
+The control worker consumes the queue ``control`` (model checks and dataset preparations,
+``workers/control.py``) with a small prefork pool: a pool process that dies loses no task.
 A worker that dies is restarted after a delay (``workers/supervisor.py``); its slot shows as
 lost until then (the heartbeat TTL), so the scheduler moves work elsewhere.
 """
@@ -18,6 +21,8 @@ from functools import partial
 from pathlib import Path
 
 from protocol.keys import queue_for, slot_id_for
+from workers import sandbox
+from workers.control import CONTROL_QUEUE
 from workers.learner.allocator import huge_pages
 from workers.supervisor import Child, RestartPolicy, Supervisor
 from workers.telemetry import Discovery
@@ -26,6 +31,7 @@ log = logging.getLogger("edt.worker")
 
 PROJECT_DIR = Path(__file__).resolve().parent.parent
 DEFAULT_CPU_SLOTS = 4
+CONTROL_PROCESSES = 2  # model checks and dataset preparations a host runs at once
 
 
 @dataclass(frozen=True)
@@ -41,6 +47,44 @@ class SlotSpec:
     @property
     def queue(self) -> str:
         return queue_for(self.slot_id)
+
+    @property
+    def label(self) -> str:
+        return f"slot {self.slot_id}"
+
+    def command(self) -> list[str]:
+        return worker_command(self)
+
+    def environment(self, base: dict[str, str], parent_pid: int) -> dict[str, str]:
+        return slot_env(self, base, parent_pid)
+
+
+@dataclass(frozen=True)
+class ControlSpec:
+    """The host's control worker: checks and preparations, never a learner (no slot)."""
+
+    host: str
+
+    @property
+    def label(self) -> str:
+        return f"control worker of {self.host}"
+
+    def command(self, loglevel: str = "INFO") -> list[str]:
+        return [
+            sys.executable, "-m", "celery", "--quiet", "-A", "edtweb", "worker",
+            "-P", "prefork", "-c", str(CONTROL_PROCESSES),
+            "-Q", CONTROL_QUEUE,
+            "-n", f"control@{self.host}",
+            "--without-gossip", "--without-mingle", "--without-heartbeat",
+            "-l", loglevel,
+        ]  # fmt: skip
+
+    def environment(self, base: dict[str, str], parent_pid: int) -> dict[str, str]:
+        env = {k: v for k, v in base.items() if not k.startswith("EDT_SLOT_")}  # not a slot
+        env["PYTHONUNBUFFERED"] = "1"
+        paths = [str(PROJECT_DIR), base.get("PYTHONPATH")]
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, paths))
+        return env
 
 
 def plan_slots(host: str, discovery: Discovery, cpu_slots: int | None) -> list[SlotSpec]:
@@ -86,18 +130,24 @@ def worker_command(spec: SlotSpec, loglevel: str = "INFO") -> list[str]:
     ]  # fmt: skip
 
 
-def start_worker(spec: SlotSpec) -> subprocess.Popen[bytes]:
-    """Start the slot's worker, its environment taken afresh (a restart sees changes)."""
-    env = slot_env(spec, dict(os.environ), os.getpid())
-    return subprocess.Popen(worker_command(spec), env=env, cwd=PROJECT_DIR)
+def start_worker(spec: SlotSpec | ControlSpec) -> subprocess.Popen[bytes]:
+    """Start a worker, its environment taken afresh (a restart sees changes). It shuts
+    down (SIGTERM: warm) when this host process dies, whatever killed it."""
+    env = spec.environment(dict(os.environ), os.getpid())
+    return subprocess.Popen(spec.command(), env=env, cwd=PROJECT_DIR,
+                            preexec_fn=sandbox.dies_with_parent())  # fmt: skip
 
 
 class WorkerHost:
-    """This machine's slot workers under the shared supervisor, each started again a fixed
-    delay after it died."""
+    """This machine's slot workers and its control worker under the shared supervisor,
+    each started again a fixed delay after it died."""
 
     def __init__(self, specs: Sequence[SlotSpec], restart_delay: float = 10.0) -> None:
-        children = [Child(f"slot {s.slot_id}: worker", partial(start_worker, s)) for s in specs]
+        workers: list[SlotSpec | ControlSpec] = [
+            *specs,
+            *([ControlSpec(specs[0].host)] if specs else []),
+        ]
+        children = [Child(f"{s.label}: worker", partial(start_worker, s)) for s in workers]
         self.supervisor = Supervisor(children, RestartPolicy.fixed(restart_delay), log)
 
     def run(self) -> int:
@@ -118,5 +168,5 @@ def main(host: str, cpu_slots: int | None, restart_delay: float, discovery: Disc
     if os.geteuid() == 0:
         log.warning("running as root: in production run edt_worker as an unprivileged user")
     WorkerHost(specs, restart_delay).run()
-    log.info("host %s: all slot workers stopped", host)
+    log.info("host %s: all workers stopped", host)
     return 0

@@ -191,7 +191,6 @@ class Execs(CappedUploadView, WmlaView):
     @extend_schema(tags=TAGS, responses={200: s.WmlaExecSerializer(many=True)})
     def get(self, request: Request) -> Response:
         """Your execs (EDT jobs), newest first."""
-        registry.recover_stale_checks()
         return Response([as_exec(j) for j in scoped(request, Job).select_related("owner")])
 
     @extend_schema(
@@ -287,7 +286,6 @@ class ExecDetail(Owned, WmlaView):
     @extend_schema(tags=TAGS, responses={200: s.WmlaExecSerializer, **NOT_FOUND})
     def get(self, request: Request, pk: int) -> Response:
         """The exec: ``state`` is WMLA's (FINISHED, ERROR, KILLED when it ended)."""
-        registry.recover_stale_checks()
         return Response(as_exec(self.get_object()))
 
     @extend_schema(
