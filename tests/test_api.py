@@ -27,6 +27,7 @@ from edtweb.training import services
 from edtweb.training.models import Job, JobEvent, Metric
 from tests.conftest import PROJECT_DIR, wait_for
 from workers.learner.datasets import write_cifar10
+from workers.learner.spec import JobSpec
 
 pytestmark = pytest.mark.django_db
 
@@ -305,7 +306,7 @@ def test_a_job_trains_in_the_precision_it_asks_for(objects: dict[str, Any], alic
     body = {"model": objects["m"], "dataset": objects["d"], "precision": "bf16"}
     job = client.post(API + "jobs/", body, format="json").json()
     assert job["precision"] == "bf16"
-    assert Job.objects.get(pk=job["id"]).spec().precision == "bf16"
+    assert JobSpec.load(Job.objects.get(pk=job["id"]).spec_path).precision == "bf16"
     bad = client.post(API + "jobs/", {**body, "precision": "fp8"}, format="json")
     assert bad.status_code == 400 and "precision" in bad.json()["fields"]
     plain = client.post(API + "jobs/", {k: body[k] for k in ("model", "dataset")}, format="json")

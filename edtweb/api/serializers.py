@@ -1,6 +1,7 @@
-"""What the API reads and writes. A submission's bounds and rules are the Train form's
-(``edtweb/training/validation.py``), so the pages and the API accept exactly the same jobs
-and refuse the others with the same messages."""
+"""What the API reads and writes. A submission's bounds, defaults and rules are the Train
+form's (``workers/learner/submission.py``, through ``edtweb/training/validation.py``), so
+the pages and the API accept exactly the same jobs and refuse the others with the same
+messages."""
 
 from __future__ import annotations
 
@@ -17,8 +18,10 @@ from edtweb.training.models import PRECISION_CHOICES, Job, JobEvent, Metric
 from edtweb.training.validation import (
     BOUNDS,
     DEFAULTS,
-    submission_errors,
+    Refused,
+    Submission,
     train_samples,
+    validated,
     validators,
 )
 
@@ -212,15 +215,20 @@ class JobDetailSerializer(JobSerializer):
         return history.downloadable(job, "model.pt") is not None
 
 
-def bounded(kind: Any, name: str, required: bool = False, **kw: Any) -> Any:
-    """A number field whose bounds, message and default come from ``training.validation``
-    (the Train form's too)."""
-    if not required:
-        kw.setdefault("default", DEFAULTS[name])
-    return kind(validators=validators(name), **kw)
+def bounded(kind: Any, name: str, **kw: Any) -> Any:
+    """A submission's number field: its default and its stated bounds (the schema's
+    ``minimum`` and ``maximum``) come from ``training.validation``; the bounds are judged
+    with the other rules, once, by :func:`judged`."""
+    field = kind(default=DEFAULTS[name], **kw)
+    bound = BOUNDS[name]
+    field.min_value, field.max_value = bound.low, bound.high  # stated, not run
+    return field
 
 
 class JobSubmitSerializer(serializers.Serializer):
+    """The submission's fields read and defaulted; its rules are :func:`judged`, once the
+    dataset is known."""
+
     name = serializers.CharField(max_length=200, required=False, default="")
     model = serializers.IntegerField(help_text="id of a model definition that passed its check")
     dataset = serializers.IntegerField(help_text="id of a READY dataset")
@@ -239,23 +247,20 @@ class JobSubmitSerializer(serializers.Serializer):
         help_text="bf16: autocast on CPU or GPU; fp16: GPU only, with a gradient scaler",
     )  # fmt: skip
 
-    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
-        """The rules across fields (those that need the dataset are checked once it is
-        resolved: ``check_submission``)."""
-        check_submission(attrs)
-        return attrs
 
-
-def check_submission(values: dict[str, Any], dataset: Any = None) -> None:
-    """Raise the API's 400 for every rule of ``training.validation`` the values break."""
-    errors = submission_errors(values, train_samples(dataset))
-    if errors:
-        raise serializers.ValidationError({k: [v] for k, v in errors.items()})
+def judged(values: dict[str, Any], dataset: Any = None) -> Submission:
+    """The submission ``values`` ask for, judged by every rule of ``training.validation``
+    (the API's and WMLA's one judgement per submit); the API's 400 for every rule broken."""
+    try:
+        return validated(values, train_samples(dataset))
+    except Refused as refused:
+        raise serializers.ValidationError({k: [v] for k, v in refused.errors.items()}) from None
 
 
 class PrioritySerializer(serializers.Serializer):
-    priority = bounded(serializers.IntegerField, "priority", required=True,
-                       help_text=BOUNDS["priority"].span)  # fmt: skip
+    priority = serializers.IntegerField(
+        validators=validators("priority"), help_text=BOUNDS["priority"].span
+    )
 
 
 class PreviewSerializer(serializers.Serializer):

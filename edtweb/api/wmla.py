@@ -213,20 +213,16 @@ class Execs(CappedUploadView, WmlaView):
         wmla = parse_args(text)
         dataset = _dataset_named(request, wmla.data_path)
         form = s.JobSubmitSerializer(data={"model": 0, "dataset": dataset.pk, **wmla.fields})
-        form.is_valid(raise_exception=True)  # the Train form's defaults, bounds and rules
-        s.check_submission(form.validated_data, dataset)
+        form.is_valid(raise_exception=True)  # the Train form's fields and defaults
+        submission = s.judged(form.validated_data, dataset)  # and its rules
         model = _stored_model(request, upload, wmla.model_main)
+        decides = [f for f in ("epochs", "batch_size", "lr") if f not in wmla.fields]
         try:
-            fields = {k: v for k, v in form.validated_data.items()
-                      if k not in ("name", "model", "dataset")}  # fmt: skip
-            train = dataset.summary.get("splits", {}).get("train", {}).get("count", 0)
-            decides = [f for f in ("epochs", "batch_size", "lr") if f not in wmla.fields]
-            job = services.submit_job(
-                request.user, name=f"{model.entry} ({wmla.framework})",
-                model_definition=model, dataset=dataset, model_path=str(model.entry_path),
-                data_path=str(dataset.data_dir),
-                total_steps=fields["epochs"] * (train // fields["batch_size"]),
-                spec_extra={"argv": wmla.argv, "script_decides": decides}, **fields,
+            job = services.submit_from_form(
+                request.user,
+                {"name": f"{model.entry} ({wmla.framework})", "model": model,
+                 "dataset": dataset, "submission": submission},
+                spec_extra={"argv": wmla.argv, "script_decides": decides},
             )  # fmt: skip
         except DjangoValidationError as exc:
             registry.delete(model)

@@ -9,7 +9,7 @@ from django.db import connections, models, router
 from django.utils import timezone
 
 from edtweb.training.validation import BOUNDS, DEFAULTS
-from workers.learner.spec import PRECISIONS, JobSpec
+from workers.learner.submission import PRECISIONS
 
 PRECISION_CHOICES = [(p, p) for p in PRECISIONS]
 PRIORITY = BOUNDS["priority"]
@@ -45,24 +45,26 @@ class Job(models.Model):
         validators=[MinValueValidator(PRIORITY.low), MaxValueValidator(PRIORITY.high)],
     )
     max_workers = models.PositiveIntegerField(
-        default=1, validators=[MinValueValidator(BOUNDS["max_workers"].low)]
+        default=DEFAULTS["max_workers"], validators=[MinValueValidator(BOUNDS["max_workers"].low)]
     )
     min_workers = models.PositiveIntegerField(
-        default=1, validators=[MinValueValidator(BOUNDS["min_workers"].low)]
+        default=DEFAULTS["min_workers"], validators=[MinValueValidator(BOUNDS["min_workers"].low)]
     )
     epochs = models.PositiveIntegerField(
-        default=1, validators=[MinValueValidator(BOUNDS["epochs"].low)]
+        default=DEFAULTS["epochs"], validators=[MinValueValidator(BOUNDS["epochs"].low)]
     )
     batch_size = models.PositiveIntegerField(
-        default=64, validators=[MinValueValidator(BOUNDS["batch_size"].low)]
+        default=DEFAULTS["batch_size"], validators=[MinValueValidator(BOUNDS["batch_size"].low)]
     )
-    max_micro_batch = models.PositiveIntegerField(default=0, help_text="0: no cap")
-    lr = models.FloatField(default=0.01)
+    max_micro_batch = models.PositiveIntegerField(
+        default=DEFAULTS["max_micro_batch"], help_text="0: no cap"
+    )
+    lr = models.FloatField(default=DEFAULTS["lr"])
     seed = models.IntegerField(default=0)
-    checkpoint_every = models.PositiveIntegerField(default=1)
+    checkpoint_every = models.PositiveIntegerField(default=DEFAULTS["checkpoint_every"])
     collective_timeout = models.FloatField(default=30.0)
     precision = models.CharField(
-        max_length=4, choices=PRECISION_CHOICES, default="fp32",
+        max_length=4, choices=PRECISION_CHOICES, default=DEFAULTS["precision"],
         help_text="bf16: autocast on CPU or GPU; fp16: GPU only, with a gradient scaler",
     )  # fmt: skip
     created_at = models.DateTimeField(auto_now_add=True)
@@ -96,15 +98,6 @@ class Job(models.Model):
     @property
     def spec_path(self) -> Path:
         return self.workdir / "spec.json"
-
-    def spec(self) -> JobSpec:
-        return JobSpec(
-            job_id=self.store_id, model=self.model_path, data=self.data_path,
-            workdir=str(self.workdir), batch_size=self.batch_size,
-            max_micro_batch=self.max_micro_batch, epochs=self.epochs, lr=self.lr,
-            seed=self.seed, checkpoint_every=self.checkpoint_every,
-            collective_timeout=self.collective_timeout, precision=self.precision,
-        )  # fmt: skip
 
 
 class JobEvent(models.Model):

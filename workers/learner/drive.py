@@ -31,6 +31,7 @@ from protocol.jobstore import JobStore
 from scheduler.elastic import Coordinator
 from workers.learner.allocator import huge_pages
 from workers.learner.spec import JobSpec
+from workers.learner.submission import DEFAULTS, PRECISIONS, Refused, validated
 
 PROJECT_DIR = Path(__file__).resolve().parents[2]
 # How often the driver reads the job's progress and acts on it: TICK_SECONDS while a change
@@ -242,23 +243,24 @@ class Driver:
             self.metrics.close()
 
 
-def main(argv: list[str] | None = None) -> int:
+def parser() -> argparse.ArgumentParser:
+    """The driver's options; a job's values default to the submission's (``DEFAULTS``)."""
     p = argparse.ArgumentParser(prog="python -m workers.learner.drive", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
     p.add_argument("--model", required=True)
     p.add_argument("--data", required=True)
     p.add_argument("--schedule", default="0:1", help="STEP:WORKERS pairs, e.g. 0:1,20:3")
-    p.add_argument("--batch-size", type=int, default=64)
-    p.add_argument("--max-micro-batch", type=int, default=0)
-    p.add_argument("--epochs", type=int, default=1)
+    p.add_argument("--batch-size", type=int, default=DEFAULTS["batch_size"])
+    p.add_argument("--max-micro-batch", type=int, default=DEFAULTS["max_micro_batch"])
+    p.add_argument("--epochs", type=int, default=DEFAULTS["epochs"])
     p.add_argument("--max-steps", type=int, default=0)
-    p.add_argument("--lr", type=float, default=0.01)
+    p.add_argument("--lr", type=float, default=DEFAULTS["lr"])
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--checkpoint-every", type=int, default=1)
+    p.add_argument("--checkpoint-every", type=int, default=DEFAULTS["checkpoint_every"])
     p.add_argument("--gpus", type=int, default=0, help="give learners GPUs 0..N-1 in turn")
     p.add_argument("--bucket-bytes", type=int, default=0, help="all-reduce bucket cap")
-    p.add_argument("--precision", default="fp32", choices=["fp32", "bf16", "fp16"])
-    p.add_argument("--timeout", type=float, default=30.0, help="collective timeout, seconds")
+    p.add_argument("--precision", default=DEFAULTS["precision"], choices=PRECISIONS)
+    p.add_argument("--timeout", type=seconds, default=30.0, help="collective timeout, seconds")
     p.add_argument("--kill", action="append", default=[], metavar="STEP:SIGNAL",
                    help="at STEP send SIGNAL (KILL, STOP) to the last member, or :all")  # fmt: skip
     p.add_argument("--workdir", default="")
@@ -268,19 +270,32 @@ def main(argv: list[str] | None = None) -> int:
                    help="an argument of a WMLA script's argv (repeat it for each)")  # fmt: skip
     p.add_argument("--script-decides", default="", metavar="FIELDS",
                    help="WMLA script: these from its train(), e.g. epochs,batch_size")  # fmt: skip
+    return p
+
+
+def seconds(text: str) -> float:
+    """A positive number of seconds (the collective timeout)."""
+    value = float(text)
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be positive, not {text}")
+    return value
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = parser()
     a = p.parse_args(argv)
+    try:  # the web's rules, once: the spec is built from what they accept
+        submission = validated(vars(a))
+    except Refused as refused:
+        p.error(str(refused))
     redis_url = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")
-    spec = JobSpec(
-        job_id=a.job or f"drive-{uuid.uuid4().hex[:8]}", model=str(Path(a.model).resolve()),
-        data=str(Path(a.data).resolve()),
-        workdir=a.workdir or tempfile.mkdtemp(prefix="edt-drive-"),
-        batch_size=a.batch_size, max_micro_batch=a.max_micro_batch, epochs=a.epochs, lr=a.lr,
-        seed=a.seed, checkpoint_every=a.checkpoint_every, collective_timeout=a.timeout,
-        max_steps=a.max_steps, precision=a.precision, bucket_bytes=a.bucket_bytes,
-        argv=a.script_arg,
-        script_decides=[f for f in a.script_decides.split(",") if f],
+    spec = JobSpec.of(
+        submission, job_id=a.job or f"drive-{uuid.uuid4().hex[:8]}",
+        model=str(Path(a.model).resolve()), data=str(Path(a.data).resolve()),
+        workdir=a.workdir or tempfile.mkdtemp(prefix="edt-drive-"), seed=a.seed,
+        collective_timeout=a.timeout, max_steps=a.max_steps, bucket_bytes=a.bucket_bytes,
+        argv=a.script_arg, script_decides=[f for f in a.script_decides.split(",") if f],
     )  # fmt: skip
-    spec.validate()
     kills = [parse_fault(k) for k in a.kill]
     driver = Driver(spec, parse_schedule(a.schedule), redis_url, kills, a.gpus)
     print(f"[drive] job {spec.job_id}, workdir {spec.workdir}", flush=True)
