@@ -15,6 +15,7 @@ from edtweb.datasets.models import Dataset
 from edtweb.registry.models import ModelDefinition
 from edtweb.training import history
 from edtweb.training.models import PRECISION_CHOICES, Job, JobEvent, Metric
+from edtweb.training.status import JobStatus, status_of
 from edtweb.training.validation import (
     BOUNDS,
     DEFAULTS,
@@ -154,46 +155,50 @@ class ModelSourceSerializer(serializers.Serializer):
 
 
 class JobSerializer(serializers.ModelSerializer):
+    """A job with its status now (``training.status``: what the pages show too)."""
+
     owner = serializers.CharField(source="owner.username", read_only=True)
     model = serializers.IntegerField(source="model_definition_id", read_only=True, allow_null=True)
     dataset = serializers.IntegerField(source="dataset_id", read_only=True, allow_null=True)
-    workers = serializers.SerializerMethodField(help_text="slots the job holds now")
+    workers = serializers.SerializerMethodField(help_text="slots the job trains on now")
     progress = serializers.SerializerMethodField(help_text="0..1, iterations done")
     eta_seconds = serializers.SerializerMethodField(help_text="estimated time left, if known")
+    waiting = serializers.SerializerMethodField(help_text="why it waits; empty unless it waits")
 
     class Meta:
         model = Job
         fields = ["id", "name", "owner", "state", "priority", "workers", "max_workers",
                   "min_workers", "model", "dataset", "epochs", "batch_size", "lr",
                   "checkpoint_every", "max_micro_batch", "precision", "steps_done", "total_steps",
-                  "progress", "eta_seconds", "created_at", "started_at", "finished_at",
-                  "error"]  # fmt: skip
+                  "progress", "eta_seconds", "waiting", "created_at", "started_at",
+                  "finished_at", "error"]  # fmt: skip
         read_only_fields = fields
 
     def get_workers(self, job: Job) -> int:
-        return workers_now(job)
+        return self.status(job).workers
 
     def get_progress(self, job: Job) -> float:
-        return progress_of(job)
+        return self.status(job).progress
 
     def get_eta_seconds(self, job: Job) -> float | None:
-        from edtweb.training.history import eta_seconds
+        return self.status(job).eta
 
-        eta = eta_seconds(job)
-        return None if eta is None else round(eta, 1)
+    def get_waiting(self, job: Job) -> str:
+        return self.status(job).waiting
+
+    def status(self, job: Job) -> JobStatus:
+        """The job's status, read once per job of the response (in the context, which the
+        items of a list share)."""
+        known = self.context.setdefault("statuses", {})
+        if job.pk not in known:
+            known[job.pk] = status_of(job, viewer(self.context, job))
+        return known[job.pk]  # type: ignore[no-any-return]
 
 
-def workers_now(job: Job) -> int:
-    """Slots the job trains on now, from the allocation record."""
-    from edtweb.training.services import workers_now as from_record
-
-    return from_record(job)
-
-
-def progress_of(job: Job) -> float:
-    if job.state == Job.State.COMPLETED:
-        return 1.0
-    return min(1.0, job.steps_done / job.total_steps) if job.total_steps else 0.0
+def viewer(context: dict[str, Any], job: Job) -> Any:
+    """Who reads the response: the request's user; without a request, the job's owner."""
+    request = context.get("request")
+    return request.user if request is not None else job.owner
 
 
 class JobDetailSerializer(JobSerializer):

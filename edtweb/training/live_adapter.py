@@ -13,6 +13,7 @@ from django.conf import settings
 from django.db import OperationalError
 
 from edtweb.celery import app as celery_app
+from edtweb.redis_access import redis_client
 from edtweb.training import services
 from edtweb.training.models import Job, Metric
 from scheduler.live.job import Controlled, JobRunner
@@ -96,7 +97,7 @@ def live_ports() -> Ports:
     """This process's ports: the database, its Redis client, its Celery app."""
     return Ports(
         book=DjangoJobBook(),
-        redis=services.redis_client,
+        redis=redis_client,
         celery=celery_app,
         redis_url=settings.REDIS_URL,
         secret=settings.SECRET_KEY,

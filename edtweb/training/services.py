@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
-import functools
 import logging
 import shutil
 from collections.abc import Iterable, Iterator
@@ -23,25 +22,15 @@ from django.db.models import F
 from django.db.models.functions import Greatest
 from django.utils import timezone
 
+from edtweb.redis_access import redis_client, store
 from edtweb.training import live
 from edtweb.training.models import Job, JobEvent, Metric
 from edtweb.training.validation import DEFAULTS, Refused, Submission, train_samples, validated
-from protocol.connection import connect
 from protocol.jobstore import JobStore
-from scheduler.store import AllocationRecord, Store
+from scheduler.store import AllocationRecord
 from workers.learner.spec import JobSpec
 
 log = logging.getLogger("edt.jobs")
-
-
-@functools.lru_cache(maxsize=4)
-def _client(url: str) -> redis.Redis:
-    return connect(url)
-
-
-def redis_client() -> redis.Redis:
-    """This process's Redis client (one per URL, so tests that switch Redis get theirs)."""
-    return _client(settings.REDIS_URL)
 
 
 def job_store(job_id: int) -> JobStore:
@@ -53,17 +42,10 @@ def allocations() -> AllocationRecord:
     answer for pages, API, WebSockets, chart, CLI and the priority preview. Empty while
     Redis is away."""
     try:
-        return Store(redis_client()).allocations()
+        return store().allocations()
     except redis.RedisError as exc:
         log.warning("could not read the allocation record: %s", exc)
         return AllocationRecord()
-
-
-def workers_now(job: Job) -> int:
-    """The members of the job's generation while it runs (joiners do not train yet)."""
-    if job.state != Job.State.RUNNING:
-        return 0
-    return len(allocations().of(job.pk).members)
 
 
 def spec_path(job_id: int) -> Path:
@@ -212,7 +194,7 @@ def suspend_job(job_id: int, checkpoint_step: int) -> bool:
 
 
 def wake_scheduler(reason: str) -> None:
-    _quietly(lambda: Store(redis_client()).wake(reason), "wake the scheduler")
+    _quietly(lambda: store().wake(reason), "wake the scheduler")
 
 
 def _quietly(action: Any, what: str) -> None:

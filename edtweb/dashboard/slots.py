@@ -1,0 +1,31 @@
+"""The slot registry as the pages and the API show it: each slot with the job holding it
+(from the allocation record), and what a given user may see of it. Pushing the slots to
+the Cluster page is the push module's (``edtweb/training/live.py``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from edtweb.redis_access import store
+
+
+def current_slots() -> list[dict[str, Any]]:
+    """The slot registry now, as the pages show it."""
+    registry = store()
+    jobs = registry.allocations().holder()
+    return [dict(slot.as_dict(), job=jobs.get(slot.slot_id)) for slot in registry.list_slots()]
+
+
+def visible_slots(slots: list[dict[str, Any]], user: Any) -> list[dict[str, Any]]:
+    """``slots`` as ``user`` may see them: every slot says whether it is ``busy``; its
+    ``job`` id only when the job is the user's (staff see all), as the API does."""
+    from edtweb.training.models import Job
+
+    held = {s["job"] for s in slots if s.get("job") is not None}
+    jobs = Job.objects.filter(pk__in=held)
+    mine = set(jobs.values_list("pk", flat=True) if user.is_staff else
+               jobs.filter(owner=user).values_list("pk", flat=True))  # fmt: skip
+    return [
+        dict(s, busy=s.get("job") is not None, job=s.get("job") if s.get("job") in mine else None)
+        for s in slots
+    ]
