@@ -106,9 +106,9 @@ class World:
         and says READY, the members adopt the latest generation, a learner placed
         elsewhere leaves. ``exits`` may end a joiner with a status instead."""
         for pk, runner in self.live.runners.items():
-            jobs, c, tokens = self.store(pk), runner.coord, runner.launcher.tokens
+            jobs, c, tokens = self.store(pk), runner.state, runner.state.learners.tokens
             for slot in [*c.joining, *c.members]:
-                if runner.launcher.exited(slot):
+                if runner.exited(slot):
                     continue
                 code = exits(pk, slot) if slot in c.joining else None
                 if code is not None:
@@ -120,7 +120,7 @@ class World:
             if jobs.generation() > jobs.adopted():
                 jobs.adopt(jobs.generation())
             for slot in c.started - set(c.members) - set(c.joining):
-                if not runner.launcher.exited(slot):  # left the generation: it exits
+                if not runner.exited(slot):  # left the generation: it exits
                     jobs.report_exit(slot, Exit.FINISHED, tokens[slot])
 
     def settle(self, rounds: int = 12, **play: Any) -> None:
@@ -155,20 +155,20 @@ def a_dead_joiners_slot_is_sent_a_learner_again(w: World) -> None:
     w.book.submit(1, max_workers=2)
     w.step()
     runner = w.live.runners[1]
-    first, token = runner.coord.joining[0], runner.launcher.tokens[runner.coord.joining[0]]
+    first, token = runner.state.joining[0], runner.state.learners.tokens[runner.state.joining[0]]
     died = {first}
     w.settle(exits=lambda pk, slot: Exit.CRASHED if slot in died and not died.clear() else None)
     assert w.members() == {1: 2}
-    assert runner.launcher.tokens[first] != token  # a new learner, not the dead one
+    assert runner.state.learners.tokens[first] != token  # a new learner, not the dead one
 
 
 def a_lost_member_is_replaced_from_the_survivors(w: World) -> None:
     w.book.submit(1, max_workers=2)
     w.settle()
     runner, jobs = w.live.runners[1], w.store(1)
-    lost, survivor = runner.coord.members
+    lost, survivor = runner.state.members
     gen = jobs.generation()
-    jobs.report_exit(lost, Exit.CRASHED, runner.launcher.tokens[lost])
+    jobs.report_exit(lost, Exit.CRASHED, runner.state.learners.tokens[lost])
     jobs.report_failure(survivor, gen, 5, "a peer of the collective is gone")
     w.step()
     assert jobs.generation() == gen + 1 and jobs.members(gen + 1) == [survivor]
@@ -182,7 +182,7 @@ def a_failure_of_a_stale_generation_changes_nothing(w: World) -> None:
     w.settle()
     jobs, runner = w.store(1), w.live.runners[1]
     gen = jobs.generation()
-    jobs.report_failure(runner.coord.members[0], gen - 1, 3, "from before the last resize")
+    jobs.report_failure(runner.state.members[0], gen - 1, 3, "from before the last resize")
     w.settle(rounds=2)
     assert jobs.generation() == gen and w.members() == {1: 2}
 
@@ -192,9 +192,9 @@ def the_user_codes_error_fails_the_job(w: World) -> None:
     w.settle()
     jobs, runner = w.store(1), w.live.runners.get(1)
     assert runner is not None
-    slot = runner.coord.members[0]
+    slot = runner.state.members[0]
     jobs.report_error(slot, "ValueError: bad shape", 'File "model.py", line 3')
-    jobs.report_exit(slot, Exit.USER_CODE_FAILED, runner.launcher.tokens[slot])
+    jobs.report_exit(slot, Exit.USER_CODE_FAILED, runner.state.learners.tokens[slot])
     w.settle(rounds=2)
     assert w.book.rows[1].state == P.FAILED and 1 not in w.live.runners
     assert (1, "failed", 'ValueError: bad shape (File "model.py", line 3)') in w.book.events

@@ -12,6 +12,7 @@ import random
 import time
 import uuid
 from collections.abc import Iterator
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -31,6 +32,7 @@ from protocol.keys import ALIVE, CHANGED_KEY, queue_for
 from protocol.slots import SlotInfo
 from scheduler.dispatch import SEND, TASK, LearnerMessages
 from scheduler.live import loop as scheduling
+from scheduler.live.job import JobRunner
 from scheduler.live.loop import LiveScheduler
 from scheduler.live.snapshot import BY_SERVICE, BY_SPEEDUP
 from scheduler.placement import Slot, place
@@ -74,7 +76,7 @@ def test_a_step_reads_every_job_at_once_and_writes_its_events_together(
     # One statement (an executemany is logged as "<rows> times: INSERT ...").
     inserts = [q["sql"] for q in queries if 'INSERT INTO "training_jobevent"' in q["sql"]]
     assert JobEvent.objects.filter(kind="scaled").count() == JOBS and len(inserts) == 1
-    assert all(len(r.coord.joining) == 1 for r in live.runners.values())
+    assert all(len(r.state.joining) == 1 for r in live.runners.values())
 
     live.step(alive)
     before = commands(client)
@@ -87,10 +89,10 @@ def test_a_step_reads_every_job_at_once_and_writes_its_events_together(
     # A learner's write marks its job changed: that job alone is read and ticked.
     job = min(live.runners)
     runner = live.runners[job]
-    slot = runner.coord.joining[0]
-    JobStore(client, str(job)).report_exit(slot, 1, runner.launcher.tokens[slot])
+    slot = runner.state.joining[0]
+    JobStore(client, str(job)).report_exit(slot, 1, runner.state.learners.tokens[slot])
     live.step(alive)
-    assert runner.launcher.exited(slot) and slot not in runner.coord.joining
+    assert runner.exited(slot) and slot not in runner.state.joining
 
 
 def test_live_las_admits_the_job_with_less_attained_service_and_counts_its_own(
@@ -111,7 +113,7 @@ def test_live_las_admits_the_job_with_less_attained_service_and_counts_its_own(
 
     # Its members' slot-seconds add up from step to step (its learner taken as admitted).
     runner = live.runners[new.pk]
-    runner.coord.members, runner.coord.joining = list(runner.coord.joining), []
+    runner.state = replace(runner.state, members=runner.state.joining, joining=())
     live.step(slots(1))
     live.step(slots(1))
     elapsed = time.monotonic() - started
@@ -138,8 +140,8 @@ def _exit_first_joiner(client: redis.Redis, live: LiveScheduler) -> tuple[int, s
     """The learner of the lowest job's joiner exits (its slot task reports it)."""
     job = min(live.runners)
     runner = live.runners[job]
-    slot = runner.coord.joining[0]
-    JobStore(client, str(job)).report_exit(slot, 1, runner.launcher.tokens[slot])
+    slot = runner.state.joining[0]
+    JobStore(client, str(job)).report_exit(slot, 1, runner.state.learners.tokens[slot])
     return job, slot
 
 
@@ -159,10 +161,10 @@ def test_a_write_during_a_step_is_read_at_the_next(
     monkeypatch.setattr(scheduling, "take_changed", take_then_write)
     live.step(alive)
     [(job, slot)] = taken
-    assert slot in live.runners[job].coord.joining  # not read in this step
+    assert slot in live.runners[job].state.joining  # not read in this step
     monkeypatch.undo()
     live.step(alive)
-    assert slot not in live.runners[job].coord.joining
+    assert slot not in live.runners[job].state.joining
 
 
 def test_a_step_that_fails_after_taking_the_set_loses_no_change(
@@ -180,7 +182,7 @@ def test_a_step_that_fails_after_taking_the_set_loses_no_change(
     assert not client.smembers(CHANGED_KEY)  # the mark was taken
     monkeypatch.undo()
     live.step(alive)
-    assert slot not in live.runners[job].coord.joining
+    assert slot not in live.runners[job].state.joining
 
 
 def test_after_a_redis_restart_every_job_is_read_again_once(
@@ -191,12 +193,12 @@ def test_after_a_redis_restart_every_job_is_read_again_once(
     live, alive = _running(alice, 4)
     private_redis.kill()
     private_redis.start()
-    joiners = {pk: runner.coord.joining[0] for pk, runner in live.runners.items()}
+    joiners = {pk: runner.state.joining[0] for pk, runner in live.runners.items()}
     for pk, slot in joiners.items():  # READY with no mark: only a full read finds it
         client.sadd(f"edt:job:{pk}:ready", slot)
     live.step(alive)
-    assert {pk: r.coord.members for pk, r in live.runners.items()} == {
-        pk: [slot] for pk, slot in joiners.items()
+    assert {pk: r.state.members for pk, r in live.runners.items()} == {
+        pk: (slot,) for pk, slot in joiners.items()
     }  # each admitted its READY joiner
     before = commands(client)
     live.step(alive)
@@ -208,13 +210,13 @@ def test_a_new_scheduler_reads_every_job_even_if_the_last_took_the_marks(
 ) -> None:
     live, alive = _running(alice, 4)
     job, slot = _exit_first_joiner(client, live)
-    tokens = {pk: dict(r.launcher.tokens) for pk, r in live.runners.items()}
+    tokens = {pk: dict(r.state.learners.tokens) for pk, r in live.runners.items()}
     Job.objects.filter(pk__in=live.runners).update(state=Job.State.RUNNING)
     take_changed(client)  # the last scheduler took the set, then died
     successor = live_scheduler()
     successor.step(alive)
     # It saw the exit: a new learner replaces the one that ended, the others stay.
-    now = {pk: r.launcher.tokens for pk, r in successor.runners.items()}
+    now = {pk: r.state.learners.tokens for pk, r in successor.runners.items()}
     assert now[job][slot] != tokens[job][slot]
     assert {pk: t for pk, t in now.items() if pk != job} == {
         pk: t for pk, t in tokens.items() if pk != job
@@ -354,21 +356,22 @@ def test_a_slot_given_away_while_its_jobs_shrink_waits_is_not_held_twice(
     live = live_scheduler()
     live.step(alive)
     runner = live.runners[a.pk]
-    both = list(runner.coord.joining)
-    runner.coord.joining = []
-    runner.coord.publish(both, "formed")  # not adopted: the job is not settled
+    both = list(runner.state.joining)
+    formed(runner, both)  # not adopted: the job is not settled
     b = Job.objects.create(owner=alice, name="B", model_path="m.py", data_path="d",
                            max_workers=2)  # fmt: skip
     live.step(alive)  # A 2→1, B 0→1 on the slot A lets go
     live.step(alive)
     holding = {pk: r.holding() for pk, r in live.runners.items()}
     assert holding == {a.pk: both[:1], b.pk: both[1:]}
-    assert runner.coord.members == both  # still training on both until the shrink's generation
+    assert (
+        list(runner.state.members) == both
+    )  # still training on both until the shrink's generation
     assert live.allocations().jobs[a.pk].members == tuple(both[:1])  # what pages show
     runner.jobs.adopt(runner.jobs.generation())  # settled: the shrink goes ahead
     Job.objects.filter(pk=a.pk).update(priority=5001)  # a change, so that the next step ticks
     live.step(alive)
-    assert runner.coord.members == both[:1] and runner.leaving == set()
+    assert list(runner.state.members) == both[:1] and runner.state.leaving == set()
 
 
 def test_a_decision_that_cannot_be_applied_still_lets_every_job_move_on(
@@ -383,10 +386,10 @@ def test_a_decision_that_cannot_be_applied_still_lets_every_job_move_on(
     live = live_scheduler()
     live.step(alive)
     runner = live.runners[a.pk]
-    (slot_a,) = runner.coord.joining
-    runner.coord.joining = []
-    runner.coord.publish([slot_a], "formed")  # A's learner formed its generation...
-    live.runners[b.pk].coord.joining.append(slot_a)  # ...and B's runner claims its slot too
+    (slot_a,) = runner.state.joining
+    formed(runner, [slot_a])  # A's learner formed its generation...
+    other = live.runners[b.pk]  # ...and B's runner claims its slot too
+    other.state = replace(other.state, joining=(*other.state.joining, slot_a))
     runner.jobs.adopt(runner.jobs.generation())  # (which marks A changed: it is ticked)
     caplog.set_level("INFO", logger="edt.scheduler")
     for _ in range(3):
@@ -452,3 +455,9 @@ def test_the_preview_decides_from_the_same_snapshot_as_the_scheduler(
         assert {v.id: v.attained for v in scheduler_saw.jobs}[str(jobs[0].pk)] >= 900.0
     if policy in BY_SPEEDUP:
         assert all(v.speedup for v in scheduler_saw.jobs)
+
+
+def formed(runner: JobRunner, members: list[str]) -> None:
+    """The runner's joiners formed a generation of ``members`` (published, not adopted)."""
+    runner.jobs.publish_generation(members)
+    runner.state = replace(runner.state, members=tuple(members), joining=())

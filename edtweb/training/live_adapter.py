@@ -110,4 +110,4 @@ def live_scheduler(policy: str = "fairshare") -> LiveScheduler:
 
 def runner_for(job: Controlled, resume: bool = True) -> JobRunner:
     """One job's runner outside the live loop (tests drive a job's protocol by hand)."""
-    return JobRunner(job, live_ports(), resume)
+    return JobRunner.celery(job, live_ports(), resume)

@@ -1,22 +1,44 @@
-"""One job's elastic protocol, driven from the database's side.
+"""One job's controller, carried out: the executor of ``scheduler/elastic.py``'s steps.
 
-The live scheduler owns a ``JobRunner`` per job that holds slots: it sends learners to the
-slots placement chose, admits them when READY, shrinks, handles failures, suspends, and
-records every change through the job book (``ports.JobBook``). It reads no metric records:
-the metrics consumer stores them and says when training finished. A new active scheduler
-rebuilds runners from Redis.
+The live scheduler owns a ``JobRunner`` per job that holds slots; the drive command and the
+engine benchmark drive one each. It observes the job (its store in Redis, and how its
+learners ended), hands the observation with the controller's one frozen state to the
+controller's pure steps, keeps the state they return, and carries out their actions:
+learner starts and kills through its launcher (Celery tasks on slot queues, or local
+processes), generations and the stop flag in the job's store, timeline events and state
+changes through the job book (``ports.JobBook``). It reads no metric records: the metrics
+consumer stores them and says when training finished. A new active scheduler rebuilds
+runners from Redis.
 """
 
 from __future__ import annotations
 
 import logging
+import os
+import signal
+import time
+from collections.abc import Collection, Mapping
+from dataclasses import replace
 from typing import Any, Protocol
 
+from protocol.exits import RunResult
 from protocol.jobstore import JobStore
+from scheduler import elastic
 from scheduler.dispatch import CeleryLauncher, Dispatches
-from scheduler.elastic import Coordinator
-from scheduler.live.ports import COMPLETED, FAILED, SUSPENDED, Ports
-from scheduler.phases import FINAL, Facts, JobPhase, Transition, advance
+from scheduler.elastic import (
+    FAILURE_GRACE_SECONDS,
+    Action,
+    Enter,
+    Event,
+    Kill,
+    Note,
+    Publish,
+    RequestStop,
+    Seen,
+    Start,
+)
+from scheduler.live.ports import Ports
+from scheduler.phases import JobPhase
 
 log = logging.getLogger("edt.scheduler")
 
@@ -28,6 +50,25 @@ MESSAGES = {
 }
 
 
+class Launcher(Protocol):
+    """Starts and kills a job's learners, and says how those that ended ended."""
+
+    def start(self, slot: str, token: str) -> None: ...
+    def kill(self, slot: str, sig: int = signal.SIGKILL) -> None: ...
+    def exits(self) -> Mapping[str, RunResult]: ...
+    def dispatched(self) -> Mapping[str, str]: ...
+
+
+class Timeline(Protocol):
+    """What a runner writes of its job: its timeline and its state changes (``JobBook``)."""
+
+    def record_event(self, job_id: int, kind: str, message: str, **data: Any) -> None: ...
+    def start(self, job_id: int) -> bool: ...
+    def fail(self, job_id: int, message: str) -> bool: ...
+    def complete(self, job_id: int) -> bool: ...
+    def suspend(self, job_id: int, checkpoint_step: int) -> bool: ...
+
+
 class Controlled(Protocol):
     """A job as its runner reads it (a job row, or the web's model instance)."""
 
@@ -37,179 +78,172 @@ class Controlled(Protocol):
     def collective_timeout(self) -> float: ...
 
 
+def new_token() -> str:
+    return os.urandom(16).hex()
+
+
 class JobRunner:
     """``jobs``: the job's store (the live scheduler's reads from its step's observation;
-    by default one that reads Redis at each call); ``batch``: where learner starts go when
-    the caller sends a step's starts together (by default each is sent at once)."""
+    otherwise one that reads Redis at each call); ``launcher``: how its learners start."""
 
-    def __init__(self, job: Controlled, ports: Ports, resume: bool = True,
-                 jobs: JobStore | None = None,
-                 batch: Dispatches | None = None) -> None:  # fmt: skip
-        self.job_id = job.pk
-        self.book = ports.book
-        self.jobs = jobs if jobs is not None else JobStore(ports.redis(), str(job.pk))
-        self.launcher = CeleryLauncher(self.jobs, ports.celery, job.pk, batch)
-        self.coord = Coordinator(self.jobs, self.launcher, self._event, job.collective_timeout)
-        self.want = 0
-        self.phase = JobPhase.WAITING
-        self.tail = ""  # the stream id of the learners' latest record seen
-        self.over = False  # the learners said training is over: no learner joins any more
-        self.moved = False  # the last tick took a transition
-        # Members the scheduler has placed elsewhere: their slots are another job's from
-        # that decision on, though they train here until the shrink's generation (which
-        # waits for the job to settle) lets them go.
-        self.leaving: set[str] = set()
+    def __init__(self, job_id: int, jobs: JobStore, launcher: Launcher, book: Timeline,
+                 collective_timeout: float = 0.0, resume: bool = True) -> None:  # fmt: skip
+        self.job_id = job_id
+        self.jobs = jobs
+        self.launcher = launcher
+        self.book = book
+        seen = self.seen()
+        gen_members = jobs.members(seen.generation) if resume and seen.generation else []
+        state = elastic.taking_over(seen, launcher.dispatched(), gen_members, resume)
+        self.state = replace(state, waiting_on_dead=collective_timeout + FAILURE_GRACE_SECONDS)
         if resume:
-            self._resume()
+            # What the learners wrote while no scheduler ran, before any decision: a job
+            # that finished meanwhile must not be sent new learners.
+            self._tick_progress()
 
-    def _resume(self) -> None:
-        """Take over a job another scheduler was running (learners never noticed)."""
-        c, gen = self.coord, self.jobs.generation()
-        live = [s for s in self.launcher.tokens if not self.launcher.exited(s)]
-        c.started = set(live)
-        c.members = [s for s in self.jobs.members(gen) if s in live] if gen else []
-        c.joining = [s for s in live if s not in c.members]
-        self.want = len(c.members)
-        self.phase = JobPhase.TRAINING if c.members else JobPhase.WAITING
-        # What the learners wrote while no scheduler ran, before any decision: a job that
-        # finished meanwhile must not be sent new learners.
-        self._progress()
+    @classmethod
+    def celery(cls, job: Controlled, ports: Ports, resume: bool = True,
+               jobs: JobStore | None = None,
+               batch: Dispatches | None = None) -> JobRunner:  # fmt: skip
+        """The live scheduler's runner: learners are Celery tasks on the slots' queues."""
+        store = jobs if jobs is not None else JobStore(ports.redis(), str(job.pk))
+        launcher = CeleryLauncher(store, ports.celery, job.pk, batch)
+        return cls(job.pk, store, launcher, ports.book, job.collective_timeout, resume)
 
-    def _event(self, kind: str, data: dict[str, Any]) -> None:
-        message = MESSAGES.get(kind, kind).format(**data)
-        self.book.record_event(self.job_id, kind, message, **data)
+    # The observation ---------------------------------------------------------------------------
 
-    # What the scheduler sees and asks ---------------------------------------------------------
+    def seen(self) -> Seen:
+        j = self.jobs
+        return Seen(
+            generation=j.generation(), adopted=j.adopted(), ready=frozenset(j.ready_slots()),
+            failures=tuple(j.failures()), errors=tuple(j.errors()),
+            exits=dict(self.launcher.exits()), checkpoint=j.checkpoint_step(),
+            progress=j.progress(), now=time.monotonic(), wall=time.time(),
+        )  # fmt: skip
+
+    def ended(self) -> Seen:
+        """The part of an observation that says which learners ended (cheap: the loop asks
+        it of every job at each look)."""
+        return Seen(exits=self.launcher.exits(), now=time.monotonic())
+
+    # What the scheduler sees and asks -----------------------------------------------------------
+
+    @property
+    def phase(self) -> JobPhase:
+        return self.state.phase
+
+    @property
+    def want(self) -> int:
+        return self.state.want
 
     def holding(self) -> list[str]:
         """The job's slots, oldest learner first: members, then joiners. A job being
         suspended holds none: its slots go to others as soon as its learners are out."""
-        return [*self.members(), *self.joiners()]
-
-    def _holds(self) -> bool:
-        return self.phase not in (JobPhase.SUSPENDING, *FINAL)
+        return [*elastic.members(self.state), *elastic.joiners(self.state)]
 
     def members(self) -> list[str]:
-        """Its current generation, less those placed elsewhere that have yet to leave."""
-        if not self._holds():
-            return []
-        return [s for s in self.coord.members if s not in self.leaving]
+        return elastic.members(self.state)
 
     def joiners(self) -> list[str]:
-        return list(self.coord.joining) if self._holds() else []
+        return elastic.joiners(self.state)
 
-    def occupied(self) -> set[str]:
-        """Slots where a learner of this job still runs (leavers included)."""
-        return {s for s in self.coord.started if not self.launcher.exited(s)}
+    def exited(self, slot: str) -> bool:
+        return elastic.exited(self.state, self.ended(), slot)
 
-    def apply(self, want: int, joined: tuple[str, ...], left: tuple[str, ...]) -> None:
-        c = self.coord
-        if self.phase is JobPhase.SUSPENDING:
-            # Its learners are checkpointing to leave: a joiner would see the stop flag and
-            # exit at once, again and again. It resumes, with a runner of its own, once out.
-            return
-        for slot in left:
-            if slot in c.joining:  # not admitted yet: call it off
-                c.joining.remove(slot)
-                self.launcher.kill(slot)
-            elif slot in c.members:
-                self.leaving.add(slot)
-        self.leaving.difference_update(joined)  # placed here again before it left: it stays
-        joined = tuple(s for s in joined if s not in c.members)
-        if joined and not self.over:  # training finished: no learner joins any more
-            c.start_joiners(list(joined))
-        self.want = want
+    def pending_slots(self) -> list[str]:
+        """Slots where the learner last sent has not ended (as far as is known)."""
+        return elastic.pending(self.state, self.ended())
 
-    def signature(self) -> tuple[object, ...]:
-        """What a tick reads of this runner's own state and may change: a tick that left it
-        as it was, on an unchanged observation, would do nothing the next time either."""
-        c = self.coord
-        return (self.phase, self.want, tuple(c.members), tuple(c.joining), len(c.started),
-                c.step, c.done, self.tail, self.over, c.handled_failures,
-                len(self.launcher.gone))  # fmt: skip
+    def busy(self, held: Collection[str]) -> set[str]:
+        """Slots where a learner of this job still runs that it does not hold (leavers)."""
+        started = self.state.started
+        if len(started) <= len(held):
+            return set()
+        seen = self.ended()
+        return {s for s in started.difference(held) if not elastic.exited(self.state, seen, s)}
+
+    def pending(self) -> bool:
+        """A step soon would move the job on (it just changed phase, or a failure's grace
+        runs)."""
+        return elastic.soon(self.state)
 
     def restless(self) -> bool:
         """Its next tick depends on time alone: a failure's grace runs."""
-        return self.coord.failure_since is not None
+        return elastic.restless(self.state)
 
-    # The protocol ------------------------------------------------------------------------------
+    # Steps ----------------------------------------------------------------------------------
 
-    def tick(self, alive: set[str] | None = None, look: bool = True) -> str | None:
+    def look(self, alive: Collection[str]) -> list[str]:
+        """Look at the leases of its pending learners once; the slots newly judged gone."""
+        seen = self.ended()
+        leases = self.jobs.leases(elastic.pending(self.state, seen))
+        self.state, gone = elastic.look(self.state, seen, leases, alive)
+        for slot in gone:
+            log.info("job %s: the learner on %s is gone (its lease lapsed)", self.job_id, slot)
+        return gone
+
+    def apply(self, want: int, joined: Collection[str], left: Collection[str]) -> None:
+        self.state, actions = elastic.apply(self.state, self.seen(), want, joined, left, new_token)
+        self._do(actions)
+
+    def tick(self, alive: Collection[str] | None = None, look: bool = True) -> str | None:
         """Observe the job, move its membership toward its allocation, and take the phase
         transition the facts call for; returns the job's new resting state when it has one.
         ``alive``: the slots alive now; with ``look``, its learners' leases are looked at
         first (the live scheduler looks at every job's at once, before its ticks)."""
-        c = self.coord
         if alive is not None and look:
-            for slot in self.launcher.observe(alive):
-                log.info("job %s: the learner on %s is gone (its lease lapsed)", self.job_id, slot)
-        self._progress()
-        c.drop_dead_joiners()
-        lost = c.watch_failures() if self.phase is not JobPhase.SUSPENDING else False
-        if self.phase in (JobPhase.WAITING, JobPhase.TRAINING) and not lost:
-            self._resize(alive)
-        transition = advance(self.phase, self._facts(lost))
-        self.moved = transition is not None
-        if transition is None:
-            return None
-        log.info("job %s: %s", self.job_id, transition)
-        self.phase = transition.next
-        return self._enter(transition)
+            self.look(alive)
+        self.state, actions, transition = elastic.tick(self.state, self.seen(), alive, new_token)
+        if transition is not None:
+            log.info("job %s: %s", self.job_id, transition)
+        self._do(actions)
+        return elastic.resting(transition)
 
-    def _facts(self, lost: bool) -> Facts:
-        c = self.coord
-        return Facts(
-            want=self.want, members=len(c.members), learners=len(self.occupied()), lost=lost,
-            done=c.done, error=c.first_error() is not None,
-            started=c.step > 0 or self.jobs.generation() > 0,
-        )  # fmt: skip
+    def _tick_progress(self) -> None:
+        """Only the learners' progress (a runner taking over reads it before any decision)."""
+        step = elastic._Step(self.state, self.seen(), new_token)
+        step.progress()
+        self.state, actions = step.done_with()
+        self._do(actions)
 
-    def _resize(self, alive: set[str] | None) -> None:
-        c = self.coord
-        if self.leaving or 0 < self.want < len(c.members):  # those placed elsewhere go first
-            keep = min(self.want, len(c.members) - len(self.leaving))
-            c.shrink_to(keep, alive=set(c.members if alive is None else alive) - self.leaving)
-        elif self.want > len(c.members):
-            c.grow_to(self.want)
-        self.leaving.intersection_update(c.members)
+    def kill(self, slot: str, sig: int = signal.SIGKILL) -> None:
+        """Signal the learner on ``slot``, if it still runs (fault injection)."""
+        if not self.exited(slot):
+            self.launcher.kill(slot, sig)
 
-    def _enter(self, transition: Transition) -> str | None:
-        """Carry out a transition's effects; the job's resting state when it ends here."""
-        to = transition.next
-        if to is JobPhase.FAILED:
-            self.book.fail(self.job_id, self.coord.first_error() or "failed")
-            self.coord.kill_all()
-            return FAILED
-        if to is JobPhase.TRAINING and transition.previous is JobPhase.WAITING:
+    def kill_all(self) -> None:
+        self._do(elastic.kill_all(self.state, self.ended()))
+
+    def first_error(self) -> str | None:
+        return elastic.first_error(self.seen())
+
+    # The actions -------------------------------------------------------------------------------
+
+    def _do(self, actions: list[Action]) -> None:
+        for action in actions:
+            match action:
+                case Start(slot, token):
+                    self.launcher.start(slot, token)
+                case Kill(slot, sig):
+                    self.launcher.kill(slot, sig)
+                case Publish(members, _gen):
+                    self.jobs.publish_generation(list(members))
+                case RequestStop():
+                    self.jobs.request_stop()
+                case Event(kind, data):
+                    message = MESSAGES.get(kind, kind).format(**data)
+                    self.book.record_event(self.job_id, kind, message, **data)
+                case Note(kind, message):
+                    self.book.record_event(self.job_id, kind, message)
+                case Enter(state, message, checkpoint):
+                    self._enter(state, message, checkpoint)
+
+    def _enter(self, state: str, message: str, checkpoint: int) -> None:
+        if state == elastic.RUNNING:
             self.book.start(self.job_id)
-        elif to is JobPhase.COMPLETING:
+        elif state == elastic.COMPLETED:
             self.book.complete(self.job_id)
-        elif to is JobPhase.COMPLETED:
-            self.book.complete(self.job_id)
-            return COMPLETED
-        elif to is JobPhase.SUSPENDING:
-            self.jobs.request_stop()  # learners checkpoint, then exit
-            self.book.record_event(self.job_id, "suspending", "checkpointing before suspension")
-        elif to is JobPhase.SUSPENDED:
-            self.coord.kill_all()  # joiners that never joined
-            self.book.suspend(self.job_id, self.jobs.checkpoint_step())
-            return SUSPENDED
-        return None
-
-    def _progress(self) -> None:
-        """The learners' step (that of their latest record) and whether training is over.
-        Once the learners wrote ``done`` no learner joins any more; the job completes only
-        when the metrics consumer also stored every record up to it."""
-        c, seen = self.coord, self.jobs.progress()
-        if seen.tail != self.tail:  # after a restart, the step resumed until new records come
-            self.tail, c.step = seen.tail, seen.step
-        if (seen.ended or seen.finished is not None) and not self.over:
-            self.over = True
-            self.jobs.request_stop()  # learners still waiting to join go home
-        if seen.finished is not None:
-            c.step, c.done = seen.finished, True
-
-    def pending(self) -> bool:
-        """A step soon would move the job on: it just changed phase (the next transition
-        may be due at once), or a failure waits out its grace period."""
-        return self.moved or self.coord.failure_since is not None
+        elif state == elastic.FAILED:
+            self.book.fail(self.job_id, message)
+        elif state == elastic.SUSPENDED:
+            self.book.suspend(self.job_id, checkpoint)

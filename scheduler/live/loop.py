@@ -159,12 +159,12 @@ class LiveScheduler:
         client = self.ports.redis()
         stores = {job.pk: ObservedJobStore(client, str(job.pk)) for job in jobs}
         observe(client, list(stores.values()))
-        return {job.pk: JobRunner(job, self.ports, resume, stores[job.pk], self.dispatches)
+        return {job.pk: JobRunner.celery(job, self.ports, resume, stores[job.pk], self.dispatches)
                 for job in jobs}  # fmt: skip
 
     def _sync_runners(self, jobs: dict[int, JobRow]) -> None:
         for pk in [pk for pk in self.runners if pk not in jobs]:  # stopped or failed elsewhere
-            self.runners[pk].coord.kill_all()
+            self.runners[pk].kill_all()
             self._drop(pk)
         taken = [j for pk, j in jobs.items() if pk not in self.runners and j.state == RUNNING]
         if taken:  # taking over from another scheduler
@@ -209,7 +209,7 @@ class LiveScheduler:
         self.dirty.update(stale)
         if look:
             runners = list(self.runners.values())
-            pending = [runner.launcher.pending() for runner in runners]
+            pending = [runner.pending_slots() for runner in runners]
             read_leases(client, [runner_store(runner) for runner in runners], pending)
 
     def _usable(self, alive: list[SlotInfo], holding: dict[int, list[str]]) -> list[Slot]:
@@ -217,9 +217,7 @@ class LiveScheduler:
         held = {s for slots in holding.values() for s in slots}
         busy: set[str] = set()
         for pk, runner in self.runners.items():
-            if len(runner.coord.started) > len(holding[pk]):  # leavers, or learners held by none
-                busy.update(s for s in runner.coord.started.difference(holding[pk])
-                            if not runner.launcher.exited(s))  # fmt: skip
+            busy.update(runner.busy(holding[pk]))  # leavers, or learners held by none
         busy -= held
         return [self._slot(s) for s in alive if s.slot_id not in busy]
 
@@ -291,22 +289,19 @@ class LiveScheduler:
         if look:
             self.leases_at = time.monotonic()
             for pk, runner in self.runners.items():
-                gone = runner.launcher.observe(alive)
-                for slot in gone:
-                    log.info("job %s: the learner on %s is gone (its lease lapsed)", pk, slot)
-                if gone:
+                if runner.look(alive):
                     self.dirty.add(pk)
         self.dirty &= self.runners.keys()
         soon = False
         for pk in sorted(self.dirty):
             runner = self.runners[pk]
-            before = runner.signature()
+            before = runner.state
             if runner.tick(alive, look=False) is not None:
                 self._drop(pk)
                 soon = True
                 continue
             soon = soon or runner.pending()
-            if runner.signature() == before and not runner.restless():
+            if runner.state == before and not runner.restless():
                 self.dirty.discard(pk)
         return soon
 
