@@ -7,6 +7,7 @@ table runs forward and reversed."""
 from __future__ import annotations
 
 import contextlib
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -177,6 +178,27 @@ def a_lost_member_is_replaced_from_the_survivors(w: World) -> None:
     assert [e for e in w.book.events if e[1] == "failure"]
 
 
+def a_lost_slots_learner_is_replaced_elsewhere(w: World) -> None:
+    """A slot's worker dies with its host: no exit is reported, its learner's lease lapses
+    and its slot is no longer alive; the survivor's collective fails and it says so. The
+    job goes on with the survivor, then grows back on another slot."""
+    w.book.submit(1, max_workers=2)
+    w.slots = w.slots[:3]
+    w.settle()
+    runner, jobs = w.live.runners[1], w.store(1)
+    survivor, lost = runner.state.members
+    w.slots = [s for s in w.slots if s.slot_id != lost]
+    jobs.report_failure(survivor, jobs.generation(), 7, "a peer of the collective is gone")
+    deadline = time.monotonic() + 30
+    while lost in runner.state.members and time.monotonic() < deadline:
+        jobs.renew_lease(survivor, runner.state.learners.tokens[survivor])
+        w.step()
+    assert runner.state.members == (survivor,)
+    assert jobs.members(jobs.generation()) == [survivor]
+    w.settle()
+    assert w.members() == {1: 2} and lost not in runner.state.members
+
+
 def a_failure_of_a_stale_generation_changes_nothing(w: World) -> None:
     w.book.submit(1, max_workers=2)
     w.settle()
@@ -217,6 +239,7 @@ ROWS = [
     the_seeds_two_jobs_share_the_slots_half_and_half,
     a_dead_joiners_slot_is_sent_a_learner_again,
     a_lost_member_is_replaced_from_the_survivors,
+    a_lost_slots_learner_is_replaced_elsewhere,
     a_failure_of_a_stale_generation_changes_nothing,
     the_user_codes_error_fails_the_job,
     redis_away_fails_the_step_and_the_next_goes_on,
