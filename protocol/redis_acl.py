@@ -24,6 +24,7 @@ from typing import Any
 from urllib.parse import quote, urlsplit, urlunsplit
 
 import redis
+from redis.connection import parse_url
 
 from protocol.keys import CHANGED_KEY, PREFIX, WAKE_KEY
 
@@ -48,12 +49,16 @@ def job_password(secret: str, job_id: str) -> str:
     ).hexdigest()
 
 
-def rules(job_id: str, password: str, redis_major: int) -> list[str]:
-    """``ACL SETUSER`` rules: only the learner's commands, only the job's keys and channels."""
+def rules(job_id: str, password: str, redis_major: int, db: int = 0) -> list[str]:
+    """``ACL SETUSER`` rules: only the learner's commands, only the job's keys and channels,
+    and ``SELECT`` of the platform's database alone when it is not 0 (the client selects it
+    on connecting)."""
     own = f"{PREFIX}job:{job_id}:*"
     write_only = "%W~" if redis_major >= 7 else "~"
     scheduler = [f"{write_only}{key}" for key in (WAKE_KEY, CHANGED_KEY)]
     allowed = [f"+{command}" for command in COMMANDS]
+    if db:
+        allowed.append(f"+select|{db}")
     return ["reset", "on", f">{password}", f"~{own}", *scheduler, "resetchannels", f"&{own}",
             "-@all", *allowed]  # fmt: skip
 
@@ -64,6 +69,11 @@ def with_credential(url: str, user: str, password: str) -> str:
     host = parts.netloc.rpartition("@")[2]
     netloc = f"{quote(user, safe='')}:{quote(password, safe='')}@{host}"
     return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
+
+
+def database(url: str) -> int:
+    """The database index ``url`` selects (``/3``, or ``?db=3``; 0 when none)."""
+    return int(parse_url(url).get("db") or 0)
 
 
 def _major(client: redis.Redis) -> int:
@@ -79,7 +89,8 @@ def grant(client: redis.Redis, url: str, job_id: str, secret: str) -> str:
     other refusal raises (a learner never gets the platform's credential by mistake)."""
     password = job_password(secret, job_id)
     try:
-        setuser = ["ACL", "SETUSER", job_user(job_id), *rules(job_id, password, _major(client))]
+        own = rules(job_id, password, _major(client), database(url))
+        setuser = ["ACL", "SETUSER", job_user(job_id), *own]
         client.execute_command(*setuser)  # type: ignore[no-untyped-call]
     except redis.ResponseError as exc:
         if "unknown command" not in str(exc).lower():
@@ -99,11 +110,11 @@ def grant_all(client: redis.Redis, url: str, job_ids: list[str], secret: str) ->
     user at once)."""
     if not job_ids:
         return
-    major = _major(client)
+    major, db = _major(client), database(url)
     pipe = client.pipeline(transaction=False)
     for job_id in job_ids:
-        password = job_password(secret, job_id)
-        pipe.execute_command("ACL", "SETUSER", job_user(job_id), *rules(job_id, password, major))  # type: ignore[no-untyped-call]
+        own = rules(job_id, job_password(secret, job_id), major, db)
+        pipe.execute_command("ACL", "SETUSER", job_user(job_id), *own)  # type: ignore[no-untyped-call]
     try:
         pipe.execute()
     except redis.ResponseError as exc:

@@ -108,3 +108,34 @@ def test_each_job_has_its_own_password() -> None:
 def redis_server_password(store: Store) -> str:
     kwargs = store.r.connection_pool.connection_kwargs
     return str(kwargs["password"])
+
+
+@pytest.mark.parametrize("db", [3, 15])
+def test_a_platform_redis_on_another_database_serves_learners_there(
+    redis_server: RedisServer, db: int
+) -> None:
+    """An admin's ``REDIS_URL`` ending in ``/3``: the learner's client selects database 3
+    on connecting, which its user may do (that database alone), and its keys land there."""
+    platform_url = redis_server.url.rsplit("/", 1)[0] + f"/{db}"
+    platform = connect(platform_url)
+    url = redis_acl.grant(platform, platform_url, "43", SECRET)
+    assert url.endswith(f"/{db}")
+    learner = connect(url)
+    try:
+        JobStore(learner, "43").announce_ready("h.0")
+        assert JobStore(platform, "43").ready_slots() == {"h.0"}
+        assert not connect(redis_server.url).exists("edt:job:43:ready")  # not in database 0
+        with pytest.raises(redis.exceptions.NoPermissionError):
+            learner.execute_command("SELECT", "0")  # type: ignore[no-untyped-call]
+    finally:
+        learner.close()
+        redis_acl.revoke(platform, "43")
+        JobStore(platform, "43").forget()
+        platform.close()
+
+
+def test_the_database_index_is_read_from_the_path_or_the_query() -> None:
+    assert redis_acl.database("redis://:pw@127.0.0.1:6379/7") == 7
+    assert redis_acl.database("redis://127.0.0.1:6379?db=2") == 2
+    assert redis_acl.database("redis://127.0.0.1:6379") == 0
+    assert redis_acl.database("unix:///run/redis.sock?db=4") == 4
