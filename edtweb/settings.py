@@ -203,6 +203,9 @@ CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 # when none came for EDT_HEARTBEAT_TTL seconds.
 EDT_HEARTBEAT_SECONDS = envint("EDT_HEARTBEAT_SECONDS", 2)
 EDT_HEARTBEAT_TTL = envint("EDT_HEARTBEAT_TTL", 6)
+# A job whose learners exit before joining this many times in a row, with no step trained
+# in between, fails with the last one's error (each retry waits 1 s, doubling to 30 s).
+EDT_START_FAILURES = envint("EDT_START_FAILURES", 5)
 
 LOGGING = {
     "version": 1,

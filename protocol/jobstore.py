@@ -50,6 +50,7 @@ def send_starts(client: redis.Redis, starts: list[Start]) -> None:
         client.eval(_SEND_STARTS, 0, PREFIX + "job:", *(v for start in starts for v in start))
 
 
+MAX_DETAIL = 2000  # characters of a failed learner's last error kept
 LEARNER_PATIENCE = 600.0  # seconds a learner or slot task keeps retrying while Redis is away
 LEASE_TTL_MS = 4000  # a learner that stopped renewing for this long is gone
 LEASE_RENEW = 1.0  # seconds between renewals
@@ -252,10 +253,13 @@ class JobStore:
         self.r.hdel(self.key("kill"), slot_id)
 
     @patient
-    def report_exit(self, slot_id: str, code: int, token: str = "") -> None:
-        """The learner started on ``slot_id`` with ``token`` ended with exit status ``code``."""
+    def report_exit(self, slot_id: str, code: int, token: str = "", detail: str = "") -> None:
+        """The learner started on ``slot_id`` with ``token`` ended with exit status ``code``;
+        ``detail``: the last error it printed, when it failed before it could say so itself."""
         pipe = self.r.pipeline(transaction=False)
         pipe.hset(self.key("exits"), slot_id, f"{token}:{code}")
+        if detail:
+            pipe.hset(self.key("crashes"), slot_id, detail[:MAX_DETAIL])
         pipe.delete(self.key(f"lease:{slot_id}"))
         pipe.sadd(CHANGED_KEY, self.job_id)
         pipe.rpush(WAKE_KEY, f"exit {self.job_id} {slot_id}")
@@ -265,6 +269,11 @@ class JobStore:
         """How the last learner of this job that ended on each slot ended, by slot."""
         raw: dict[Any, Any] = self.r.hgetall(self.key("exits"))
         return run_results({str(k): str(v) for k, v in raw.items()})
+
+    def crashes(self) -> dict[str, str]:
+        """The last error printed by the last learner that failed on each slot, by slot."""
+        raw: dict[Any, Any] = self.r.hgetall(self.key("crashes"))
+        return {str(k): str(v) for k, v in raw.items()}
 
     def dispatches(self) -> dict[str, str]:
         raw: dict[Any, Any] = self.r.hgetall(self.key("dispatch"))
@@ -286,7 +295,7 @@ class JobStore:
     def reset_run(self) -> None:
         """Before a suspended job resumes: forget the last run's learners, keep its
         generation counter and checkpoint."""
-        keys = ["stop", "ready", "failures", "kill", "dispatch", "exits", "finished"]
+        keys = ["stop", "ready", "failures", "kill", "dispatch", "exits", "crashes", "finished"]
         self.r.delete(*[self.key(k) for k in keys])
 
     def record_checkpoint(self, step: int) -> None:

@@ -21,6 +21,7 @@ Jobs::
     edt:job:<id>:dispatch       hash slot -> token of the learner task sent to it
     edt:job:<id>:kill           hash slot -> signal the slot's task must send to its learner
     edt:job:<id>:exits          hash slot -> exit code of its learner
+    edt:job:<id>:crashes        hash slot -> the last error a learner that failed there printed
     edt:job:<id>:lease:<slot>   the token of the learner alive on the slot, with a short TTL
     edt:job:<id>:metrics        stream of per-iteration and per-epoch records
     edt:job:<id>:cursor         the last record of that stream stored in the database

@@ -73,7 +73,7 @@ def with_credential(url: str, user: str, password: str) -> str:
 
 def database(url: str) -> int:
     """The database index ``url`` selects (``/3``, or ``?db=3``; 0 when none)."""
-    return int(parse_url(url).get("db") or 0)
+    return int(parse_url(url).get("db") or 0)  # type: ignore[no-untyped-call]
 
 
 def _major(client: redis.Redis) -> int:

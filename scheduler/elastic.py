@@ -29,6 +29,13 @@ FAILURE_GRACE_SECONDS = 1.0
 LEASE_GRACE = 2.0  # seconds a lapsed lease must stay missing, watched without a gap
 START_GRACE = 180.0  # seconds a dispatched learner has to take its first lease
 WATCH_GAP = 3.0  # seconds between two looks beyond which the watch starts over (an outage)
+# Learners that exit before joining are sent again after a delay doubling from FIRST_RETRY
+# up to LAST_RETRY; after START_FAILURES of them in a row with no step trained in between,
+# the job fails with the last one's error (a crash loop: a Redis that refuses them, a file
+# gone, the platform's own import failing), instead of sending learners for ever.
+FIRST_RETRY = 1.0
+LAST_RETRY = 30.0
+START_FAILURES = 5
 
 # The job rows' states a transition moves the job to (``Enter``).
 RUNNING, SUSPENDED, COMPLETED, FAILED = "RUNNING", "SUSPENDED", "COMPLETED", "FAILED"
@@ -50,6 +57,7 @@ class Seen:
     failures: tuple[Mapping[str, Any], ...] = ()
     errors: tuple[Mapping[str, Any], ...] = ()
     exits: Mapping[str, RunResult] = field(default_factory=dict)
+    crashes: Mapping[str, str] = field(default_factory=dict)  # slot -> the last error printed
     checkpoint: int = 0
     progress: Progress = NO_PROGRESS
     now: float = 0.0  # monotonic seconds
@@ -97,6 +105,14 @@ class Control:
     # dead peer (its host cut off: nothing resets the connection), it reports the failure
     # only when the collective times out.
     waiting_on_dead: float = FAILURE_GRACE_SECONDS
+    # Learners that exited before joining, in a row with no step in between; the start of
+    # the next one waits until ``retry_at``, on the slots ``deferred`` (still the job's).
+    start_failures: int = 0
+    retries: int = 0  # failed starts since a learner last joined: the retry delay's exponent
+    retry_at: float = 0.0
+    deferred: tuple[str, ...] = ()
+    last_crash: str = ""  # why the last of them failed
+    max_start_failures: int = START_FAILURES
 
 
 # The actions ------------------------------------------------------------------------------------
@@ -199,7 +215,8 @@ def members(c: Control) -> list[str]:
 
 
 def joiners(c: Control) -> list[str]:
-    return list(c.joining) if holds(c) else []
+    """Learners started and not admitted yet, and the slots waiting for a retry's delay."""
+    return [*c.joining, *c.deferred] if holds(c) else []
 
 
 def first_error(seen: Seen) -> str | None:
@@ -212,8 +229,8 @@ def first_error(seen: Seen) -> str | None:
 
 
 def restless(c: Control) -> bool:
-    """Its next tick depends on time alone: a failure's grace runs."""
-    return c.failure_since is not None
+    """Its next tick depends on time alone: a failure's grace runs, or a retry's delay."""
+    return c.failure_since is not None or bool(c.deferred)
 
 
 def soon(c: Control) -> bool:
@@ -284,15 +301,20 @@ def apply(c: Control, seen: Seen, want: int, joined: Collection[str], left: Coll
         return c, []
     step = _Step(c, seen, token)
     for slot in left:
-        if slot in step.joining:  # not admitted yet: call it off
+        if slot in step.deferred:  # not started yet: nothing to call off
+            step.deferred.remove(slot)
+        elif slot in step.joining:  # not admitted yet: call it off
             step.joining.remove(slot)
             step.kill(slot)
         elif slot in step.members:
             step.leaving.add(slot)
     step.leaving.difference_update(joined)  # placed here again before it left: it stays
-    new = [s for s in joined if s not in step.members]
+    new = [s for s in joined if s not in step.members and s not in step.deferred]
     if new and not step.over:  # training finished: no learner joins any more
-        step.start_joiners(new)
+        if seen.now < step.retry_at:  # learners failed to start: the next waits its delay
+            step.deferred += new
+        else:
+            step.start_joiners(new)
     step.want = want
     return step.done_with()
 
@@ -304,6 +326,7 @@ def tick(c: Control, seen: Seen, alive: Collection[str] | None,
     step = _Step(c, seen, token)
     step.progress()
     step.drop_dead_joiners()
+    step.retry_deferred()
     lost = step.watch_failures() if step.phase is not JobPhase.SUSPENDING else False
     if step.phase in (JobPhase.WAITING, JobPhase.TRAINING) and not lost:
         step.resize(alive)
@@ -335,6 +358,8 @@ class _Step:
         self.tokens, self.sent_at = dict(c.learners.tokens), dict(c.learners.sent_at)
         self.leased, self.missing = set(c.learners.leased), dict(c.learners.missing_since)
         self.gone = set(c.learners.gone)
+        self.start_failures, self.retries, self.retry_at = c.start_failures, c.retries, c.retry_at
+        self.deferred, self.last_crash = list(c.deferred), c.last_crash
         self.generation = seen.generation  # moved on by this step's publication
         self.ready = set(seen.ready)  # less the slots this step sends a learner to
         self.actions: list[Action] = []
@@ -351,6 +376,9 @@ class _Step:
             leaving=frozenset(self.leaving), step=self.step, done=self.done, tail=self.tail,
             over=self.over, failure_since=self.failure_since, handled_failures=self.handled,
             moved=self.moved, learners=learners, waiting_on_dead=self.c.waiting_on_dead,
+            start_failures=self.start_failures, retries=self.retries, retry_at=self.retry_at,
+            deferred=tuple(self.deferred), last_crash=self.last_crash,
+            max_start_failures=self.c.max_start_failures,
         )  # fmt: skip
         return state, self.actions
 
@@ -386,10 +414,38 @@ class _Step:
         self.joining += slots
 
     def drop_dead_joiners(self) -> None:
-        """Forget joiners that died before joining: their slots are the scheduler's again."""
+        """Forget joiners that died before joining: their slots are the scheduler's again.
+        One that failed (not sent home: training over, or called off) counts toward a crash
+        loop, and the next start waits a delay that doubles with each."""
         dead = [s for s in self.joining if self.exited(s)]
         self.joining = [s for s in self.joining if s not in dead]
         self.started -= set(dead)
+        failed = [s for s in dead if not self.finished(s) and not self.over]
+        for slot in failed:
+            self.start_failures += 1
+            self.retries += 1
+            self.last_crash = self.crash_of(slot)
+        if failed:
+            delay = min(LAST_RETRY, FIRST_RETRY * 2 ** (self.retries - 1))
+            self.retry_at = self.seen.now + delay
+
+    def crash_of(self, slot: str) -> str:
+        """Why the learner on ``slot`` failed, in the words it printed last, if any."""
+        detail = self.seen.crashes.get(slot, "")
+        code = self.seen.exits.get(slot)
+        if detail:
+            return f"{detail} (the learner on {slot}; see its log)"
+        if code is not None and code.token == self.tokens.get(slot):
+            return f"the learner on {slot} exited with status {code.code}; see its log"
+        return f"the learner on {slot} was lost before it joined"
+
+    def retry_deferred(self) -> None:
+        """Slots that waited out a retry's delay get their learners now."""
+        if not self.deferred or self.seen.now < self.retry_at:
+            return
+        slots, self.deferred = self.deferred, []
+        if not self.over and self.phase in (JobPhase.WAITING, JobPhase.TRAINING):
+            self.start_joiners(slots)
 
     # Generations --------------------------------------------------------------------------------
 
@@ -417,6 +473,7 @@ class _Step:
         if missing <= 0 or len(joiners) < missing or not self.settled():
             return
         self.joining = [s for s in self.joining if s not in joiners]
+        self.retries = 0  # learners join again: the next failure waits the first delay
         self.publish(self.members + joiners, f"grow to {want}")
 
     def shrink_to(self, want: int, alive: Collection[str]) -> None:
@@ -491,6 +548,8 @@ class _Step:
         when its records are stored (the metrics consumer's ``finished``)."""
         seen = self.seen.progress
         if seen.tail != self.tail:  # after a restart, the step resumed until new records come
+            if seen.step > self.step:  # trained on: failures to start are no loop
+                self.start_failures = 0
             self.tail, self.step = seen.tail, seen.step
         if (seen.ended or seen.finished is not None) and not self.over:
             self.over = True
@@ -504,17 +563,25 @@ class _Step:
             want=self.want, members=len(self.members), learners=learners, lost=lost,
             done=self.done, error=first_error(self.seen) is not None,
             started=self.step > 0 or self.generation > 0,
+            gave_up=self.start_failures >= self.c.max_start_failures,
         )  # fmt: skip
 
     def kill_all(self) -> None:
         for slot in self.started:
             self.kill(slot)
+        self.deferred = []
+
+    def gave_up(self) -> str:
+        if self.start_failures < self.c.max_start_failures:
+            return "failed"
+        return (f"the job's learners could not start: {self.start_failures} in a row exited "
+                f"before joining, the last with: {self.last_crash}")  # fmt: skip
 
     def enter(self, transition: Transition) -> None:
         """A transition's effects."""
         to = transition.next
         if to is JobPhase.FAILED:
-            self.actions.append(Enter(FAILED, message=first_error(self.seen) or "failed"))
+            self.actions.append(Enter(FAILED, message=first_error(self.seen) or self.gave_up()))
             self.kill_all()
         elif to is JobPhase.TRAINING and transition.previous is JobPhase.WAITING:
             self.actions.append(Enter(RUNNING))

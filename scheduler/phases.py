@@ -48,6 +48,7 @@ class Facts:
     done: bool = False  # rank 0 said training is finished
     error: bool = False  # the user's code failed
     started: bool = False  # the job has trained before (a checkpoint or a generation)
+    gave_up: bool = False  # its learners kept failing before they could join: a crash loop
 
 
 @dataclass(frozen=True)
@@ -67,6 +68,8 @@ def advance(phase: JobPhase, facts: Facts) -> Transition | None:
     # 1. A failure of the user's code ends the job, whatever else is going on.
     if facts.error:
         return Transition(phase, JobPhase.FAILED, "user code failed")
+    if facts.gave_up:
+        return Transition(phase, JobPhase.FAILED, "learners could not start")
     # 2. Finished: wait until every learner is out, then the job is complete.
     if phase is JobPhase.COMPLETING or facts.done:
         if facts.learners == 0:

@@ -170,6 +170,7 @@ class JobState:
     failures: list[dict[str, Any]] = field(default_factory=list)
     errors: list[dict[str, Any]] = field(default_factory=list)
     exits: dict[str, RunResult] = field(default_factory=dict)
+    crashes: dict[str, str] = field(default_factory=dict)
     checkpoint: int = 0
     dispatch: dict[str, str] = field(default_factory=dict)
     tail: list[Any] = field(default_factory=list)  # the metrics stream's last entry, if any
@@ -211,6 +212,9 @@ class ObservedJobStore(JobStore):
     def exits(self) -> dict[str, RunResult]:
         return self.seen.exits
 
+    def crashes(self) -> dict[str, str]:
+        return self.seen.crashes
+
     def checkpoint_step(self) -> int:
         return self.seen.checkpoint
 
@@ -244,13 +248,14 @@ class ObservedJobStore(JobStore):
         super().reset_run()
         s = self.seen
         s.ready, s.failures, s.exits, s.dispatch, s.finished = set(), [], {}, {}, None
+        s.crashes = {}
 
     def _take(self, reply: Any) -> None:
         """One job's part of the :data:`_OBSERVE` script's answer (0: nothing in Redis)."""
         if not reply:
-            reply = [None, None, [], [], [], [], None, [], None, []]
+            reply = [None, None, [], [], [], [], None, [], None, [], []]
         gen, adopted, ready, failures, errors, exits, checkpoint, dispatch = reply[:8]
-        finished, tail = reply[8], reply[9]
+        finished, tail, crashes = reply[8], reply[9], reply[10]
         self.seen = JobState(
             generation=int(gen) if gen is not None else 0,
             adopted=int(adopted) if adopted is not None else 0,
@@ -258,6 +263,7 @@ class ObservedJobStore(JobStore):
             failures=[json.loads(str(item)) for item in failures],
             errors=[json.loads(str(item)) for item in errors],
             exits=run_results(pairs(exits)),
+            crashes=pairs(crashes),
             checkpoint=int(checkpoint) if checkpoint is not None else 0,
             dispatch=pairs(dispatch),
             tail=list(tail),
@@ -273,7 +279,7 @@ class ObservedJobStore(JobStore):
 # ids: one standalone Redis, never a cluster.
 _OBSERVE = """
 local names = {'gen', 'adopted', 'ready', 'failures', 'errors', 'exits', 'checkpoint',
-               'dispatch', 'finished', 'metrics'}
+               'dispatch', 'finished', 'metrics', 'crashes'}
 local out = {}
 for i = 2, #ARGV do
   local k = ARGV[1] .. ARGV[i] .. ':'
@@ -286,7 +292,8 @@ for i = 2, #ARGV do
       redis.call('GET', keys[1]), redis.call('GET', keys[2]), redis.call('SMEMBERS', keys[3]),
       redis.call('LRANGE', keys[4], 0, -1), redis.call('LRANGE', keys[5], 0, -1),
       redis.call('HGETALL', keys[6]), redis.call('GET', keys[7]), redis.call('HGETALL', keys[8]),
-      redis.call('GET', keys[9]), redis.call('XREVRANGE', keys[10], '+', '-', 'COUNT', 1)}
+      redis.call('GET', keys[9]), redis.call('XREVRANGE', keys[10], '+', '-', 'COUNT', 1),
+      redis.call('HGETALL', keys[11])}
   end
 end
 return out

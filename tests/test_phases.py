@@ -50,6 +50,9 @@ TABLE: list[tuple[JobPhase, Facts, JobPhase | None, str]] = [
     (W, facts(members=0, error=True), FD, "user code failed"),
     (T, facts(error=True, done=True), FD, "user code failed"),
     (T, facts(lost=True, done=True), CG, "training finished"),
+    (W, facts(members=0, learners=0, gave_up=True), FD, "learners could not start"),
+    (T, facts(want=3, gave_up=True), FD, "learners could not start"),  # its joiners' loop
+    (T, facts(gave_up=True, error=True), FD, "user code failed"),  # the user's error first
     *[(phase, facts(error=True, lost=True), None, "") for phase in sorted(FINAL)],
 ]
 

@@ -101,6 +101,7 @@ def live_ports() -> Ports:
         celery=celery_app,
         redis_url=settings.REDIS_URL,
         secret=settings.SECRET_KEY,
+        start_failures=settings.EDT_START_FAILURES,
     )
 
 

@@ -108,7 +108,9 @@ class JobRunner:
         """The live scheduler's runner: learners are Celery tasks on the slots' queues."""
         store = jobs if jobs is not None else JobStore(ports.redis(), str(job.pk))
         launcher = CeleryLauncher(store, ports.celery, job.pk, batch)
-        return cls(job.pk, store, launcher, ports.book, job.collective_timeout, resume)
+        runner = cls(job.pk, store, launcher, ports.book, job.collective_timeout, resume)
+        runner.state = replace(runner.state, max_start_failures=ports.start_failures)
+        return runner
 
     # The observation ---------------------------------------------------------------------------
 
@@ -117,7 +119,8 @@ class JobRunner:
         return Seen(
             generation=j.generation(), adopted=j.adopted(), ready=frozenset(j.ready_slots()),
             failures=tuple(j.failures()), errors=tuple(j.errors()),
-            exits=dict(self.launcher.exits()), checkpoint=j.checkpoint_step(),
+            exits=dict(self.launcher.exits()), crashes=j.crashes(),
+            checkpoint=j.checkpoint_step(),
             progress=j.progress(), now=time.monotonic(), wall=time.time(),
         )  # fmt: skip
 

@@ -14,6 +14,8 @@ from typing import Any, NamedTuple, Protocol
 
 import redis
 
+from scheduler.elastic import START_FAILURES
+
 # A job's resting states, as the job rows spell them.
 QUEUED = "QUEUED"
 RUNNING = "RUNNING"
@@ -72,10 +74,14 @@ class Ports:
     """``redis``: this process's client (called each step: a test that switches Redis gets
     its own); ``celery``: the Celery app whose task messages start learners (used as an
     object: scheduler/dispatch.py builds the messages from it); ``redis_url`` and ``secret``:
-    what the learners' per-job ACL users are derived from (protocol/redis_acl.py)."""
+    what the learners' per-job ACL users are derived from (protocol/redis_acl.py);
+    ``start_failures``: how many learners in a row may exit before joining a job before it
+    fails (``EDT_START_FAILURES``)."""
 
     book: JobBook
     redis: Callable[[], redis.Redis]
     celery: Any
     redis_url: str
     secret: str
+    # Learners failing before they join, in a row, after which a job fails (a crash loop).
+    start_failures: int = START_FAILURES

@@ -15,6 +15,7 @@ import contextlib
 import logging
 import multiprocessing
 import os
+import re
 import signal
 import sys
 from dataclasses import dataclass
@@ -23,9 +24,13 @@ from pathlib import Path
 from typing import Any
 
 from protocol import redis_acl
+from protocol.exits import Exit
 from protocol.jobstore import JobStore
 from workers import sandbox
 from workers.learner.allocator import HUGE_PAGES, huge_pages
+
+# The last line of a Python traceback: "SomeError: what happened".
+ERROR_LINE = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Exit)\b")
 
 log = logging.getLogger("edt.learner.host")
 
@@ -182,5 +187,25 @@ def run_learner(
         if killed:
             log.info("job %s on %s: killed %d leftover process(es)", jobs.job_id, slot, killed)
     code = int(proc.exitcode)
-    jobs.report_exit(slot, code, token)
+    detail = "" if code in (Exit.FINISHED, Exit.USER_CODE_FAILED) else last_error(log_path, code)
+    jobs.report_exit(slot, code, token, detail)
     return code
+
+
+def last_error(log_path: Path, code: int) -> str:
+    """What a learner that failed before it could report (it could not reach Redis, its
+    spec was gone, it was killed) printed last: the final exception line of its log, else
+    its last line, else how it ended."""
+    try:
+        with log_path.open("rb") as f:
+            f.seek(max(0, f.seek(0, os.SEEK_END) - 16384))
+            lines = [line.strip() for line in f.read().decode(errors="replace").splitlines()]
+    except OSError:
+        lines = []
+    lines = [line for line in lines if line]
+    errors = [line for line in lines if ERROR_LINE.match(line)]
+    if errors:
+        return errors[-1]
+    if code < 0:
+        return f"killed by {signal.Signals(-code).name}"
+    return lines[-1] if lines else f"exit status {code}"
