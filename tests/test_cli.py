@@ -23,6 +23,7 @@ from edtweb.redis_server import RedisServer, free_port
 from tests.conftest import PROJECT_DIR, Processes, subprocess_env, wait_for
 from workers import sandbox
 from workers.learner.datasets import write_cifar10
+from workers.learner.submission import DEFAULTS
 
 MAX_UPLOAD = 8 * 1024 * 1024
 USERS = ("carol", "dave", "erin", "mallory")  # non-staff; passwords are "<name>-pass-1"
@@ -163,6 +164,11 @@ def test_login_upload_train_follow_reprioritise_and_download(live: LiveEdt) -> N
     common = ("--model", "mlp", "--dataset", "shapes", "--max-workers", "2", "--batch-size", "64")
     first = live.json("carol", "submit", *common, "--epochs", "3", "--name", "first")
     second = live.json("carol", "submit", *common, "--epochs", "200", "--name", "second")
+    # With nothing optional, the job has the defaults of every other submit path.
+    plain = live.json("carol", "submit", "--model", "mlp", "--dataset", "shapes")
+    assert {k: plain[k] for k in DEFAULTS} == DEFAULTS
+    assert live.edt("carol", "stop", str(plain["id"])).returncode == 0
+    assert live.edt("carol", "delete", str(plain["id"])).returncode == 0
     moved = live.edt("carol", "priority", str(second["id"]), "10000")
     assert moved.returncode == 0 and f"job {second['id']} priority 10000" in moved.stdout
     shown = live.json("carol", "jobs", "show", str(second["id"]))

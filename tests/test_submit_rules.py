@@ -126,6 +126,16 @@ def test_a_possible_submission_passes_everywhere(alice: Any, sources: dict[str, 
     assert form.fields["priority"].widget.attrs["max"] == "10000"  # the input's own bounds
 
 
+def test_the_schema_states_each_bound_and_default() -> None:
+    from drf_spectacular.generators import SchemaGenerator
+
+    schema = SchemaGenerator().get_schema(request=None, public=True)
+    fields = schema["components"]["schemas"]["JobSubmitRequest"]["properties"]
+    for name, bound in BOUNDS.items():
+        stated = (fields[name].get("minimum"), fields[name].get("maximum"), fields[name]["default"])
+        assert stated == (bound.low, bound.high, DEFAULTS[name]), name
+
+
 def test_the_bounds_and_defaults_are_written_in_one_place() -> None:
     """No other source file declares a submission bound or a default (they read
     ``workers/learner/submission.py``: ``BOUNDS`` and ``DEFAULTS``)."""

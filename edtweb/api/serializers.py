@@ -220,20 +220,34 @@ class JobDetailSerializer(JobSerializer):
         return history.downloadable(job, "model.pt") is not None
 
 
-def bounded(kind: Any, name: str, **kw: Any) -> Any:
+class Stated:
     """A submission's number field: its default and its stated bounds (the schema's
     ``minimum`` and ``maximum``) come from ``training.validation``; the bounds are judged
-    with the other rules, once, by :func:`judged`."""
-    field = kind(default=DEFAULTS[name], **kw)
-    bound = BOUNDS[name]
-    field.min_value, field.max_value = bound.low, bound.high  # stated, not run
-    return field
+    with the other rules, once, by :func:`judged`. (Set in ``__init__``: DRF copies a
+    declared field by calling it again.)"""
+
+    def __init__(self, *, name: str, **kw: Any) -> None:
+        super().__init__(default=DEFAULTS[name], **kw)  # type: ignore[call-arg]
+        bound = BOUNDS[name]
+        self.min_value, self.max_value = bound.low, bound.high  # stated, not run
+
+
+class StatedInteger(Stated, serializers.IntegerField):
+    pass
+
+
+class StatedFloat(Stated, serializers.FloatField):
+    pass
+
+
+def bounded(kind: Any, name: str, **kw: Any) -> Any:
+    stated = StatedFloat if kind is serializers.FloatField else StatedInteger
+    return stated(name=name, **kw)
 
 
 class JobSubmitSerializer(serializers.Serializer):
-    """The submission's fields read and defaulted; its rules are :func:`judged`, once the
-    dataset is known."""
-
+    # The submission's fields read and defaulted; its rules are ``judged``, once the dataset
+    # is known.
     name = serializers.CharField(max_length=200, required=False, default="")
     model = serializers.IntegerField(help_text="id of a model definition that passed its check")
     dataset = serializers.IntegerField(help_text="id of a READY dataset")
