@@ -45,6 +45,21 @@ def test_the_memory_limit_is_per_slot(monkeypatch: pytest.MonkeyPatch) -> None:
     )
 
 
+@pytest.mark.parametrize("slots", [1, 2, 4, 8])
+def test_the_default_memory_of_a_hosts_slots_adds_up_to_the_host_less_a_reserve(
+    monkeypatch: pytest.MonkeyPatch, slots: int
+) -> None:
+    """Every CPU slot's learner at its limit together fit in the machine, with room left
+    for the platform's own processes; before, each could ask for half the host."""
+    monkeypatch.delenv("EDT_LEARNER_MEMORY", raising=False)
+    monkeypatch.setenv("EDT_HOST_SLOTS", str(slots))
+    physical = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    limits = [sandbox.memory_limit(i, "cpu") for i in range(slots)]
+    assert len(set(limits)) == 1 and limits[0] > 0
+    assert sum(limits) <= physical - max(1 << 30, physical // 8)
+    assert sum(limits) > physical - max(1 << 30, physical // 8) - slots
+
+
 def test_a_policy_travels_whole() -> None:
     policy = sandbox.Policy(read=("/a",), write=("/b",), hide=("/c",), uid=5, gid=6,
                             limits=sandbox.Limits(memory=1 << 30, cpu_seconds=9))  # fmt: skip

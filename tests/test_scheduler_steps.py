@@ -26,6 +26,7 @@ from edtweb.redis_server import RedisServer
 from edtweb.training import history
 from edtweb.training.live_adapter import job_rows, live_scheduler
 from edtweb.training.models import Job, JobEvent, Metric
+from protocol import redis_acl
 from protocol.connection import connect
 from protocol.jobstore import JobStore
 from protocol.keys import ALIVE, CHANGED_KEY, queue_for
@@ -461,3 +462,18 @@ def formed(runner: JobRunner, members: list[str]) -> None:
     """The runner's joiners formed a generation of ``members`` (published, not adopted)."""
     runner.jobs.publish_generation(members)
     runner.state = replace(runner.state, members=tuple(members), joining=())
+
+
+def test_a_new_scheduler_deletes_the_redis_users_of_jobs_that_hold_no_slot(
+    client: redis.Redis, alice: Any, settings: Any
+) -> None:
+    """A scheduler stopped before it could revoke them (Ctrl-C of make run with two jobs
+    running) left ``edt-job-<id>`` users; the next one deletes those of jobs it does not
+    run, and keeps (grants) those it takes over."""
+    running = Job.objects.create(owner=alice, name="r", model_path="m.py", data_path="d",
+                                 state=Job.State.RUNNING)  # fmt: skip
+    for job_id in ("998", "999", str(running.pk)):
+        redis_acl.grant(client, settings.REDIS_URL, job_id, settings.SECRET_KEY)
+    assert {"998", "999"} <= set(redis_acl.job_users(client))
+    live_scheduler().step(slots(1))
+    assert set(redis_acl.job_users(client)) == {str(running.pk)}

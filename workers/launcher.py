@@ -130,10 +130,12 @@ def worker_command(spec: SlotSpec, loglevel: str = "INFO") -> list[str]:
     ]  # fmt: skip
 
 
-def start_worker(spec: SlotSpec | ControlSpec) -> subprocess.Popen[bytes]:
-    """Start a worker, its environment taken afresh (a restart sees changes). It shuts
-    down (SIGTERM: warm) when this host process dies, whatever killed it."""
-    env = spec.environment(dict(os.environ), os.getpid())
+def start_worker(spec: SlotSpec | ControlSpec, slots: int) -> subprocess.Popen[bytes]:
+    """Start a worker, its environment taken afresh (a restart sees changes), with the
+    host's slot count (``EDT_HOST_SLOTS``: learners' and checks' memory is the host's
+    divided among its slots, sandbox.memory_limit). It shuts down (SIGTERM: warm) when
+    this host process dies, whatever killed it."""
+    env = spec.environment(dict(os.environ, EDT_HOST_SLOTS=str(slots)), os.getpid())
     return subprocess.Popen(spec.command(), env=env, cwd=PROJECT_DIR,
                             preexec_fn=sandbox.dies_with_parent())  # fmt: skip
 
@@ -147,7 +149,9 @@ class WorkerHost:
             *specs,
             *([ControlSpec(specs[0].host)] if specs else []),
         ]
-        children = [Child(f"{s.label}: worker", partial(start_worker, s)) for s in workers]
+        children = [
+            Child(f"{s.label}: worker", partial(start_worker, s, len(specs))) for s in workers
+        ]
         self.supervisor = Supervisor(children, RestartPolicy.fixed(restart_delay), log)
 
     def run(self) -> int:

@@ -109,12 +109,19 @@ def _physical_memory() -> int:
 
 def memory_limit(slot_index: int | None = None, device: str = "cpu") -> int:
     """Address space allowed to one learner (bytes, 0: none). ``EDT_LEARNER_MEMORY``: one size
-    for every slot, or one per slot index (``8g,8g,16g``). Default: half the host's memory on
-    a CPU slot; none on a GPU slot (CUDA reserves far more address space than it uses)."""
+    for every slot, or one per slot index (``8g,8g,16g``). Default on a CPU slot: the host's
+    memory less a reserve for the platform's own processes (an eighth, at least 1 GiB),
+    divided among the host's slots (``EDT_HOST_SLOTS``, which the worker host sets), so
+    that every slot's learner together fit in the machine; none on a GPU slot (CUDA
+    reserves far more address space than it uses)."""
     configured = _per_slot("EDT_LEARNER_MEMORY", slot_index)
     if configured is not None:
         return parse_size(configured)
-    return _physical_memory() // 2 if device == "cpu" else 0
+    if device != "cpu":
+        return 0
+    physical = _physical_memory()
+    slots = int(os.environ.get("EDT_HOST_SLOTS") or 1)
+    return (physical - max(1 << 30, physical // 8)) // max(1, slots)
 
 
 @dataclass(frozen=True)

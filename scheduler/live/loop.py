@@ -189,11 +189,19 @@ class LiveScheduler:
         append-only file): grant every running job's again at once, before its learners'
         leases lapse. Redis' ``run_id`` (read with the changed jobs) tells a restart. Every
         job is observed afresh then. On the first step, the jobs taken over from another
-        scheduler are granted (this one's own are granted by the slots that start them)."""
+        scheduler are granted (this one's own are granted by the slots that start them), and
+        the users of jobs that hold no slot any more are deleted: a scheduler stopped before
+        it could (Ctrl-C of ``make run``) leaves no credential behind."""
         if run_id == self.redis_run:
             return
         ids = [str(pk) for pk in self.runners]
         redis_acl.grant_all(client, self.ports.redis_url, ids, self.ports.secret)
+        if self.redis_run is None:
+            left = sorted(set(redis_acl.job_users(client)).difference(ids))
+            for job_id in left:
+                redis_acl.revoke(client, job_id)
+            if left:
+                log.info("deleted the Redis users of %d job(s) that hold no slot", len(left))
         if self.redis_run is not None:
             log.info("Redis restarted: granted the ACL users of %d jobs again", len(self.runners))
             self.stale.update(self.runners)
