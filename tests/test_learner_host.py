@@ -6,7 +6,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from protocol.jobstore import JobStore
+from workers.learner import host
 from workers.learner.host import STALE, learner_env, run_learner, signal_learner
 
 
@@ -41,3 +44,37 @@ def test_a_kill_that_comes_before_the_learners_own_session_still_kills_it() -> N
     assert os.getpgid(child.pid) != child.pid  # no group of its own yet
     signal_learner(child.pid, signal.SIGKILL)
     assert child.wait(timeout=10) == -signal.SIGKILL
+
+
+# A learner's log is kept under its cap -------------------------------------------------------
+
+
+def test_a_log_past_its_cap_keeps_its_last_part_and_starts_again(tmp_path: Path) -> None:
+    logs = tmp_path / "job" / "logs"
+    logs.mkdir(parents=True)
+    log_path = logs / "h.0.log"
+    log_path.write_bytes(b"old\n" * 1000 + b"the end\n")
+    writer = log_path.open("ab")  # the learner's stdout: appending all along
+    assert not host.keep_log_under(log_path, 1 << 20)  # under its cap: left alone
+    assert host.keep_log_under(log_path, 100)
+    assert (logs / "h.0.log.1").read_bytes() == (b"old\n" * 1000 + b"the end\n")[-100:]
+    writer.write(b"after the cut\n")
+    writer.flush()
+    text = log_path.read_text()
+    assert text.startswith("[edt] this log passed 100 bytes") and text.endswith("after the cut\n")
+    assert log_path.stat().st_size < 200  # the learner's appends land after the cut
+    writer.close()
+
+
+def test_a_log_the_learner_made_a_link_is_never_followed(tmp_path: Path) -> None:
+    """The job directory is the learner's: a log turned into a link to a platform file
+    must not get that file copied into the job (a leak) nor emptied."""
+    secret = tmp_path / "platform-secret"
+    secret.write_text("x" * 500)
+    logs = tmp_path / "job" / "logs"
+    logs.mkdir(parents=True)
+    (logs / "h.0.log").symlink_to(secret)
+    with pytest.raises(OSError):
+        host.keep_log_under(logs / "h.0.log", 100)
+    host.cut_log(logs / "h.0.log", 100)  # the slot task's call: said, not raised
+    assert secret.read_text() == "x" * 500 and not (logs / "h.0.log.1").exists()

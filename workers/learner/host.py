@@ -18,6 +18,7 @@ import os
 import re
 import signal
 import sys
+import time
 from dataclasses import dataclass
 from multiprocessing import forkserver
 from pathlib import Path
@@ -172,13 +173,19 @@ def run_learner(
     if secret:
         redis_url = redis_acl.grant(jobs.r, redis_url, jobs.job_id, secret)
     log_path = paths.workdir / "logs" / f"{slot}.log"
+    cap = log_cap()
+    cut_log(log_path, cap)  # the slot's earlier learners wrote to it too
     proc = fork_learner(spec, paths, slot, redis_url, log_path)
+    looked = time.monotonic()
     while proc.exitcode is None:
         sig = jobs.kill_requested(slot)
         if sig is not None:
             jobs.clear_kill(slot)
             signal_learner(proc.pid, sig)
         proc.join(0.1)
+        if time.monotonic() - looked >= 1.0:
+            looked = time.monotonic()
+            cut_log(log_path, cap)
     with contextlib.suppress(ProcessLookupError):
         os.killpg(proc.pid, signal.SIGKILL)
     server = _fork_server_pid()
@@ -190,6 +197,55 @@ def run_learner(
     detail = "" if code in (Exit.FINISHED, Exit.USER_CODE_FAILED) else last_error(log_path, code)
     jobs.report_exit(slot, code, token, detail)
     return code
+
+
+def log_cap() -> int:
+    """Bytes a learner's log may reach before it is cut (``EDT_LEARNER_LOG_SIZE``)."""
+    return sandbox.parse_size(os.environ.get("EDT_LEARNER_LOG_SIZE") or "32m")
+
+
+def keep_log_under(log_path: Path, cap: int) -> bool:
+    """When the learner's log passed ``cap`` bytes, its last ``cap`` bytes go to
+    ``<log>.1`` (the one earlier part kept) and it starts again empty, as logrotate's
+    copytruncate does: the learner goes on appending to the same file. No learner, however
+    much it prints, and no crash loop, however long, fills a disk: a slot keeps at most
+    about twice ``cap`` of logs per job. The job directory is the learner's: nothing
+    here follows a link it may have put there. True when it was cut."""
+    root, name = log_path.parent.parent, f"{log_path.parent.name}/{log_path.name}"
+    try:
+        fd = sandbox.open_beneath(root, name)
+    except FileNotFoundError:
+        return False
+    try:
+        size = os.fstat(fd).st_size
+        if size <= cap:
+            return False
+        tail = os.pread(fd, cap, size - cap)
+    finally:
+        os.close(fd)
+    kept = sandbox.open_beneath(root, name + ".1", append=True)
+    try:
+        os.ftruncate(kept, 0)
+        os.write(kept, tail)
+    finally:
+        os.close(kept)
+    log_fd = sandbox.open_beneath(root, name, append=True)
+    try:
+        os.ftruncate(log_fd, 0)
+        note = f"[edt] this log passed {cap} bytes: its last {cap} are in {log_path.name}.1\n"
+        os.write(log_fd, note.encode())
+    finally:
+        os.close(log_fd)
+    return True
+
+
+def cut_log(log_path: Path, cap: int) -> None:
+    """:func:`keep_log_under`, which a log the learner made something else (a link, a
+    directory) never stops: it is said in the slot's log and the learner goes on."""
+    try:
+        keep_log_under(log_path, cap)
+    except OSError as exc:
+        log.warning("could not keep %s under %d bytes: %s", log_path, cap, exc)
 
 
 def last_error(log_path: Path, code: int) -> str:
