@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from tests.conftest import PROJECT_DIR
+from tests.harness.processes import PROJECT_DIR
 
 README = (PROJECT_DIR / "README.md").read_text()
 

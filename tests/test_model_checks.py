@@ -12,7 +12,8 @@ from pathlib import Path
 from django.test import override_settings
 
 from edtweb.registry import services
-from tests.conftest import PROJECT_DIR, subprocess_env, wait_for
+from tests.harness.processes import PROJECT_DIR, subprocess_env
+from tests.harness.waiting import wait_for
 
 MODEL = 7
 # Another process rewrites the pid file as run_check does, naming itself, until told to stop.

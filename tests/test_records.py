@@ -7,7 +7,7 @@ from pathlib import Path
 
 from edtweb.redis_server import RedisServer
 from scheduler.store import JobStore, connect
-from tests.conftest import wait_for
+from tests.harness.waiting import wait_for
 from workers.learner.records import WRITE_SECONDS, RecordWriter
 
 

@@ -16,7 +16,7 @@ from edtweb.datasets.models import Dataset
 from edtweb.registry.models import ModelDefinition
 from edtweb.training.models import Job
 from edtweb.training.validation import BOUNDS, submission_errors
-from tests.conftest import PROJECT_DIR
+from tests.harness.processes import PROJECT_DIR
 
 pytestmark = pytest.mark.django_db
 FORM_DEFAULTS = {"epochs": 5, "batch_size": 64, "max_workers": 2, "min_workers": 1,
