@@ -34,7 +34,7 @@ test: $(DEV)
 lint: $(DEV)
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
-	$(PY) -m mypy --strict scheduler workers
+	$(PY) -m mypy --strict protocol scheduler workers
 	$(PY) -m mypy edtweb
 
 # Benchmarks compare against a baseline in the same run; tables go to bench/results/.

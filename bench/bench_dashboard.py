@@ -58,7 +58,9 @@ from playwright.sync_api import Page, sync_playwright  # noqa: E402
 
 from edtweb.training import services  # noqa: E402
 from edtweb.training.models import Job, Metric  # noqa: E402
-from scheduler.store import JobStore, Store, connect  # noqa: E402
+from protocol.connection import connect  # noqa: E402
+from protocol.jobstore import JobStore  # noqa: E402
+from scheduler.store import Store  # noqa: E402
 from workers.learner.datasets import write_cifar10  # noqa: E402
 
 PASSWORD = "bench-password-1"

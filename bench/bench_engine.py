@@ -55,12 +55,14 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 import torch.distributed as dist  # noqa: E402
 
 from edtweb.redis_server import RedisServer, free_port  # noqa: E402
-from scheduler.elastic import Coordinator  # noqa: E402
-from scheduler.store import JobStore, connect  # noqa: E402
+from protocol.connection import connect  # noqa: E402
+from protocol.exits import RunResult  # noqa: E402
+from protocol.jobstore import JobStore  # noqa: E402
+from scheduler.live.job import JobRunner  # noqa: E402
 from workers.learner import host  # noqa: E402
 from workers.learner.allocator import huge_pages  # noqa: E402
 from workers.learner.datasets import write_cifar10  # noqa: E402
-from workers.learner.drive import LocalLauncher  # noqa: E402
+from workers.learner.drive import DriveBook, LocalLauncher  # noqa: E402
 from workers.learner.spec import JobSpec  # noqa: E402
 
 CNN = PROJECT / "examples" / "cnn.py"
@@ -251,27 +253,32 @@ class WarmLauncher:
         self.spec_path, self.logs, self.redis_url = spec_path, logs, redis_url
         spec = JobSpec.load(spec_path)
         self.paths = host.JobPaths(Path(spec.data), Path(spec.model), Path(spec.workdir))
-        self.procs: dict[str, Any] = {}
+        self.procs: dict[str, tuple[str, Any]] = {}  # slot -> token, process
         host.prewarm()
 
-    def start(self, slot: str) -> None:
-        self.procs[slot] = host.fork_learner(self.spec_path, self.paths, slot, self.redis_url,
-                                             self.logs / f"{slot}.log")  # fmt: skip
+    def start(self, slot: str, token: str) -> None:
+        log = self.logs / f"{slot}.log"
+        proc = host.fork_learner(self.spec_path, self.paths, slot, self.redis_url, log)
+        self.procs[slot] = (token, proc)
 
     def kill(self, slot: str, sig: int = signal.SIGKILL) -> None:
-        proc = self.procs.get(slot)
+        _token, proc = self.procs.get(slot, ("", None))
         if proc is not None and proc.exitcode is None:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, sig)
 
-    def exited(self, slot: str) -> bool:
-        proc = self.procs.get(slot)
-        return proc is None or proc.exitcode is not None
+    def exits(self) -> dict[str, RunResult]:
+        ended = {slot: (token, proc.exitcode) for slot, (token, proc) in self.procs.items()}
+        return {slot: RunResult(token, code) for slot, (token, code) in ended.items()
+                if code is not None}  # fmt: skip
+
+    def dispatched(self) -> dict[str, str]:
+        return {}
 
     def reap(self) -> None:
         for slot in self.procs:
             self.kill(slot)
-        for proc in self.procs.values():
+        for _token, proc in self.procs.values():
             proc.join()
 
 
@@ -306,14 +313,27 @@ class Session:
         launcher_cls = WarmLauncher if warm else LocalLauncher
         self.launcher = launcher_cls(work / "spec.json", work / "logs", redis_url)
         self.jobs = JobStore(connect(redis_url), job)
-        self.coord = Coordinator(self.jobs, self.launcher, lambda kind, data: None)
+        # The scheduler's own per-job controller; the benchmark takes the decisions.
+        self.runner = JobRunner(0, self.jobs, self.launcher, DriveBook(work), 120, resume=False)
+        self.cursor = "0-0"
         self.records: list[dict[str, Any]] = []
+        self.sized = (0, 0.0)  # members, and when the generation of that size was published
 
     def pump(self) -> None:
-        self.records += [r for r in self.coord.read_metrics() if r["type"] == "train"]
-        if self.coord.first_error():
-            raise RuntimeError(self.coord.first_error())
+        for eid, record in self.jobs.read_metrics(self.cursor):
+            self.cursor = eid
+            if record["type"] == "train":
+                self.records.append(record)
+        self.runner.tick(alive=None, look=False)
+        if self.members() != self.sized[0]:
+            self.sized = (self.members(), time.time())
+        error = self.runner.first_error()
+        if error:
+            raise RuntimeError(error)
         time.sleep(0.01)
+
+    def members(self) -> int:
+        return len(self.runner.members())
 
     def until(self, done: Any, timeout: float = 300) -> None:
         deadline = time.monotonic() + timeout
@@ -326,18 +346,15 @@ class Session:
         return [r for r in self.records if r["workers"] == workers]
 
     def resize(self, grow: bool, after_steps: int = 2) -> dict[str, float]:
-        before = len(self.coord.members)
+        before = self.members()
         target = len(self.records) + after_steps
         self.until(lambda: len(self.records) >= target)
         decided = time.time()
-        if grow:
-            slot = f"s{len(self.coord.started)}"
-            self.coord.start_joiners([slot])
-            self.until(lambda: self.coord.grow_to(before + 1))
-        else:
-            self.coord.shrink_to(before - 1)
-        published = time.time()
-        after = len(self.coord.members)
+        after = before + 1 if grow else before - 1
+        joined = [f"s{len(self.runner.state.started)}"] if grow else []
+        self.runner.apply(after, joined, ())
+        self.until(lambda: self.members() == after)
+        published = self.sized[1]
         self.until(lambda: any(r["time"] > published and r["workers"] == after
                                for r in self.records))  # fmt: skip
         first = next(r for r in self.records if r["time"] > published and r["workers"] == after)
@@ -354,8 +371,8 @@ class Session:
                 "startup": published - decided}  # fmt: skip
 
     def run(self) -> dict[str, dict[str, float]]:
-        self.coord.start_joiners(["s0"])
-        self.until(lambda: self.coord.grow_to(1))
+        self.runner.apply(1, ["s0"], ())
+        self.until(lambda: self.members() == 1)
         try:
             grow = self.resize(grow=True)
             shrink = self.resize(grow=False)

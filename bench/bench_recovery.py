@@ -129,7 +129,8 @@ class LiveStack:
         from django.contrib.auth import get_user_model
         from django.core.management import call_command
 
-        from scheduler.store import Store, connect
+        from protocol.connection import connect
+        from scheduler.store import Store
         from tests.harness.cluster import Cluster
         from tests.harness.processes import Processes
 

@@ -517,10 +517,12 @@ def _live_timings(count: int, size: int) -> dict[str, object]:
     from django.contrib.auth import get_user_model
     from django.core.management import call_command
 
+    from edtweb.training.live_adapter import live_scheduler
     from edtweb.training.models import Job
-    from edtweb.training.scheduling import LiveScheduler, collector_paused
+    from protocol.keys import ALIVE
+    from protocol.slots import SlotInfo
+    from scheduler.live.loop import collector_paused
     from scheduler.policies import decide
-    from scheduler.store import ALIVE, SlotInfo
 
     call_command("migrate", verbosity=0)
     user = get_user_model().objects.create_user("bench", password="bench-only")
@@ -536,7 +538,7 @@ def _live_timings(count: int, size: int) -> dict[str, object]:
     alive = [
         SlotInfo(s.id, s.host, s.index, "cpu", f"edt.slot.{s.id}", ALIVE) for s in cluster(size)
     ]
-    live = LiveScheduler("fairshare")
+    live = live_scheduler("fairshare")
     collections = GcClock()
 
     def step() -> list[float]:

@@ -122,7 +122,8 @@ def _jobs(add: Any, sub: Any) -> None:
     p = add(sub, "submit", commands.submit, "submit a training job")
     p.add_argument("--model", required=True, help="model id or name")
     p.add_argument("--dataset", required=True, help="dataset id or name")
-    p.add_argument("--max-workers", type=int, required=True, help="the most slots (GPUs)")
+    # A value left out is EDT's default (the server's: the Train form's and the API's).
+    p.add_argument("--max-workers", type=int, help="the most slots (GPUs)")
     for flag, kind in (("--min-workers", int), ("--priority", int), ("--epochs", int),
                        ("--batch-size", int), ("--lr", float), ("--checkpoint-every", int),
                        ("--max-micro-batch", int), ("--name", str)):  # fmt: skip

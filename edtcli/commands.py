@@ -156,7 +156,7 @@ def models_delete(args: argparse.Namespace, api: Client) -> None:
 JOB_COLUMNS = [("id", "id"), ("name", "name"), ("state", "state"), ("workers", "workers"),
                ("priority", "priority"), ("progress", "progress"), ("owner", "owner")]  # fmt: skip
 JOB_KEYS = ["id", "name", "owner", "state", "priority", "workers", "progress", "eta_seconds",
-            "model", "dataset", "epochs", "batch_size", "lr", "checkpoints", "logs",
+            "waiting", "model", "dataset", "epochs", "batch_size", "lr", "checkpoints", "logs",
             "model_ready", "error", "created_at", "started_at", "finished_at"]  # fmt: skip
 SUBMIT_FIELDS = ("name", "epochs", "batch_size", "max_workers", "min_workers", "priority",
                  "checkpoint_every", "lr", "max_micro_batch", "precision")  # fmt: skip

@@ -2,8 +2,9 @@
 
 Steps: find Redis (or start one), migrate, create the admin once, then run web, live
 updates, scheduler, metrics consumer and worker host under a supervisor that restarts
-whichever dies (``edtweb.supervisor``), and print the URL and the login once the web
-answers. Ctrl-C (or SIGTERM) stops everything it started, Redis included.
+whichever dies (``workers/supervisor.py``: after 1 s, doubling to 30 s while it keeps dying
+quickly), and print the URL and the login once the web answers. Ctrl-C (or SIGTERM) stops
+everything it started, Redis included.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from edtweb.redis_server import (
     redacted,
     redis_password,
 )
-from edtweb.supervisor import Supervisor
+from workers.supervisor import supervise_commands
 
 ADMIN_USER = "admin"
 DEFAULT_PROBE = "redis://127.0.0.1:6379/0"
@@ -183,7 +184,7 @@ def run(opts: Options) -> int:
         seed_demo()
         if collect is not None and collect.wait() != 0:
             print("EDT: collectstatic failed: static files are served uncompressed", flush=True)
-        supervisor = Supervisor(processes(opts), dict(os.environ), str(settings.BASE_DIR))
+        supervisor = supervise_commands(processes(opts), dict(os.environ), str(settings.BASE_DIR))
         announce_when_up(f"http://127.0.0.1:{opts.port}/", password)
         return supervisor.run()
     finally:

@@ -3,7 +3,7 @@
 Used by the launcher (``make run``) and by the test suite, which starts its own on a free
 port so that a test can kill it. A Redis that EDT starts requires a password (kept in the
 data directory, file ``redis-password``, mode 0600, like the secret key): learners reach
-Redis only as their job's ACL user (``scheduler/redis_acl.py``), never as the platform.
+Redis only as their job's ACL user (``protocol/redis_acl.py``), never as the platform.
 The password goes through a config file (mode 0600), never through the command line.
 """
 

@@ -164,7 +164,7 @@ WHITENOISE_KEEP_ONLY_HASHED_FILES = True
 # Where pages open their WebSockets: this port on the page's host (0: the page's own port).
 EDT_LIVE_PORT = envint("EDT_LIVE_PORT", 0)
 
-# Redis: Celery broker, Channels layer and live coordination state (scheduler/store.py).
+# Redis: Celery broker, Channels layer and live coordination state (protocol/keys.py).
 REDIS_URL = envstr("REDIS_URL", "redis://127.0.0.1:6379/0")
 
 
@@ -193,7 +193,7 @@ CELERY_BROKER_URL = REDIS_URL
 CELERY_RESULT_BACKEND = REDIS_URL
 CELERY_RESULT_EXPIRES = 3600
 CELERY_TASK_DEFAULT_QUEUE = "edt.default"
-# A learner task can run for hours: never redeliver it (DESIGN.md, "Sources of truth").
+# A learner task can run for hours: never redeliver it (docs/architecture.md, "Sources of truth").
 CELERY_TASK_ACKS_LATE = False
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True

@@ -4,7 +4,7 @@ Celery only delivers "start a learner of job J on slot S with token T"; it is ne
 record of a job. A task that arrives with an old token exits at once. Killing goes through
 Redis to the slot's task, which signals the learner's process group.
 
-Whether a learner is still there is observed, not waited for (DESIGN.md, "Sources of
+Whether a learner is still there is observed, not waited for (docs/architecture.md, "Sources of
 truth"): its slot task reports its exit when it can, and the learner renews a lease while it
 lives. A learner whose lease lapsed, or that never took one while its slot died or a long
 start-up grace passed, is gone, whatever killed it: a dead host writes no exit report.
@@ -17,16 +17,14 @@ import json
 import os
 import re
 import signal
-import time
 from typing import Any
 
-from scheduler.store import JobStore, Start, queue_for, send_starts
+from protocol.exits import RunResult
+from protocol.jobstore import JobStore, Start, send_starts
+from protocol.keys import queue_for
 
-LEASE_GRACE = 2.0  # seconds a lapsed lease must stay missing, watched without a gap
-START_GRACE = 180.0  # seconds a dispatched learner has to take its first lease
 # The task stores no result (workers/tasks.py): nothing subscribes to one.
 SEND: dict[str, Any] = {"ignore_result": True}
-WATCH_GAP = 3.0  # seconds between two looks beyond which the watch starts over (an outage)
 
 
 TASK = "edt.run_learner"
@@ -111,27 +109,19 @@ class Dispatches:
 
 
 class CeleryLauncher:
+    """Starts and kills one job's learners through Celery and Redis: what the job's
+    controller decided (``scheduler/elastic.py``, which also judges from their leases
+    whether they are still there). With ``batch``, starts go out together at the end of the
+    caller's step; otherwise each is sent at once."""
+
     def __init__(self, jobs: JobStore, celery_app: Any, job_pk: int,
                  batch: Dispatches | None = None) -> None:  # fmt: skip
         self.jobs = jobs
         self.app = celery_app
         self.job_pk = job_pk
-        self.batch = batch  # where starts go, when the caller sends them together
-        self.tokens = jobs.dispatches()  # a new scheduler takes over what was sent
-        now = time.monotonic()
-        self.sent_at = dict.fromkeys(self.tokens, now)
-        self.leased: set[str] = set()  # slots whose current learner has held its lease
-        self.missing_since: dict[str, float] = {}
-        self.gone: set[str] = set()  # judged gone by observation
-        self.looked_at = 0.0
+        self.batch = batch
 
-    def start(self, slot: str) -> None:
-        token = os.urandom(16).hex()
-        self.tokens[slot] = token
-        self.sent_at[slot] = time.monotonic()
-        self.leased.discard(slot)
-        self.gone.discard(slot)
-        self.missing_since.pop(slot, None)
+    def start(self, slot: str, token: str) -> None:
         if self.batch is not None:
             self.batch.add(self.jobs, self.job_pk, slot, token)
             return
@@ -139,49 +129,12 @@ class CeleryLauncher:
         self.app.send_task(TASK, args=[self.job_pk, slot, token], queue=queue_for(slot), **SEND)
 
     def kill(self, slot: str, sig: int = signal.SIGKILL) -> None:
-        if not self.exited(slot):
-            self.jobs.request_kill(slot, sig)
+        self.jobs.request_kill(slot, sig)
 
-    def exited(self, slot: str) -> bool:
-        """The learner this launcher last sent to ``slot`` has ended, or is judged gone."""
-        if slot not in self.tokens or slot in self.gone:
-            return True
-        token, _code = self.jobs.exits().get(slot, ("", 0))
-        return token == self.tokens[slot]
+    def exits(self) -> dict[str, RunResult]:
+        """How the learners ended, as their slot tasks reported it."""
+        return self.jobs.exits()
 
-    def exit_code(self, slot: str) -> int | None:
-        """The reported exit status of the learner last sent to ``slot``, if it reported."""
-        token, code = self.jobs.exits().get(slot, ("", 0))
-        return code if slot in self.tokens and token == self.tokens[slot] else None
-
-    def pending(self) -> list[str]:
-        """Slots where the learner last sent has not ended (as far as is known)."""
-        return [s for s in self.tokens if not self.exited(s)]
-
-    def observe(self, alive_slots: set[str]) -> list[str]:
-        """Look at the leases of this job's learners once; returns the slots newly judged
-        gone. A look after a long gap (Redis or the scheduler away) starts the watch over:
-        a lease that could not be renewed meanwhile proves nothing."""
-        now = time.monotonic()
-        watched = now - self.looked_at <= WATCH_GAP
-        self.looked_at = now
-        pending = self.pending()
-        leases = self.jobs.leases(pending)
-        newly = []
-        for slot in pending:
-            if leases.get(slot) == self.tokens[slot]:
-                self.leased.add(slot)
-                self.missing_since.pop(slot, None)
-                continue
-            if not watched:
-                self.missing_since[slot] = now
-            since = self.missing_since.setdefault(slot, now)
-            if self._lapsed(slot, now - since, now, alive_slots):
-                self.gone.add(slot)
-                newly.append(slot)
-        return newly
-
-    def _lapsed(self, slot: str, missing: float, now: float, alive: set[str]) -> bool:
-        if slot in self.leased or slot not in alive:
-            return missing >= LEASE_GRACE
-        return now - self.sent_at[slot] >= START_GRACE
+    def dispatched(self) -> dict[str, str]:
+        """Slot -> token of the learner tasks already sent (a new controller takes them over)."""
+        return self.jobs.dispatches()

@@ -1,107 +1,443 @@
-"""The coordinator's side of the elastic protocol for one job (DESIGN.md).
+"""The per-job controller of the elastic protocol (docs/architecture.md, "Elastic training
+protocol"): one frozen state, and pure functions that take it with one observation of the
+job and return the next state and the actions to carry out.
 
 It starts joiners first and publishes the generation that includes them only once they are
-READY, shrinks at once, replaces a generation after a learner fails, and starts over from
-the latest checkpoint when every learner is gone. How learners are started is the
-``Launcher``'s business: local processes (the drive command) or Celery tasks on slot queues.
-At most one published generation is waiting to be adopted at any time.
+READY, shrinks at once, replaces a generation after a learner fails, starts over from the
+latest checkpoint when every learner is gone, and moves the job through its phases
+(``scheduler/phases.py``). It judges from their leases whether the learners it sent are
+still there. How learners are started and the actions carried out is the executor's
+business (``scheduler/live/job.py``): Celery tasks on slot queues for the live scheduler,
+local processes for the drive command. At most one published generation is waiting to be
+adopted at any time.
+
+Nothing here reads a clock, Redis or a process: what the step needs is in its ``Seen``.
 """
 
 from __future__ import annotations
 
 import signal
-import time
-from collections.abc import Callable, Collection
-from typing import Any, Protocol
+from collections.abc import Callable, Collection, Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any
 
-from scheduler.store import JobStore
+from protocol.exits import Exit, RunResult
+from protocol.jobstore import Progress
+from scheduler.phases import FINAL, Facts, JobPhase, Transition, advance
 
 FAILURE_GRACE_SECONDS = 1.0
-USER_CODE_FAILED = 2  # a learner's exit status when the user's code raised
+LEASE_GRACE = 2.0  # seconds a lapsed lease must stay missing, watched without a gap
+START_GRACE = 180.0  # seconds a dispatched learner has to take its first lease
+WATCH_GAP = 3.0  # seconds between two looks beyond which the watch starts over (an outage)
 
-EventSink = Callable[[str, dict[str, Any]], None]
-
-
-class Launcher(Protocol):
-    def start(self, slot: str) -> None: ...
-    def kill(self, slot: str, sig: int = signal.SIGKILL) -> None: ...
-    def exited(self, slot: str) -> bool: ...
+# The job rows' states a transition moves the job to (``Enter``).
+RUNNING, SUSPENDED, COMPLETED, FAILED = "RUNNING", "SUSPENDED", "COMPLETED", "FAILED"
 
 
-class Coordinator:
-    def __init__(self, jobs: JobStore, launcher: Launcher, on_event: EventSink,
-                 collective_timeout: float = 0.0) -> None:  # fmt: skip
-        self.jobs = jobs
-        self.launcher = launcher
-        self.on_event = on_event
-        # How long a member may stay silent after a peer died: blocked in a collective on
-        # the dead peer (its host cut off: nothing resets the connection), it reports the
-        # failure only when the collective times out.
-        self.waiting_on_dead = collective_timeout + FAILURE_GRACE_SECONDS
-        self.members: list[str] = []
-        self.joining: list[str] = []
-        self.started: set[str] = set()
-        self.step = 0
-        self.done = False
-        self.cursor = "0-0"
-        self.failure_since: float | None = None
-        self.handled_failures = 0
+NO_PROGRESS = Progress("", 0, False, None)
 
-    def event(self, kind: str, **data: Any) -> None:
-        self.on_event(kind, {"step": self.step, "time": time.time(), **data})
 
-    # Membership ----------------------------------------------------------------------------
+# What one look at the job saw ----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Seen:
+    """One observation of the job's shared state (``protocol/jobstore.py``) and the clocks."""
+
+    generation: int = 0
+    adopted: int = 0
+    ready: frozenset[str] = frozenset()
+    failures: tuple[Mapping[str, Any], ...] = ()
+    errors: tuple[Mapping[str, Any], ...] = ()
+    exits: Mapping[str, RunResult] = field(default_factory=dict)
+    checkpoint: int = 0
+    progress: Progress = NO_PROGRESS
+    now: float = 0.0  # monotonic seconds
+    wall: float = 0.0  # Unix time, for the events
+
+
+# The state --------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Learners:
+    """The learners this controller sent: the token of the last one per slot, when it was
+    sent, and what watching their leases has shown (liveness is observed, not reported)."""
+
+    tokens: Mapping[str, str] = field(default_factory=dict)
+    sent_at: Mapping[str, float] = field(default_factory=dict)
+    leased: frozenset[str] = frozenset()  # slots whose current learner has held its lease
+    missing_since: Mapping[str, float] = field(default_factory=dict)
+    gone: frozenset[str] = frozenset()  # judged gone by observation
+    looked_at: float = 0.0
+
+
+@dataclass(frozen=True)
+class Control:
+    """Everything the controller knows of one job. Two equal states on an unchanged
+    observation make the same step: a loop may leave a job quiet until one changes."""
+
+    phase: JobPhase = JobPhase.WAITING
+    want: int = 0  # slots the last decision gives it
+    members: tuple[str, ...] = ()  # the current generation, in rank order
+    joining: tuple[str, ...] = ()  # learners started and not admitted yet
+    started: frozenset[str] = frozenset()  # slots where a learner of this job was started
+    # Members placed elsewhere: their slots are another job's from that decision on, though
+    # they train here until the shrink's generation (which waits for the job to settle).
+    leaving: frozenset[str] = frozenset()
+    step: int = 0  # the learners' step, as their latest record says
+    done: bool = False  # training finished and its records are stored
+    tail: str = ""  # the stream id of the learners' latest record seen
+    over: bool = False  # the learners said training is over: no learner joins any more
+    failure_since: float | None = None  # a failure is being handled, since
+    handled_failures: int = 0  # failure reports already acted on
+    moved: bool = False  # the last tick took a transition
+    learners: Learners = Learners()
+    # How long a member may stay silent after a peer died: blocked in a collective on the
+    # dead peer (its host cut off: nothing resets the connection), it reports the failure
+    # only when the collective times out.
+    waiting_on_dead: float = FAILURE_GRACE_SECONDS
+
+
+# The actions ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Start:
+    """Send a learner to ``slot`` carrying ``token`` (a READY left there no longer counts)."""
+
+    slot: str
+    token: str
+
+
+@dataclass(frozen=True)
+class Kill:
+    slot: str
+    signal: int = signal.SIGKILL
+
+
+@dataclass(frozen=True)
+class Publish:
+    """Publish the next generation, ``generation``, of ``members`` (in rank order)."""
+
+    members: tuple[str, ...]
+    generation: int
+
+
+@dataclass(frozen=True)
+class RequestStop:
+    """Learners checkpoint and leave; those still waiting to join go home."""
+
+
+@dataclass(frozen=True)
+class Event:
+    """A line of the job's timeline: ``kind`` with its data (step and time included)."""
+
+    kind: str
+    data: Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class Note:
+    """A line of the job's timeline in words alone."""
+
+    kind: str
+    message: str
+
+
+@dataclass(frozen=True)
+class Enter:
+    """Move the job's record to ``state`` (RUNNING, COMPLETED, SUSPENDED or FAILED)."""
+
+    state: str
+    message: str = ""  # FAILED: why
+    checkpoint: int = 0  # SUSPENDED: the step it resumes from
+
+
+Action = Start | Kill | Publish | RequestStop | Event | Note | Enter
+Tokens = Callable[[], str]
+
+
+# Reading the state ------------------------------------------------------------------------------
+
+
+def exited(c: Control, seen: Seen, slot: str) -> bool:
+    """The learner last sent to ``slot`` has ended, or is judged gone."""
+    tokens = c.learners.tokens
+    if slot not in tokens or slot in c.learners.gone:
+        return True
+    result = seen.exits.get(slot)
+    return result is not None and result.token == tokens[slot]
+
+
+def exit_code(c: Control, seen: Seen, slot: str) -> int | None:
+    """The reported exit status of the learner last sent to ``slot``, if it reported."""
+    result = seen.exits.get(slot)
+    if slot in c.learners.tokens and result is not None and result.token == c.learners.tokens[slot]:
+        return result.code
+    return None
+
+
+def pending(c: Control, seen: Seen) -> list[str]:
+    """Slots where the learner last sent has not ended (as far as is known)."""
+    return [s for s in c.learners.tokens if not exited(c, seen, s)]
+
+
+def occupied(c: Control, seen: Seen) -> set[str]:
+    """Slots where a learner of this job still runs (leavers included)."""
+    return {s for s in c.started if not exited(c, seen, s)}
+
+
+def holds(c: Control) -> bool:
+    """A job being suspended holds no slot: its slots go to others once its learners are out."""
+    return c.phase not in (JobPhase.SUSPENDING, *FINAL)
+
+
+def members(c: Control) -> list[str]:
+    """Its current generation, less those placed elsewhere that have yet to leave."""
+    return [s for s in c.members if s not in c.leaving] if holds(c) else []
+
+
+def joiners(c: Control) -> list[str]:
+    return list(c.joining) if holds(c) else []
+
+
+def first_error(seen: Seen) -> str | None:
+    """The user's code failed: its message and traceback line, for the job's record."""
+    if seen.errors:
+        first = seen.errors[0]
+        return f"{first['message']} ({first['trace']})" if first["trace"] else first["message"]
+    failed = [s for s, result in seen.exits.items() if result.user_code_failed]
+    return f"the learner on {failed[0]} failed; see its log" if failed else None
+
+
+def restless(c: Control) -> bool:
+    """Its next tick depends on time alone: a failure's grace runs."""
+    return c.failure_since is not None
+
+
+def soon(c: Control) -> bool:
+    """A step soon would move the job on: it just changed phase (the next transition may be
+    due at once), or a failure waits out its grace period."""
+    return c.moved or c.failure_since is not None
+
+
+# The steps ---------------------------------------------------------------------------------------
+
+
+def taking_over(seen: Seen, dispatched: Mapping[str, str], generation_members: list[str],
+                resume: bool) -> Control:  # fmt: skip
+    """A controller for a job another controller may have been running: the learners
+    already sent (``dispatched``: slot -> token) are this one's from now on. With
+    ``resume``, learners never notice: its generation's live members stay members, its
+    other live learners joiners."""
+    sent = Learners(tokens=dict(dispatched), sent_at=dict.fromkeys(dispatched, seen.now))
+    c = Control(learners=sent)
+    if not resume:
+        return c
+    live = [s for s in dispatched if not exited(c, seen, s)]
+    kept = [s for s in generation_members if s in live] if seen.generation else []
+    return replace(
+        c, started=frozenset(live), members=tuple(kept),
+        joining=tuple(s for s in live if s not in kept), want=len(kept),
+        phase=JobPhase.TRAINING if kept else JobPhase.WAITING,
+    )  # fmt: skip
+
+
+def look(c: Control, seen: Seen, leases: Mapping[str, str],
+         alive: Collection[str]) -> tuple[Control, list[str]]:  # fmt: skip
+    """Look at the leases of the learners still pending once (``leases``: slot -> the token
+    holding it); returns the slots newly judged gone. A look after a long gap (Redis or
+    the scheduler away) starts the watch over: a lease that could not be renewed meanwhile
+    proves nothing."""
+    w, now = c.learners, seen.now
+    watched = now - w.looked_at <= WATCH_GAP
+    leased, missing, gone = set(w.leased), dict(w.missing_since), set(w.gone)
+    newly = []
+    for slot in pending(c, seen):
+        if leases.get(slot) == w.tokens[slot]:
+            leased.add(slot)
+            missing.pop(slot, None)
+            continue
+        if not watched:
+            missing[slot] = now
+        since = missing.setdefault(slot, now)
+        if slot in leased or slot not in alive:
+            lapsed = now - since >= LEASE_GRACE
+        else:
+            lapsed = now - w.sent_at[slot] >= START_GRACE
+        if lapsed:
+            gone.add(slot)
+            newly.append(slot)
+    watch = replace(w, leased=frozenset(leased), missing_since=missing, gone=frozenset(gone),
+                    looked_at=now)  # fmt: skip
+    return replace(c, learners=watch), newly
+
+
+def apply(c: Control, seen: Seen, want: int, joined: Collection[str], left: Collection[str],
+          token: Tokens) -> tuple[Control, list[Action]]:  # fmt: skip
+    """A decision for the job: ``want`` slots, with learners to start on ``joined`` and to
+    take off ``left``."""
+    if c.phase is JobPhase.SUSPENDING:
+        # Its learners are checkpointing to leave: a joiner would see the stop flag and exit
+        # at once, again and again. It resumes, with a controller of its own, once out.
+        return c, []
+    step = _Step(c, seen, token)
+    for slot in left:
+        if slot in step.joining:  # not admitted yet: call it off
+            step.joining.remove(slot)
+            step.kill(slot)
+        elif slot in step.members:
+            step.leaving.add(slot)
+    step.leaving.difference_update(joined)  # placed here again before it left: it stays
+    new = [s for s in joined if s not in step.members]
+    if new and not step.over:  # training finished: no learner joins any more
+        step.start_joiners(new)
+    step.want = want
+    return step.done_with()
+
+
+def tick(c: Control, seen: Seen, alive: Collection[str] | None,
+         token: Tokens) -> tuple[Control, list[Action], Transition | None]:  # fmt: skip
+    """Move the job's membership toward its allocation, and take the phase transition the
+    facts call for. ``alive``: the slots alive now (None: not known, as for the drive)."""
+    step = _Step(c, seen, token)
+    step.progress()
+    step.drop_dead_joiners()
+    lost = step.watch_failures() if step.phase is not JobPhase.SUSPENDING else False
+    if step.phase in (JobPhase.WAITING, JobPhase.TRAINING) and not lost:
+        step.resize(alive)
+    transition = advance(step.phase, step.facts(lost))
+    step.moved = transition is not None
+    if transition is not None:
+        step.phase = transition.next
+        step.enter(transition)
+    state, actions = step.done_with()
+    return state, actions, transition
+
+
+def kill_all(c: Control, seen: Seen) -> list[Action]:
+    """Every learner of the job still running is killed."""
+    return [Kill(s) for s in c.started if not exited(c, seen, s)]
+
+
+class _Step:
+    """One step's working copy of the state, and the actions it takes in order. It lives
+    for one call of :func:`apply` or :func:`tick`, which return frozen values."""
+
+    def __init__(self, c: Control, seen: Seen, token: Tokens) -> None:
+        self.c, self.seen, self.token = c, seen, token
+        self.phase, self.want, self.step, self.done = c.phase, c.want, c.step, c.done
+        self.members, self.joining = list(c.members), list(c.joining)
+        self.started, self.leaving = set(c.started), set(c.leaving)
+        self.tail, self.over, self.moved = c.tail, c.over, c.moved
+        self.failure_since, self.handled = c.failure_since, c.handled_failures
+        self.tokens, self.sent_at = dict(c.learners.tokens), dict(c.learners.sent_at)
+        self.leased, self.missing = set(c.learners.leased), dict(c.learners.missing_since)
+        self.gone = set(c.learners.gone)
+        self.generation = seen.generation  # moved on by this step's publication
+        self.ready = set(seen.ready)  # less the slots this step sends a learner to
+        self.actions: list[Action] = []
+
+    def done_with(self) -> tuple[Control, list[Action]]:
+        learners = Learners(
+            tokens=self.tokens, sent_at=self.sent_at, leased=frozenset(self.leased),
+            missing_since=self.missing, gone=frozenset(self.gone),
+            looked_at=self.c.learners.looked_at,
+        )  # fmt: skip
+        state = Control(
+            phase=self.phase, want=self.want, members=tuple(self.members),
+            joining=tuple(self.joining), started=frozenset(self.started),
+            leaving=frozenset(self.leaving), step=self.step, done=self.done, tail=self.tail,
+            over=self.over, failure_since=self.failure_since, handled_failures=self.handled,
+            moved=self.moved, learners=learners, waiting_on_dead=self.c.waiting_on_dead,
+        )  # fmt: skip
+        return state, self.actions
+
+    # Learners ----------------------------------------------------------------------------------
+
+    def exited(self, slot: str) -> bool:
+        if slot not in self.tokens or slot in self.gone:
+            return True
+        result = self.seen.exits.get(slot)
+        return result is not None and result.token == self.tokens[slot]
+
+    def finished(self, slot: str) -> bool:
+        """The member's learner reported a clean exit: it finished or was told to stop (a
+        peer still training would see the collective fail and report it)."""
+        result = self.seen.exits.get(slot)
+        return (result is not None and result.token == self.tokens.get(slot)
+                and result.code == Exit.FINISHED)  # fmt: skip
+
+    def kill(self, slot: str) -> None:
+        if not self.exited(slot):
+            self.actions.append(Kill(slot))
 
     def start_joiners(self, slots: list[str]) -> None:
         for slot in slots:
-            self.launcher.start(slot)
+            token = self.token()
+            self.tokens[slot], self.sent_at[slot] = token, self.seen.now
+            self.leased.discard(slot)
+            self.gone.discard(slot)
+            self.missing.pop(slot, None)
+            self.ready.discard(slot)
             self.started.add(slot)
+            self.actions.append(Start(slot, token))
         self.joining += slots
 
+    def drop_dead_joiners(self) -> None:
+        """Forget joiners that died before joining: their slots are the scheduler's again."""
+        dead = [s for s in self.joining if self.exited(s)]
+        self.joining = [s for s in self.joining if s not in dead]
+        self.started -= set(dead)
+
+    # Generations --------------------------------------------------------------------------------
+
+    def event(self, kind: str, **data: Any) -> None:
+        self.actions.append(Event(kind, {"step": self.step, "time": self.seen.wall, **data}))
+
     def settled(self) -> bool:
-        """No failure being handled and the latest generation adopted (or none runs, so
-        none can be waited for): safe to change."""
+        """No failure being handled and the latest generation adopted (or none runs, so none
+        can be waited for): safe to change."""
         if self.failure_since is not None:
             return False
-        return not self.members or self.jobs.adopted() == self.jobs.generation()
+        return not self.members or self.seen.adopted == self.generation
 
     def publish(self, members: list[str], why: str) -> None:
         self.members = members
-        gen = self.jobs.publish_generation(members)
-        self.event("generation", gen=gen, workers=len(members), members=members, why=why)
+        self.generation += 1
+        self.actions.append(Publish(tuple(members), self.generation))
+        self.event("generation", gen=self.generation, workers=len(members), members=members,
+                   why=why)  # fmt: skip
 
-    def grow_to(self, want: int, why: str = "") -> bool:
-        """Admit READY joiners until ``want`` members; True once a generation is published."""
+    def grow_to(self, want: int) -> None:
+        """Admit READY joiners until ``want`` members, once there are enough of them."""
         missing = want - len(self.members)
-        ready = self.jobs.ready_slots()
-        joiners = [s for s in self.joining if s in ready][:missing]
+        joiners = [s for s in self.joining if s in self.ready][:missing]
         if missing <= 0 or len(joiners) < missing or not self.settled():
-            return False
+            return
         self.joining = [s for s in self.joining if s not in joiners]
-        self.publish(self.members + joiners, why or f"grow to {want}")
-        return True
+        self.publish(self.members + joiners, f"grow to {want}")
 
-    def shrink_to(self, want: int, why: str = "", alive: Collection[str] | None = None) -> None:
-        """Keep the ``want`` longest-standing members whose slots are ``alive`` (all when
-        not given); the others leave after this step. A member on a lost slot (its host
-        dead or cut off) is never kept in place of one that still trains."""
+    def shrink_to(self, want: int, alive: Collection[str]) -> None:
+        """Keep the ``want`` longest-standing members whose slots are ``alive``; the others
+        leave after this step. A member on a lost slot (its host dead or cut off) is never
+        kept in place of one that still trains."""
         if not 0 < want < len(self.members) or not self.settled():
             return
-        staying = [s for s in self.members if alive is None or s in alive][:want]
+        staying = [s for s in self.members if s in alive][:want]
         if staying:
-            self.publish(staying, why or f"shrink to {want}")
+            self.publish(staying, f"shrink to {want}")
 
-    def dead_joiners(self) -> list[str]:
-        return [s for s in self.joining if self.launcher.exited(s)]
+    def resize(self, alive: Collection[str] | None) -> None:
+        if self.leaving or 0 < self.want < len(self.members):  # those placed elsewhere go first
+            keep = min(self.want, len(self.members) - len(self.leaving))
+            self.shrink_to(keep, set(self.members if alive is None else alive) - self.leaving)
+        elif self.want > len(self.members):
+            self.grow_to(self.want)
+        self.leaving.intersection_update(self.members)
 
-    def drop_dead_joiners(self) -> list[str]:
-        """Forget joiners that died before joining: their slots are the scheduler's again."""
-        dead = self.dead_joiners()
-        self.joining = [s for s in self.joining if s not in dead]
-        self.started -= set(dead)
-        return dead
-
-    # Failures ------------------------------------------------------------------------------
+    # Failures -----------------------------------------------------------------------------------
 
     def watch_failures(self) -> bool:
         """Replace the generation once every member reported failure, died, or was silent:
@@ -109,33 +445,26 @@ class Coordinator:
         suspect), for the collective timeout when a member died (the silent ones are
         waiting on it and still alive). True while a failure is being handled (members
         lost, their replacement not yet published)."""
-        reports = self.jobs.failures()
-        gen = self.jobs.generation()
-        failed = {r["slot"] for r in reports[self.handled_failures :] if r["gen"] == gen}
-        dead = {s for s in self.members if self.launcher.exited(s) and not self._finished(s)}
+        reports = self.seen.failures
+        failed = {r["slot"] for r in reports[self.handled :] if r["gen"] == self.generation}
+        dead = {s for s in self.members if self.exited(s) and not self.finished(s)}
         if not failed and not dead:
             return False
-        now = time.monotonic()
+        now = self.seen.now
         self.failure_since = self.failure_since or now
         silent = set(self.members) - failed - dead
-        grace = self.waiting_on_dead if dead else FAILURE_GRACE_SECONDS
+        grace = self.c.waiting_on_dead if dead else FAILURE_GRACE_SECONDS
         if silent and now - self.failure_since < grace:
             return True
-        self.handled_failures = len(reports)
+        self.handled = len(reports)
         self.failure_since = None
-        self._replace(survivors=[s for s in self.members if s in failed and s not in dead])
+        self.replace(survivors=[s for s in self.members if s in failed and s not in dead])
         return False
 
-    def _finished(self, slot: str) -> bool:
-        """The member's learner reported a clean exit: it finished or was told to stop (a
-        peer still training would see the collective fail and report it)."""
-        exit_code = getattr(self.launcher, "exit_code", None)
-        return exit_code is not None and exit_code(slot) == 0
-
-    def _replace(self, survivors: list[str]) -> None:
+    def replace(self, survivors: list[str]) -> None:
         lost = [s for s in self.members if s not in survivors]
         for slot in lost:
-            self.launcher.kill(slot)  # frozen or dead: make sure it is gone
+            self.kill(slot)  # frozen or dead: make sure it is gone
             self.started.discard(slot)  # its slot is the scheduler's to give again
         self.event("failure", lost=lost, survivors=survivors)
         if survivors:
@@ -145,42 +474,63 @@ class Coordinator:
 
     def restart_from_checkpoint(self) -> None:
         """Every learner is gone: new learners will load the latest checkpoint."""
-        resumed = self.jobs.checkpoint_step()
+        resumed = self.seen.checkpoint
         self.event("restart", from_step=resumed, iterations_lost=self.step - resumed)
         self.members = []
         self.step = resumed
         for slot in self.joining:  # they loaded an older state: new ones load the latest
-            self.launcher.kill(slot)
+            self.kill(slot)
             self.started.discard(slot)
         self.joining = []
 
-    # Progress ------------------------------------------------------------------------------
+    # Progress and phases ------------------------------------------------------------------------
 
-    def read_metrics(self) -> list[dict[str, Any]]:
-        """New metric records since the last call; tracks the step and completion."""
-        records = []
-        for eid, record in self.jobs.read_metrics(self.cursor):
-            self.cursor = eid
-            records.append(record)
-            if record["type"] == "train":
-                self.step = record["step"]
-            elif record["type"] == "done":
-                self.done = True
-                self.jobs.request_stop()  # learners still waiting to join go home
-        return records
+    def progress(self) -> None:
+        """The learners' step (that of their latest record) and whether training is over.
+        Once the learners wrote ``done`` no learner joins any more; the job completes only
+        when its records are stored (the metrics consumer's ``finished``)."""
+        seen = self.seen.progress
+        if seen.tail != self.tail:  # after a restart, the step resumed until new records come
+            self.tail, self.step = seen.tail, seen.step
+        if (seen.ended or seen.finished is not None) and not self.over:
+            self.over = True
+            self.actions.append(RequestStop())  # learners still waiting to join go home
+        if seen.finished is not None:
+            self.step, self.done = seen.finished, True
 
-    def first_error(self) -> str | None:
-        """The user's code failed: its message and traceback line, for the job's record."""
-        errors = self.jobs.errors()
-        if errors:
-            first = errors[0]
-            return f"{first['message']} ({first['trace']})" if first["trace"] else first["message"]
-        failed = [s for s, (_, code) in self.jobs.exits().items() if code == USER_CODE_FAILED]
-        return f"the learner on {failed[0]} failed; see its log" if failed else None
-
-    def all_exited(self) -> bool:
-        return all(self.launcher.exited(s) for s in self.started)
+    def facts(self, lost: bool) -> Facts:
+        learners = sum(1 for s in self.started if not self.exited(s))
+        return Facts(
+            want=self.want, members=len(self.members), learners=learners, lost=lost,
+            done=self.done, error=first_error(self.seen) is not None,
+            started=self.step > 0 or self.generation > 0,
+        )  # fmt: skip
 
     def kill_all(self) -> None:
         for slot in self.started:
-            self.launcher.kill(slot)
+            self.kill(slot)
+
+    def enter(self, transition: Transition) -> None:
+        """A transition's effects."""
+        to = transition.next
+        if to is JobPhase.FAILED:
+            self.actions.append(Enter(FAILED, message=first_error(self.seen) or "failed"))
+            self.kill_all()
+        elif to is JobPhase.TRAINING and transition.previous is JobPhase.WAITING:
+            self.actions.append(Enter(RUNNING))
+        elif to in (JobPhase.COMPLETING, JobPhase.COMPLETED):
+            self.actions.append(Enter(COMPLETED))
+        elif to is JobPhase.SUSPENDING:
+            self.actions.append(RequestStop())  # learners checkpoint, then exit
+            self.actions.append(Note("suspending", "checkpointing before suspension"))
+        elif to is JobPhase.SUSPENDED:
+            self.kill_all()  # joiners that never joined
+            self.actions.append(Enter(SUSPENDED, checkpoint=self.seen.checkpoint))
+
+
+RESTING = {JobPhase.FAILED: FAILED, JobPhase.COMPLETED: COMPLETED, JobPhase.SUSPENDED: SUSPENDED}
+
+
+def resting(transition: Transition | None) -> str | None:
+    """The job's resting state when the transition ends the controller's work."""
+    return None if transition is None else RESTING.get(transition.next)

@@ -1,8 +1,9 @@
 """Sticky placement: turn a decision's slot counts into concrete slots. Pure and fast.
 
-Rules (DESIGN.md, "Scheduling contract"): learners stay where they are; a job that shrinks
-lets go of its most recently joined learners; a job that grows gets slots on hosts that
-already hold it, then packs the fewest hosts it can (best fit, else the emptiest host).
+Rules (docs/architecture.md, "Scheduling contract"): learners stay where they are; a job
+that shrinks lets go of its most recently joined learners; a job that grows gets slots on
+hosts that already hold it, then packs the fewest hosts it can (best fit, else the emptiest
+host).
 """
 
 from __future__ import annotations

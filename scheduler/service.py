@@ -1,27 +1,27 @@
 """The scheduler process's loop.
 
 One active scheduler at a time holds a lease in Redis; the others stand by and take over
-within a few seconds when the lease expires. The active one wakes at once on events (submit,
-priority change, stop, learner READY, generation adopted, failure, exit, training finished)
-and otherwise ticks slowly (``interval``) as a safety net, for what no event announces (a
-lapsed lease or heartbeat): each time it watches the slots, publishes the cluster's state to
-the pages, and lets the planner decide and apply allocations. It moves no metrics: that is
-the metrics consumer's work (``edtweb/training/metrics_consumer.py``).
+within a few seconds when the lease expires (``scheduler/lease_loop.py``). The active one
+wakes at once on events (submit, priority change, stop, learner READY, generation adopted,
+failure, exit, training finished) and otherwise ticks slowly (``interval``) as a safety net,
+for what no event announces (a lapsed lease or heartbeat): each time it watches the slots,
+publishes the cluster's state to the pages, and lets the planner decide and apply
+allocations. It moves no metrics: that is the metrics consumer's work
+(``edtweb/training/metrics_consumer.py``).
 """
 
 from __future__ import annotations
 
 import logging
-import os
-import socket
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
-from scheduler.retry import Backoff
-from scheduler.store import ALIVE, LOST, AllocationRecord, SlotInfo, Store
+from protocol.keys import ALIVE, LEASE_KEY, LOST
+from protocol.slots import SlotInfo
+from scheduler.lease_loop import LeaseLoop
+from scheduler.store import AllocationRecord, Store
 
 log = logging.getLogger("edt.scheduler")
 
@@ -46,23 +46,18 @@ def slot_changes(before: dict[str, str], slots: list[SlotInfo]) -> list[str]:
     return lines
 
 
-class SchedulerService:
+class SchedulerService(LeaseLoop):
     def __init__(self, store: Store, publish: Publisher, interval: float = 1.0,
                  plan: Planner | None = None, lease_ms: int = 5000,
                  allocations: Allocations | None = None, settle: float = 6.0) -> None:  # fmt: skip
-        self.store = store
+        super().__init__(store, "scheduler", LEASE_KEY, lease_ms, log)
         self.publish = publish
         self.interval = interval
         self.plan = plan
-        self.lease_ms = lease_ms
         self.allocations = allocations
-        self.holder = f"{socket.gethostname()}:{os.getpid()}"
         self.states: dict[str, str] = {}
         self.published_at = 0.0
         self.record = AllocationRecord()
-        self.active = False
-        self.stopping = threading.Event()
-        self.backoff = Backoff(cap=2.0)
         # After an outage, heartbeats need up to one TTL (``settle``) to be written again:
         # until then a slot that was alive is not judged lost on missing evidence.
         self.settle = settle
@@ -102,14 +97,6 @@ class SchedulerService:
             for s in slots
         ]  # fmt: skip
 
-    def hold_lease(self) -> bool:
-        """Take or keep the lease; say so when this process becomes active or stands by."""
-        active = self.store.acquire_lease(self.holder, self.lease_ms)
-        if active != self.active:
-            log.info("scheduler %s is %s", self.holder, "active" if active else "standing by")
-        self.active = active
-        return active
-
     def step(self) -> float:
         """One round; returns how long to wait for a wake-up before the next."""
         if not self.hold_lease():
@@ -119,35 +106,15 @@ class SchedulerService:
         self.publish_record(slots)  # at once when the plan moved a job
         return BUSY_WAIT if busy else self.interval
 
-    def run(self) -> None:
-        """Step and wait until stopped; Redis or the database away only slows the loop
-        down (backoff up to a few seconds), it never ends it."""
-        log.info("scheduler %s started", self.holder)
-        while not self.stopping.is_set():
-            try:
-                self.round()
-            except Exception as exc:
-                self.failed(exc)
-        try:
-            self.store.release_lease(self.holder)
-        except Exception as exc:  # Redis away: the lease expires by itself
-            log.warning("could not release the scheduler lease: %s", exc)
-        log.info("scheduler stopped")
+    work = step  # one round of the lease loop
 
-    def round(self) -> None:
-        wait = self.step()
-        if self.backoff.succeeded():
-            log.info("scheduler %s: Redis and the database answer again", self.holder)
+    def rest(self, seconds: float) -> None:
+        """The active scheduler wakes at once on an event; a standby only waits."""
         if self.active:
-            self.store.wait_wake(wait)
+            self.store.wait_wake(seconds)
         else:
-            self.stopping.wait(wait)
+            self.stopping.wait(seconds)
 
     def failed(self, exc: Exception) -> None:
-        delay = self.backoff.failed()
-        self.trust_after = time.monotonic() + delay + self.settle
-        if self.backoff.failures == 1:
-            log.exception("scheduler step failed; retrying with backoff")
-        else:
-            log.warning("scheduler step failed again (%s); next try in %.1f s", exc, delay)
-        self.stopping.wait(delay)
+        super().failed(exc)
+        self.trust_after = self.backoff.quiet_until + self.settle

@@ -1,5 +1,6 @@
 """Shared fixtures: named users, and the harness's (tests/harness/) registered for every
-module: Redis servers and the store, process bookkeeping, the live cluster, the live EDT.
+module: Redis servers and the store, process bookkeeping, the live cluster and a control
+worker, the live EDT.
 
 Alice owns things, Bob is another user who must see none of them.
 """
@@ -11,13 +12,14 @@ from typing import Any
 
 import pytest
 
-from tests.harness.cluster import cluster, watch
+from tests.harness.cluster import cluster, control_worker, watch
 from tests.harness.processes import processes
 from tests.harness.redis import durable_redis, private_redis, redis_server, store, store_redis
 from tests.harness.stack import live
 
 __all__ = [
     "cluster",
+    "control_worker",
     "durable_redis",
     "live",
     "private_redis",

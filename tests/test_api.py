@@ -15,7 +15,6 @@ from typing import Any
 import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
 from django.core.handlers.wsgi import LimitedStream
-from django.db import connection
 from django.test import RequestFactory
 from django.test.client import BOUNDARY, MULTIPART_CONTENT, encode_multipart
 from rest_framework.authtoken.models import Token
@@ -29,6 +28,7 @@ from edtweb.training.models import Job, JobEvent, Metric
 from tests.harness.processes import PROJECT_DIR
 from tests.harness.waiting import wait_for
 from workers.learner.datasets import write_cifar10
+from workers.learner.spec import JobSpec
 
 pytestmark = pytest.mark.django_db
 
@@ -307,7 +307,7 @@ def test_a_job_trains_in_the_precision_it_asks_for(objects: dict[str, Any], alic
     body = {"model": objects["m"], "dataset": objects["d"], "precision": "bf16"}
     job = client.post(API + "jobs/", body, format="json").json()
     assert job["precision"] == "bf16"
-    assert Job.objects.get(pk=job["id"]).spec().precision == "bf16"
+    assert JobSpec.load(Job.objects.get(pk=job["id"]).spec_path).precision == "bf16"
     bad = client.post(API + "jobs/", {**body, "precision": "fp8"}, format="json")
     assert bad.status_code == 400 and "precision" in bad.json()["fields"]
     plain = client.post(API + "jobs/", {k: body[k] for k in ("model", "dataset")}, format="json")
@@ -454,10 +454,8 @@ def test_a_multipart_upload_announced_too_large_is_not_read_at_all(
 
 @pytest.mark.django_db(transaction=True)
 def test_a_small_archive_in_one_multipart_post_becomes_ready(
-    alice: Any, redis_server: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    alice: Any, control_worker: Any, tmp_path: Path
 ) -> None:
-    # The preparation runs in a child process: it must see this test's database.
-    monkeypatch.setenv("DATABASE_URL", f"sqlite:///{connection.settings_dict['NAME']}")
     buffer = io.BytesIO()
     with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
         tar.add(write_cifar10(tmp_path, train=100, test=20), arcname="cifar-10-batches-py")
@@ -482,12 +480,8 @@ def test_a_multipart_post_without_a_file_names_the_field(alice: Any) -> None:
 # Models -----------------------------------------------------------------------------------
 
 
-@pytest.mark.django_db(transaction=True)  # the check runs beside the request
-def test_a_broken_model_upload_reports_its_error_line(
-    alice: Any, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    # The check runs in a background process: it must see this test's database.
-    monkeypatch.setenv("DATABASE_URL", f"sqlite:///{connection.settings_dict['NAME']}")
+@pytest.mark.django_db(transaction=True)  # the check runs on the control worker
+def test_a_broken_model_upload_reports_its_error_line(alice: Any, control_worker: Any) -> None:
     client = client_of(alice)
     source = b"import torch\n\ndef build_model():\n    return torch.nn.Linear(3, 10\n"
     upload = SimpleUploadedFile("broken.py", source)

@@ -17,7 +17,8 @@ import pytest
 import torch
 
 from edtweb.redis_server import RedisServer
-from scheduler.store import JobStore, connect
+from protocol.connection import connect
+from protocol.jobstore import JobStore
 from tests.harness.processes import PROJECT_DIR, subprocess_env
 from workers.learner.datasets import write_cifar10
 from workers.learner.spec import JobSpec

@@ -22,7 +22,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -32,11 +32,13 @@ from django.conf import settings as django_settings
 
 from edtweb.redis_server import RedisServer
 from edtweb.training import services
+from edtweb.training.live_adapter import runner_for
 from edtweb.training.models import Job
-from edtweb.training.runner import JobRunner
-from scheduler.elastic import Coordinator
+from protocol.keys import ALIVE
+from scheduler import elastic
+from scheduler.elastic import Action, Control, Learners, Publish, Seen
 from scheduler.phases import JobPhase
-from scheduler.store import ALIVE, JobStore, Store, connect
+from scheduler.store import Store
 from tests.harness.api import api_steps
 from tests.harness.cluster import Watch, live_env
 from tests.harness.jobs import completed, redone, workers_of
@@ -348,61 +350,47 @@ def test_a_job_across_two_namespaced_hosts_survives_a_killed_and_a_partitioned_h
 # The scheduler's side of a lost host, without namespaces -----------------------------------
 
 
-class QuietLauncher:
-    """Starts and kills nothing: what these tests look at is what the scheduler publishes.
-    The learners on ``dead`` slots are gone (their leases lapsed)."""
-
-    def __init__(self, dead: tuple[str, ...] = ()) -> None:
-        self.dead = dead
-
-    def start(self, slot: str) -> None:
-        return None
-
-    def kill(self, slot: str, sig: int = signal.SIGKILL) -> None:
-        return None
-
-    def exited(self, slot: str) -> bool:
-        return slot in self.dead
+def running(members: tuple[str, ...], want: int, gone: frozenset[str] = frozenset(),
+            waiting_on_dead: float = elastic.FAILURE_GRACE_SECONDS) -> Control:  # fmt: skip
+    """A controller whose job trains on ``members`` (generation 1, adopted); the learners
+    on ``gone`` slots are gone (their leases lapsed)."""
+    sent = Learners(tokens=dict.fromkeys(members, "t"), gone=gone)
+    return Control(phase=JobPhase.TRAINING, want=want, members=members, learners=sent,
+                   started=frozenset(members), waiting_on_dead=waiting_on_dead)  # fmt: skip
 
 
-def test_a_shrink_while_a_host_is_lost_keeps_the_member_that_still_trains(
-    redis_server: RedisServer,
-) -> None:
+def published(actions: list[Action]) -> list[tuple[str, ...]]:
+    return [a.members for a in actions if isinstance(a, Publish)]
+
+
+def never(_: object = None) -> str:
+    raise AssertionError("no learner is started here")
+
+
+def test_a_shrink_while_a_host_is_lost_keeps_the_member_that_still_trains() -> None:
     """Host b (rank 0) is cut off; its slot's heartbeat lapses before any collective fails,
     so the job shrinks 2 -> 1: the member kept must be a's, not the lost one."""
-    jobs = JobStore(connect(redis_server.url), f"shrink-{os.getpid()}")
-    jobs.forget()
-    coord = Coordinator(jobs, QuietLauncher(), lambda kind, data: None)
-    coord.publish(["b.0", "a.0"], "both hosts")
-    jobs.adopt(jobs.generation())
-    coord.shrink_to(1, alive={"a.0"})
-    assert jobs.members(jobs.generation()) == ["a.0"]
-    coord.publish(["a.0", "b.0", "c.0"], "three hosts")
-    jobs.adopt(jobs.generation())
-    coord.shrink_to(2)  # every slot alive: the most recently joined leaves, as before
-    assert jobs.members(jobs.generation()) == ["a.0", "b.0"]
-    jobs.forget()
+    seen = Seen(generation=1, adopted=1)
+    _, actions, _ = elastic.tick(running(("b.0", "a.0"), 1), seen, {"a.0"}, never)
+    assert published(actions) == [("a.0",)]
+    # Every slot alive: the most recently joined leaves, as before.
+    _, actions, _ = elastic.tick(running(("a.0", "b.0", "c.0"), 2), seen, None, never)
+    assert published(actions) == [("a.0", "b.0")]
 
 
-def test_a_member_waiting_on_a_cut_off_peer_is_kept_until_its_collective_times_out(
-    redis_server: RedisServer,
-) -> None:
+def test_a_member_waiting_on_a_cut_off_peer_is_kept_until_its_collective_times_out() -> None:
     """Host b is cut off: its learner's lease lapses while a's learner, alive, waits on it
     in a collective until the job's collective timeout. a must survive, not be taken for
     lost after a second of silence (which restarted the job from its checkpoint)."""
-    jobs = JobStore(connect(redis_server.url), f"silent-{os.getpid()}")
-    jobs.forget()
-    coord = Coordinator(jobs, QuietLauncher(dead=("b.0",)), lambda kind, data: None, 8.0)
-    coord.publish(["b.0", "a.0"], "both hosts")
-    jobs.adopt(jobs.generation())
-    assert coord.watch_failures(), "b's loss not noticed"
-    assert coord.failure_since is not None
-    coord.failure_since -= 5.0  # 5 s on: a still waits on b in its collective
-    assert coord.watch_failures() and coord.members == ["b.0", "a.0"]
-    jobs.report_failure("a.0", jobs.generation(), 10, "timed out waiting 8000ms for recv")
-    assert not coord.watch_failures()
-    assert jobs.members(jobs.generation()) == ["a.0"]
-    jobs.forget()
+    c = running(("b.0", "a.0"), 2, gone=frozenset({"b.0"}), waiting_on_dead=8.0 + 1.0)
+    seen = Seen(generation=1, adopted=1, now=100.0)
+    c, actions, _ = elastic.tick(c, seen, None, never)
+    assert c.failure_since == 100.0 and published(actions) == [], "b's loss not noticed"
+    c, actions, _ = elastic.tick(c, replace(seen, now=105.0), None, never)  # a still waits
+    assert published(actions) == [] and c.members == ("b.0", "a.0")
+    report = {"slot": "a.0", "gen": 1, "step": 10, "error": "timed out waiting 8000ms for recv"}
+    c, actions, _ = elastic.tick(c, replace(seen, now=105.5, failures=(report,)), None, never)
+    assert published(actions) == [("a.0",)] and c.members == ("a.0",)
 
 
 def test_a_suspending_job_starts_no_joiner(redis_server: RedisServer, alice: Any,
@@ -413,8 +401,8 @@ def test_a_suspending_job_starts_no_joiner(redis_server: RedisServer, alice: Any
     model = PROJECT_DIR / "tests" / "models" / "paced_mlp.py"
     job = services.submit_job(alice, name="suspending", data_path=str(data),
                               model_path=str(model))  # fmt: skip
-    runner = JobRunner(job, resume=False)
-    runner.phase = JobPhase.SUSPENDING
+    runner = runner_for(job, resume=False)
+    runner.state = replace(runner.state, phase=JobPhase.SUSPENDING)
     runner.apply(1, ("a.0",), ())
     assert runner.jobs.dispatches() == {}
     assert runner.want == 0

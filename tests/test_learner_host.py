@@ -6,7 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from scheduler.store import JobStore
+from protocol.jobstore import JobStore
 from workers.learner.host import STALE, learner_env, run_learner, signal_learner
 
 

@@ -15,10 +15,11 @@ from django.db import connection
 
 from edtweb.redis_server import RedisServer
 from edtweb.training import services
+from edtweb.training.live_adapter import runner_for
 from edtweb.training.metrics_consumer import MetricsConsumer
 from edtweb.training.models import Job, Metric
-from edtweb.training.runner import JobRunner
-from scheduler.store import ALIVE, Store
+from protocol.keys import ALIVE
+from scheduler.store import Store
 from tests.harness.processes import PROJECT_DIR, Processes, subprocess_env
 from tests.harness.waiting import wait_for
 from workers.learner.datasets import write_cifar10
@@ -63,7 +64,7 @@ def slot_host(
 
 def run(job: Job, slots: list[str], timeout: float) -> str:
     """The scheduler's part (the job's runner) and the metrics consumer's, in turns."""
-    runner = JobRunner(job, resume=False)
+    runner = runner_for(job, resume=False)
     consumer = MetricsConsumer(Store(services.redis_client()))
     runner.apply(len(slots), tuple(slots), ())
     deadline = time.monotonic() + timeout

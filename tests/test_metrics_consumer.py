@@ -12,11 +12,14 @@ from typing import Any
 import pytest
 
 from edtweb.redis_server import RedisServer
+from edtweb.training.live_adapter import runner_for
 from edtweb.training.metrics_consumer import MetricsConsumer
 from edtweb.training.models import Job, Metric
-from edtweb.training.runner import JobRunner
+from protocol.connection import connect
+from protocol.jobstore import LEARNER_PATIENCE, JobStore
+from protocol.keys import WAKE_KEY
 from scheduler.phases import JobPhase
-from scheduler.store import LEARNER_PATIENCE, WAKE_KEY, JobStore, Store, connect
+from scheduler.store import Store
 from tests.harness.cluster import Cluster, live_env
 from tests.harness.jobs import submit, workers_of
 from tests.harness.processes import Processes
@@ -169,12 +172,12 @@ def test_the_runner_stores_no_metric_and_completes_once_the_consumer_stored_them
     for step in range(1, 6):
         jobs.emit(record(step))
     jobs.emit({"type": "done", "step": 5, "time": time.time()})
-    runner = JobRunner(job, resume=False)
+    runner = runner_for(job, resume=False)
     runner.apply(1, (), ())  # no learner runs: the facts come from the stream alone
     for _ in range(3):
         assert runner.tick(set()) is None
     assert not Metric.objects.filter(job=job).exists(), "the decision loop stored metrics"
-    assert runner.coord.step == 5 and not runner.coord.done
+    assert runner.state.step == 5 and not runner.state.done
     assert not runner.pending(), "an idle job must not keep the decision loop busy"
 
     MetricsConsumer(store).round(block=0)

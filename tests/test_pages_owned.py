@@ -83,7 +83,7 @@ def test_an_upload_in_chunks_resumes_and_becomes_a_ready_dataset(
     assert reply.json()["offset"] == len(content)
     dataset = Dataset.objects.get(pk=start["id"])
     Dataset.objects.filter(pk=dataset.pk).update(status=Dataset.Status.PREPARING)
-    datasets.prepare(dataset)  # what the child process started on completion does
+    datasets.run_preparation(dataset.pk)  # what the control worker runs on completion
     dataset.refresh_from_db()
     assert dataset.status == Dataset.Status.READY and dataset.format == "cifar10"
     assert dataset.summary["splits"]["train"]["count"] == 200

@@ -4,13 +4,14 @@ Celery app that only records what it was asked to send."""
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import pytest
 
-from scheduler import dispatch
+from protocol.exits import RunResult
+from scheduler import elastic
 from scheduler.dispatch import CeleryLauncher
+from scheduler.elastic import Control, Seen, Start
 from scheduler.phases import FINAL, Facts, JobPhase, advance
 
 W, T, R = JobPhase.WAITING, JobPhase.TRAINING, JobPhase.RECOVERING
@@ -83,29 +84,18 @@ def test_a_transition_reads_as_a_log_line() -> None:
     assert str(transition) == "training -> recovering (lost learners)"
 
 
-# Observed liveness ---------------------------------------------------------------------------
+# Observed liveness: the controller's lease watch (scheduler/elastic.py) -----------------------
 
 
 class MemoryJobs:
-    """The part of JobStore the launcher uses, in memory."""
+    """The part of JobStore the Celery launcher uses, in memory."""
 
     def __init__(self) -> None:
         self.dispatch: dict[str, str] = {}
-        self.lease: dict[str, str] = {}
-        self.exit: dict[str, tuple[str, int]] = {}
         self.kills: list[tuple[str, int]] = []
-
-    def dispatches(self) -> dict[str, str]:
-        return dict(self.dispatch)
 
     def set_dispatch(self, slot: str, token: str) -> None:
         self.dispatch[slot] = token
-
-    def leases(self, slots: list[str]) -> dict[str, str]:
-        return {s: self.lease[s] for s in slots if s in self.lease}
-
-    def exits(self) -> dict[str, tuple[str, int]]:
-        return dict(self.exit)
 
     def request_kill(self, slot: str, sig: int) -> None:
         self.kills.append((slot, sig))
@@ -119,80 +109,88 @@ class RecordingCelery:
         self.sent.append((name, args, queue))
 
 
-class Clock:
+class Watch:
+    """One learner sent to ``h.0`` at time 1000, its controller's state, and its lease and
+    exit as the test sets them; ``watch`` looks every half second, as a busy scheduler does."""
+
     def __init__(self) -> None:
         self.now = 1000.0
+        self.lease: dict[str, str] = {}
+        self.exits: dict[str, RunResult] = {}
+        self.c = Control()
+        self.c, actions = elastic.apply(self.c, self.seen(), 1, ["h.0"], [], self.token)
+        assert actions == [Start("h.0", "t1")]
 
-    def __call__(self) -> float:
-        return self.now
+    def token(self) -> str:
+        return "t1" if "h.0" not in self.c.learners.tokens else "t2"
+
+    def seen(self) -> Seen:
+        return Seen(exits=dict(self.exits), now=self.now)
+
+    def look(self, alive: set[str]) -> list[str]:
+        self.c, gone = elastic.look(self.c, self.seen(), self.lease, alive)
+        return gone
+
+    def watch(self, seconds: float, alive: set[str]) -> list[str]:
+        gone: list[str] = []
+        end = self.now + seconds
+        while self.now < end:
+            self.now += 0.5
+            gone += self.look(alive)
+        return gone
+
+    def exited(self) -> bool:
+        return elastic.exited(self.c, self.seen(), "h.0")
 
 
-@pytest.fixture
-def clock(monkeypatch: pytest.MonkeyPatch) -> Clock:
-    fake = Clock()
-    monkeypatch.setattr(dispatch.time, "monotonic", fake)
-    return fake
-
-
-def launcher_with(slot: str) -> tuple[CeleryLauncher, MemoryJobs]:
-    jobs = MemoryJobs()
-    launcher = CeleryLauncher(jobs, RecordingCelery(), 7)  # type: ignore[arg-type]
-    launcher.start(slot)
-    return launcher, jobs
-
-
-def watch(launcher: CeleryLauncher, clock: Clock, seconds: float, alive: set[str]) -> list[str]:
-    """Look every half second for ``seconds``, as a busy scheduler does."""
-    gone: list[str] = []
-    end = clock.now + seconds
-    while clock.now < end:
-        clock.now += 0.5
-        gone += launcher.observe(alive)
-    return gone
-
-
-def test_a_learner_whose_lease_lapses_is_gone_without_an_exit_report(clock: Clock) -> None:
-    launcher, jobs = launcher_with("h.0")
-    assert launcher.app.sent == [("edt.run_learner", [7, "h.0", jobs.dispatch["h.0"]], "slot.h.0")]
-    jobs.lease["h.0"] = jobs.dispatch["h.0"]
-    assert watch(launcher, clock, 5, {"h.0"}) == [] and not launcher.exited("h.0")
-    del jobs.lease["h.0"]  # kill -9 of its whole host: nobody reports anything
-    assert watch(launcher, clock, dispatch.LEASE_GRACE + 1, {"h.0"}) == ["h.0"]
-    assert launcher.exited("h.0")
+def test_the_celery_launcher_sends_the_learner_task_with_its_token() -> None:
+    jobs, app = MemoryJobs(), RecordingCelery()
+    launcher = CeleryLauncher(jobs, app, 7)  # type: ignore[arg-type]
+    launcher.start("h.0", "t1")
+    assert app.sent == [("edt.run_learner", [7, "h.0", "t1"], "slot.h.0")]
+    assert jobs.dispatch == {"h.0": "t1"}
     launcher.kill("h.0")
-    assert jobs.kills == []  # nothing left to signal
+    assert jobs.kills == [("h.0", 9)]
 
 
-def test_a_gap_in_watching_restarts_the_clock(clock: Clock) -> None:
-    launcher, jobs = launcher_with("h.0")
-    jobs.lease["h.0"] = jobs.dispatch["h.0"]
-    watch(launcher, clock, 2, {"h.0"})
-    del jobs.lease["h.0"]  # Redis restarted: leases are renewed a moment later
-    clock.now += 10  # the scheduler could not look meanwhile
-    assert launcher.observe({"h.0"}) == []
-    jobs.lease["h.0"] = jobs.dispatch["h.0"]
-    assert watch(launcher, clock, 5, {"h.0"}) == []
-    assert not launcher.exited("h.0")
+def test_a_learner_whose_lease_lapses_is_gone_without_an_exit_report() -> None:
+    w = Watch()
+    w.lease["h.0"] = "t1"
+    assert w.watch(5, {"h.0"}) == [] and not w.exited()
+    del w.lease["h.0"]  # kill -9 of its whole host: nobody reports anything
+    assert w.watch(elastic.LEASE_GRACE + 1, {"h.0"}) == ["h.0"]
+    assert w.exited()
+    assert elastic.kill_all(w.c, w.seen()) == []  # nothing left to signal
 
 
-def test_a_learner_that_never_started_is_gone_when_its_slot_is_lost(clock: Clock) -> None:
-    launcher, _jobs = launcher_with("h.0")
-    assert watch(launcher, clock, 30, {"h.0"}) == []  # starting slowly on a busy host
-    assert watch(launcher, clock, dispatch.LEASE_GRACE + 1, set()) == ["h.0"]
+def test_a_gap_in_watching_restarts_the_clock() -> None:
+    w = Watch()
+    w.lease["h.0"] = "t1"
+    w.watch(2, {"h.0"})
+    del w.lease["h.0"]  # Redis restarted: leases are renewed a moment later
+    w.now += 10  # the scheduler could not look meanwhile
+    assert w.look({"h.0"}) == []
+    w.lease["h.0"] = "t1"
+    assert w.watch(5, {"h.0"}) == []
+    assert not w.exited()
 
 
-def test_a_learner_that_never_takes_its_lease_is_gone_after_the_start_grace(
-    clock: Clock,
-) -> None:
-    launcher, _jobs = launcher_with("h.0")
-    assert watch(launcher, clock, dispatch.START_GRACE + 1, {"h.0"}) == ["h.0"]
+def test_a_learner_that_never_started_is_gone_when_its_slot_is_lost() -> None:
+    w = Watch()
+    assert w.watch(30, {"h.0"}) == []  # starting slowly on a busy host
+    assert w.watch(elastic.LEASE_GRACE + 1, set()) == ["h.0"]
 
 
-def test_a_reported_exit_counts_at_once_and_a_new_dispatch_starts_over(clock: Clock) -> None:
-    launcher, jobs = launcher_with("h.0")
-    jobs.exit["h.0"] = (jobs.dispatch["h.0"], 0)
-    assert launcher.exited("h.0")
-    launcher.start("h.0")
-    assert not launcher.exited("h.0")
-    assert launcher.observe({"h.0"}) == []
-    assert time.monotonic() == clock.now
+def test_a_learner_that_never_takes_its_lease_is_gone_after_the_start_grace() -> None:
+    w = Watch()
+    assert w.watch(elastic.START_GRACE + 1, {"h.0"}) == ["h.0"]
+
+
+def test_a_reported_exit_counts_at_once_and_a_new_dispatch_starts_over() -> None:
+    w = Watch()
+    w.exits["h.0"] = RunResult("t1", 0)
+    assert w.exited()
+    w.c, actions = elastic.apply(w.c, w.seen(), 1, ["h.0"], [], w.token)
+    assert actions == [Start("h.0", "t2")]
+    assert not w.exited()
+    assert w.look({"h.0"}) == []

@@ -51,7 +51,7 @@ def test_policies_import_nothing_from_django_redis_celery_or_torch() -> None:
     assert out.stdout.strip() == "[]"
 
 
-# The seeds' scenario on 8 slots (DESIGN.md, "Scheduling contract").
+# The seeds' scenario on 8 slots (docs/architecture.md, "Scheduling contract").
 SEEDS = {
     "A alone gets 8": ([job("A")], {"A": 8}),
     "B arrives at equal priority: 4/4": (

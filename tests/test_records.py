@@ -6,7 +6,8 @@ import time
 from pathlib import Path
 
 from edtweb.redis_server import RedisServer
-from scheduler.store import JobStore, connect
+from protocol.connection import connect
+from protocol.jobstore import JobStore
 from tests.harness.waiting import wait_for
 from workers.learner.records import WRITE_SECONDS, RecordWriter
 

@@ -8,8 +8,11 @@ import pytest
 import redis
 
 from edtweb.redis_server import RedisServer
-from scheduler import redis_acl
-from scheduler.store import CHANGED_KEY, WAKE_KEY, JobStore, Store, connect
+from protocol import redis_acl
+from protocol.connection import connect
+from protocol.jobstore import JobStore
+from protocol.keys import CHANGED_KEY, WAKE_KEY
+from scheduler.store import Store
 from workers.learner.rendezvous import RedisStore
 
 SECRET = "platform-secret"

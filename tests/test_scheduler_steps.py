@@ -4,6 +4,7 @@ slot worker (learners are dispatched, none runs): what one step reads and writes
 from __future__ import annotations
 
 import base64
+import dataclasses
 import gc
 import json
 import os
@@ -11,6 +12,7 @@ import random
 import time
 import uuid
 from collections.abc import Iterator
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -21,24 +23,21 @@ from django.utils import timezone
 
 from edtweb.celery import app as celery_app
 from edtweb.redis_server import RedisServer
-from edtweb.training import scheduling
-from edtweb.training.models import Job, JobEvent, JobRow
-from edtweb.training.scheduling import LiveScheduler
+from edtweb.training import history
+from edtweb.training.live_adapter import job_rows, live_scheduler
+from edtweb.training.models import Job, JobEvent, Metric
+from protocol.connection import connect
+from protocol.jobstore import JobStore
+from protocol.keys import ALIVE, CHANGED_KEY, queue_for
+from protocol.slots import SlotInfo
 from scheduler.dispatch import SEND, TASK, LearnerMessages
+from scheduler.live import loop as scheduling
+from scheduler.live.job import JobRunner
+from scheduler.live.loop import LiveScheduler
+from scheduler.live.snapshot import BY_SERVICE, BY_SPEEDUP
 from scheduler.placement import Slot, place
-from scheduler.policies import JobView, Snapshot, decide
-from scheduler.store import (
-    ALIVE,
-    CHANGED_KEY,
-    AllocationRecord,
-    Changed,
-    JobStore,
-    SlotInfo,
-    Store,
-    connect,
-    queue_for,
-    take_changed,
-)
+from scheduler.policies import POLICIES, JobView, Snapshot, decide
+from scheduler.store import AllocationRecord, Changed, Store, take_changed
 
 pytestmark = pytest.mark.django_db(transaction=True)
 JOBS, SLOTS = 60, 64
@@ -71,13 +70,13 @@ def test_a_step_reads_every_job_at_once_and_writes_its_events_together(
         [Job(owner=alice, name=f"j{n}", model_path="m.py", data_path="d") for n in range(JOBS)]
     )
     alive = slots(SLOTS)
-    live = LiveScheduler()
+    live = live_scheduler()
     with CaptureQueriesContext(connection) as queries:
         live.step(alive)  # every job gets a slot
     # One statement (an executemany is logged as "<rows> times: INSERT ...").
     inserts = [q["sql"] for q in queries if 'INSERT INTO "training_jobevent"' in q["sql"]]
     assert JobEvent.objects.filter(kind="scaled").count() == JOBS and len(inserts) == 1
-    assert all(len(r.coord.joining) == 1 for r in live.runners.values())
+    assert all(len(r.state.joining) == 1 for r in live.runners.values())
 
     live.step(alive)
     before = commands(client)
@@ -90,10 +89,10 @@ def test_a_step_reads_every_job_at_once_and_writes_its_events_together(
     # A learner's write marks its job changed: that job alone is read and ticked.
     job = min(live.runners)
     runner = live.runners[job]
-    slot = runner.coord.joining[0]
-    JobStore(client, str(job)).report_exit(slot, 1, runner.launcher.tokens[slot])
+    slot = runner.state.joining[0]
+    JobStore(client, str(job)).report_exit(slot, 1, runner.state.learners.tokens[slot])
     live.step(alive)
-    assert runner.launcher.exited(slot) and slot not in runner.coord.joining
+    assert runner.exited(slot) and slot not in runner.state.joining
 
 
 def test_live_las_admits_the_job_with_less_attained_service_and_counts_its_own(
@@ -106,7 +105,7 @@ def test_live_las_admits_the_job_with_less_attained_service_and_counts_its_own(
     Store(client).save_allocations(
         AllocationRecord({}, 1, "fairshare-las", attained={old.pk: 36_000.0}), ttl=30
     )
-    live = LiveScheduler("fairshare-las")
+    live = live_scheduler("fairshare-las")
     started = time.monotonic()
     live.step(slots(1))
     assert set(live.runners) == {new.pk}
@@ -114,7 +113,7 @@ def test_live_las_admits_the_job_with_less_attained_service_and_counts_its_own(
 
     # Its members' slot-seconds add up from step to step (its learner taken as admitted).
     runner = live.runners[new.pk]
-    runner.coord.members, runner.coord.joining = list(runner.coord.joining), []
+    runner.state = replace(runner.state, members=runner.state.joining, joining=())
     live.step(slots(1))
     live.step(slots(1))
     elapsed = time.monotonic() - started
@@ -130,7 +129,7 @@ def _running(alice: Any, count: int) -> tuple[LiveScheduler, list[SlotInfo]]:
         [Job(owner=alice, name=f"c{n}", model_path="m.py", data_path="d") for n in range(count)]
     )
     alive = slots(count)
-    live = LiveScheduler()
+    live = live_scheduler()
     live.step(alive)
     live.step(alive)
     assert not live.dirty
@@ -141,8 +140,8 @@ def _exit_first_joiner(client: redis.Redis, live: LiveScheduler) -> tuple[int, s
     """The learner of the lowest job's joiner exits (its slot task reports it)."""
     job = min(live.runners)
     runner = live.runners[job]
-    slot = runner.coord.joining[0]
-    JobStore(client, str(job)).report_exit(slot, 1, runner.launcher.tokens[slot])
+    slot = runner.state.joining[0]
+    JobStore(client, str(job)).report_exit(slot, 1, runner.state.learners.tokens[slot])
     return job, slot
 
 
@@ -162,10 +161,10 @@ def test_a_write_during_a_step_is_read_at_the_next(
     monkeypatch.setattr(scheduling, "take_changed", take_then_write)
     live.step(alive)
     [(job, slot)] = taken
-    assert slot in live.runners[job].coord.joining  # not read in this step
+    assert slot in live.runners[job].state.joining  # not read in this step
     monkeypatch.undo()
     live.step(alive)
-    assert slot not in live.runners[job].coord.joining
+    assert slot not in live.runners[job].state.joining
 
 
 def test_a_step_that_fails_after_taking_the_set_loses_no_change(
@@ -183,7 +182,7 @@ def test_a_step_that_fails_after_taking_the_set_loses_no_change(
     assert not client.smembers(CHANGED_KEY)  # the mark was taken
     monkeypatch.undo()
     live.step(alive)
-    assert slot not in live.runners[job].coord.joining
+    assert slot not in live.runners[job].state.joining
 
 
 def test_after_a_redis_restart_every_job_is_read_again_once(
@@ -194,12 +193,12 @@ def test_after_a_redis_restart_every_job_is_read_again_once(
     live, alive = _running(alice, 4)
     private_redis.kill()
     private_redis.start()
-    joiners = {pk: runner.coord.joining[0] for pk, runner in live.runners.items()}
+    joiners = {pk: runner.state.joining[0] for pk, runner in live.runners.items()}
     for pk, slot in joiners.items():  # READY with no mark: only a full read finds it
         client.sadd(f"edt:job:{pk}:ready", slot)
     live.step(alive)
-    assert {pk: r.coord.members for pk, r in live.runners.items()} == {
-        pk: [slot] for pk, slot in joiners.items()
+    assert {pk: r.state.members for pk, r in live.runners.items()} == {
+        pk: (slot,) for pk, slot in joiners.items()
     }  # each admitted its READY joiner
     before = commands(client)
     live.step(alive)
@@ -211,13 +210,13 @@ def test_a_new_scheduler_reads_every_job_even_if_the_last_took_the_marks(
 ) -> None:
     live, alive = _running(alice, 4)
     job, slot = _exit_first_joiner(client, live)
-    tokens = {pk: dict(r.launcher.tokens) for pk, r in live.runners.items()}
+    tokens = {pk: dict(r.state.learners.tokens) for pk, r in live.runners.items()}
     Job.objects.filter(pk__in=live.runners).update(state=Job.State.RUNNING)
     take_changed(client)  # the last scheduler took the set, then died
-    successor = LiveScheduler()
+    successor = live_scheduler()
     successor.step(alive)
     # It saw the exit: a new learner replaces the one that ended, the others stay.
-    now = {pk: r.launcher.tokens for pk, r in successor.runners.items()}
+    now = {pk: r.state.learners.tokens for pk, r in successor.runners.items()}
     assert now[job][slot] != tokens[job][slot]
     assert {pk: t for pk, t in now.items() if pk != job} == {
         pk: t for pk, t in tokens.items() if pk != job
@@ -227,12 +226,12 @@ def test_a_new_scheduler_reads_every_job_even_if_the_last_took_the_marks(
 def test_job_rows_read_the_submission_time_of_new_jobs_alone(alice: Any) -> None:
     first = Job.objects.create(owner=alice, name="first", model_path="m.py", data_path="d")
     created: dict[int, Any] = {}
-    assert {r.pk: r.created_at for r in JobRow.of(Job.objects.all(), created)} == {
+    assert {r.pk: r.created_at for r in job_rows(Job.objects.all(), created)} == {
         first.pk: first.created_at
     }
     second = Job.objects.create(owner=alice, name="second", model_path="m.py", data_path="d")
     with CaptureQueriesContext(connection) as queries:
-        rows = JobRow.of(Job.objects.all(), created)
+        rows = job_rows(Job.objects.all(), created)
     assert {r.pk: r.created_at for r in rows} == {
         first.pk: first.created_at,
         second.pk: second.created_at,
@@ -240,7 +239,7 @@ def test_job_rows_read_the_submission_time_of_new_jobs_alone(alice: Any) -> None
     [_, times] = [q["sql"] for q in queries]
     assert '"created_at"' in times and " IN (" in times  # the new job's alone
     with CaptureQueriesContext(connection) as queries:
-        JobRow.of(Job.objects.all(), created)
+        job_rows(Job.objects.all(), created)
     assert len(queries) == 1  # nothing new: the rows alone
 
 
@@ -257,7 +256,7 @@ def test_the_garbage_collector_waits_for_the_end_of_a_step(
 
     monkeypatch.setattr(scheduling, "decide", deciding)
     assert gc.isenabled()
-    LiveScheduler().step(slots(1))
+    live_scheduler().step(slots(1))
     assert during == [False] and gc.isenabled()
     gc.disable()  # a process that runs without it keeps it off
     try:
@@ -301,7 +300,7 @@ def test_a_priority_change_reaches_the_next_decision(client: redis.Redis, alice:
     """The seeds' split, decided from views kept between steps: B's new priority is seen."""
     a, b = (Job.objects.create(owner=alice, name=n, model_path="m.py", data_path="d",
                                max_workers=8) for n in "AB")  # fmt: skip
-    live = LiveScheduler()
+    live = live_scheduler()
     live.step(slots(8))
     live.step(slots(8))  # the same again: the views of the jobs holding 4 slots each kept
     assert (live.runners[a.pk].want, live.runners[b.pk].want) == (4, 4)
@@ -327,7 +326,7 @@ def test_placing_the_moving_jobs_alone_places_as_placing_every_job(seed: int) ->
                      current=len(held)) for pk, held in holding.items()]  # fmt: skip
     decision = decide(Snapshot(len(usable), views))
     full = place(usable, {str(pk): s for pk, s in holding.items()}, decision.targets)
-    part = LiveScheduler()._place(usable, holding, decision)
+    part = live_scheduler()._place(usable, holding, decision)
     for what in ("joined", "left", "lost"):
         assert getattr(part, what) == getattr(full, what), what
 
@@ -354,24 +353,25 @@ def test_a_slot_given_away_while_its_jobs_shrink_waits_is_not_held_twice(
     a = Job.objects.create(owner=alice, name="A", model_path="m.py", data_path="d",
                            max_workers=2)  # fmt: skip
     alive = slots(2)
-    live = LiveScheduler()
+    live = live_scheduler()
     live.step(alive)
     runner = live.runners[a.pk]
-    both = list(runner.coord.joining)
-    runner.coord.joining = []
-    runner.coord.publish(both, "formed")  # not adopted: the job is not settled
+    both = list(runner.state.joining)
+    formed(runner, both)  # not adopted: the job is not settled
     b = Job.objects.create(owner=alice, name="B", model_path="m.py", data_path="d",
                            max_workers=2)  # fmt: skip
     live.step(alive)  # A 2→1, B 0→1 on the slot A lets go
     live.step(alive)
     holding = {pk: r.holding() for pk, r in live.runners.items()}
     assert holding == {a.pk: both[:1], b.pk: both[1:]}
-    assert runner.coord.members == both  # still training on both until the shrink's generation
+    assert (
+        list(runner.state.members) == both
+    )  # still training on both until the shrink's generation
     assert live.allocations().jobs[a.pk].members == tuple(both[:1])  # what pages show
     runner.jobs.adopt(runner.jobs.generation())  # settled: the shrink goes ahead
     Job.objects.filter(pk=a.pk).update(priority=5001)  # a change, so that the next step ticks
     live.step(alive)
-    assert runner.coord.members == both[:1] and runner.leaving == set()
+    assert list(runner.state.members) == both[:1] and runner.state.leaving == set()
 
 
 def test_a_decision_that_cannot_be_applied_still_lets_every_job_move_on(
@@ -383,13 +383,13 @@ def test_a_decision_that_cannot_be_applied_still_lets_every_job_move_on(
     a, b = (Job.objects.create(owner=alice, name=name, model_path="m.py", data_path="d",
                                max_workers=1) for name in "AB")  # fmt: skip
     alive = slots(2)
-    live = LiveScheduler()
+    live = live_scheduler()
     live.step(alive)
     runner = live.runners[a.pk]
-    (slot_a,) = runner.coord.joining
-    runner.coord.joining = []
-    runner.coord.publish([slot_a], "formed")  # A's learner formed its generation...
-    live.runners[b.pk].coord.joining.append(slot_a)  # ...and B's runner claims its slot too
+    (slot_a,) = runner.state.joining
+    formed(runner, [slot_a])  # A's learner formed its generation...
+    other = live.runners[b.pk]  # ...and B's runner claims its slot too
+    other.state = replace(other.state, joining=(*other.state.joining, slot_a))
     runner.jobs.adopt(runner.jobs.generation())  # (which marks A changed: it is ticked)
     caplog.set_level("INFO", logger="edt.scheduler")
     for _ in range(3):
@@ -402,3 +402,62 @@ def test_a_decision_that_cannot_be_applied_still_lets_every_job_move_on(
     live.step(alive)
     a.refresh_from_db()
     assert a.state == Job.State.COMPLETED
+
+
+# One snapshot builder: the scheduler's and the priority preview's ----------------------------
+
+
+@pytest.mark.parametrize("policy", sorted(POLICIES))
+def test_the_preview_decides_from_the_same_snapshot_as_the_scheduler(
+    client: redis.Redis, alice: Any, monkeypatch: pytest.MonkeyPatch, policy: str
+) -> None:
+    """Every policy: the what-if of a job's own priority is built from exactly what the
+    scheduler's last decision was (holdings with joiners, capacity, attained service,
+    speedup curves), so it decides the same."""
+    jobs = [
+        Job.objects.create(owner=alice, name=f"p{n}", model_path="m.py", data_path="d",
+                           max_workers=m, priority=p)
+        for n, (m, p) in enumerate([(4, 50), (2, 80), (3, 50)])
+    ]  # fmt: skip
+    for job, rate in zip(jobs, (100.0, 150.0, 60.0), strict=True):  # speedup curves
+        Metric.objects.bulk_create(
+            [Metric(job=job, kind="train", step=s, epoch=0, time=s,
+                    values={"workers": 1 + s % 2, "samples_per_s": rate * (1 + 0.6 * (s % 2))})
+             for s in range(10)]
+        )  # fmt: skip
+    Store(client).save_allocations(
+        AllocationRecord({}, 5, policy, attained={jobs[0].pk: 900.0, jobs[1].pk: 30.0}), ttl=30
+    )
+    seen: list[Snapshot] = []
+
+    def deciding(snapshot: Snapshot, name: str) -> Any:
+        seen.append(snapshot)
+        return decide(snapshot, name)
+
+    monkeypatch.setattr(scheduling, "decide", deciding)
+    monkeypatch.setattr(history, "decide", deciding)
+    live = live_scheduler(policy)
+    live.step(slots(5))
+    live.step(slots(5))  # the joiners started by the first are held now, as recorded
+    Store(client).save_allocations(live.allocations(), ttl=30)
+    scheduler_saw = seen[-1]
+    history.preview(jobs[1], jobs[1].priority, alice)
+    preview_saw = seen[-1]
+
+    def comparable(snapshot: Snapshot) -> tuple[int, list[JobView]]:
+        views = [dataclasses.replace(v, attained=round(v.attained, 1)) for v in snapshot.jobs]
+        return snapshot.capacity, sorted(views, key=lambda v: v.id)
+
+    assert preview_saw is not scheduler_saw
+    assert comparable(preview_saw) == comparable(scheduler_saw)
+    assert decide(preview_saw, policy).targets == decide(scheduler_saw, policy).targets
+    if policy in BY_SERVICE:
+        assert {v.id: v.attained for v in scheduler_saw.jobs}[str(jobs[0].pk)] >= 900.0
+    if policy in BY_SPEEDUP:
+        assert all(v.speedup for v in scheduler_saw.jobs)
+
+
+def formed(runner: JobRunner, members: list[str]) -> None:
+    """The runner's joiners formed a generation of ``members`` (published, not adopted)."""
+    runner.jobs.publish_generation(members)
+    runner.state = replace(runner.state, members=tuple(members), joining=())

@@ -6,19 +6,16 @@ import time
 from pathlib import Path
 
 from edtweb.redis_server import RedisServer
+from protocol.connection import connect
+from protocol.jobstore import JobStore, Progress
+from protocol.keys import ALIVE, LOST, OFFLINE
+from protocol.slots import SlotInfo
 from scheduler.service import SchedulerService, slot_changes
 from scheduler.store import (
-    ALIVE,
-    LOST,
-    OFFLINE,
     Allocation,
     AllocationRecord,
-    JobStore,
     ObservedJobStore,
-    Progress,
-    SlotInfo,
     Store,
-    connect,
     observe,
     read_leases,
     take_changed,
@@ -88,7 +85,7 @@ def test_a_page_opened_between_publishes_sees_which_job_holds_each_slot(
 ) -> None:
     """The Cluster page's first render reads the allocation record the scheduler last
     wrote (they used to arrive only with the next publish, so every slot looked idle)."""
-    from edtweb.dashboard import live
+    from edtweb.dashboard.slots import current_slots
 
     slot = store.register_slot("st-f", 0, "cpu", pid=1)
     store.heartbeat(slot, {"kind": "cpu"}, ttl=5)
@@ -97,11 +94,11 @@ def test_a_page_opened_between_publishes_sees_which_job_holds_each_slot(
     service = SchedulerService(store, published.append, allocations=lambda: record)
     service.tick()
     assert next(s for s in published[-1] if s["slot_id"] == slot)["job"] == 42
-    assert next(s for s in live.current_slots() if s["slot_id"] == slot)["job"] == 42
+    assert next(s for s in current_slots() if s["slot_id"] == slot)["job"] == 42
     assert store.allocations() == record
     store.save_allocations(record, ttl=0.2)  # a scheduler that stopped writing it
     wait_for(lambda: store.allocations() == AllocationRecord(), 3, "the record to expire")
-    assert next(s for s in live.current_slots() if s["slot_id"] == slot)["job"] is None
+    assert next(s for s in current_slots() if s["slot_id"] == slot)["job"] is None
 
 
 def test_the_allocation_record_answers_which_slots_a_job_holds() -> None:

@@ -1,22 +1,30 @@
 """One validator for a submission: the Train page, the REST API and the WMLA execs API refuse
-the same impossible parameters with the same message, taken from one table of bounds."""
+the same impossible parameters with the same message, taken from one table of bounds; each
+judges a submission once, and a value left out is the same default on every path (the CLI's
+is tests/test_cli.py's, against a live EDT)."""
 
 from __future__ import annotations
 
 import re
 import urllib.parse
+from html.parser import HTMLParser
 from typing import Any
 
 import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
+from django.db import connection
 from django.test import Client
 from rest_framework.test import APIClient
 
 from edtweb.datasets.models import Dataset
 from edtweb.registry.models import ModelDefinition
+from edtweb.training import services
 from edtweb.training.models import Job
-from edtweb.training.validation import BOUNDS, submission_errors
+from edtweb.training.validation import BOUNDS, DEFAULTS, submission_errors
 from tests.harness.processes import PROJECT_DIR
+from tests.harness.waiting import wait_for
+from workers.learner import drive, submission
+from workers.learner.spec import JobSpec
 
 pytestmark = pytest.mark.django_db
 FORM_DEFAULTS = {"epochs": 5, "batch_size": 64, "max_workers": 2, "min_workers": 1,
@@ -75,6 +83,12 @@ def api_errors(alice: Any, sources: dict[str, int], asked: dict[str, Any]) -> di
 
 
 def wmla_errors(alice: Any, asked: dict[str, Any]) -> dict[str, Any]:
+    reply = wmla_post(alice, asked)
+    assert reply.status_code == 400, reply.content
+    return dict(reply.json()["fields"])
+
+
+def wmla_post(alice: Any, asked: dict[str, Any]) -> Any:
     options = " ".join(WMLA_OPTIONS[k].format(v) for k, v in asked.items())
     args = ("--exec-start edtPyTorch --cs-datastore-meta type=fs,data_path=shapes "
             f"--model-main main.py {options}")  # fmt: skip
@@ -82,9 +96,7 @@ def wmla_errors(alice: Any, asked: dict[str, Any]) -> dict[str, Any]:
     client.force_authenticate(alice)
     source = SimpleUploadedFile("main.py", (PROJECT_DIR / "examples" / "mlp.py").read_bytes())
     url = "/platform/rest/deeplearning/v1/execs?args=" + urllib.parse.quote(args)
-    reply = client.post(url, {"file": source}, format="multipart")
-    assert reply.status_code == 400, reply.content
-    return dict(reply.json()["fields"])
+    return client.post(url, {"file": source}, format="multipart")
 
 
 @pytest.mark.parametrize(("asked", "field", "message"), IMPOSSIBLE)
@@ -115,18 +127,163 @@ def test_a_possible_submission_passes_everywhere(alice: Any, sources: dict[str, 
     assert form.fields["priority"].widget.attrs["max"] == "10000"  # the input's own bounds
 
 
-def test_the_bounds_are_written_in_one_place() -> None:
-    """No other source file declares a submission bound (they read ``validation.BOUNDS``)."""
+def test_the_bounds_and_defaults_are_written_in_one_place() -> None:
+    """No other source file declares a submission bound or a default (they read
+    ``workers/learner/submission.py``: ``BOUNDS`` and ``DEFAULTS``)."""
     sources = [*PROJECT_DIR.glob("edtweb/**/*.py"), *PROJECT_DIR.glob("edtcli/*.py"),
+               *PROJECT_DIR.glob("workers/**/*.py"),
                *PROJECT_DIR.glob("templates/**/*.html")]  # fmt: skip
     literal = re.compile(r"\b10_?000\b|1e-8")  # the priority's and the learning rate's
     declared = re.compile(r"(min|max)_value\s*=\s*[\d.]|ValueValidator\(\d")  # on a field
+    defaulted = re.compile(r"(default|initial)=[\d\"]")  # a literal default
+    # A field declared (``epochs = ...``) or an option named (``"--epochs"``) on the line
+    named = re.compile("|".join(rf"\b{f}\s*=|--{f.replace('_', '-')}\b" for f in DEFAULTS))
+    annotated = re.compile(rf"\b({'|'.join(DEFAULTS)}): \w+ = [\d\"]")  # a dataclass's
     found = [
         f"{path.relative_to(PROJECT_DIR)}: {line.strip()}"
         for path in sources
-        if path.name != "validation.py" and "migrations" not in path.parts
+        if path.name != "submission.py" and "migrations" not in path.parts
         for line in path.read_text().splitlines()
-        if literal.search(line) or (declared.search(line) and any(f in line for f in BOUNDS))
+        if literal.search(line)
+        or ((declared.search(line) or defaulted.search(line)) and named.search(line))
+        or annotated.search(line)
     ]
     assert found == []
     assert set(BOUNDS) >= {"max_workers", "min_workers", "epochs", "batch_size", "lr", "priority"}
+
+
+# Once per submit path, the same defaults on every path ------------------------------------
+
+
+@pytest.fixture
+def judgements(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
+    """The values of every judgement of a submission by the rules, in order (each a call of
+    ``submission_errors``, the one rule function)."""
+    calls: list[dict[str, Any]] = []
+    rules = submission.submission_errors
+
+    def judged(values: Any, train_samples: int = 0) -> dict[str, str]:
+        calls.append(dict(values))
+        return rules(values, train_samples)
+
+    monkeypatch.setattr(submission, "submission_errors", judged)
+    return calls
+
+
+class Inputs(HTMLParser):
+    """A rendered form's fields and the values it would send as it stands."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.values: dict[str, str] = {}
+        self.select = ""
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        a = dict(attrs)
+        if tag == "input" and a.get("name") and a.get("type") != "submit":
+            self.values[str(a["name"])] = a.get("value") or ""
+        elif tag == "select":
+            self.select = str(a["name"])
+        elif tag == "option" and "selected" in a:
+            self.values[self.select] = a.get("value") or ""
+
+
+def submit_the_page_as_it_stands(alice: Any, sources: dict[str, int]) -> Job:
+    """Open the Train page and press Train, changing nothing."""
+    client = Client()
+    client.force_login(alice)
+    inputs = Inputs()
+    inputs.feed(client.get("/train/").content.decode())
+    assert (inputs.values["model"], inputs.values["dataset"]) == (
+        str(sources["model"]), str(sources["dataset"]))  # fmt: skip
+    reply = client.post("/train/", inputs.values)
+    assert reply.status_code == 302, reply.context["form"].errors
+    return Job.objects.latest("pk")
+
+
+def submit_to_the_api(alice: Any, sources: dict[str, int]) -> Job:
+    client = APIClient()
+    client.force_authenticate(alice)
+    reply = client.post("/api/v1/jobs/", sources, format="json")
+    assert reply.status_code == 201, reply.content
+    return Job.objects.get(pk=reply.json()["id"])
+
+
+def submit_to_wmla(alice: Any, sources: dict[str, int]) -> Job:
+    reply = wmla_post(alice, {})
+    assert reply.status_code == 200, reply.content
+    return Job.objects.get(pk=reply.json()["id"])
+
+
+def submit_through_the_service(alice: Any, sources: dict[str, int]) -> Job:
+    """A trusted caller (tests, benchmarks) hands the service its paths, nothing more."""
+    return services.submit_job(alice, name="plain", model_path="m.py", data_path="d")
+
+
+SUBMITS = {"form": submit_the_page_as_it_stands, "api": submit_to_the_api,
+           "wmla": submit_to_wmla, "service": submit_through_the_service}  # fmt: skip
+
+
+def values_of(job: Job) -> dict[str, Any]:
+    return {name: getattr(job, name) for name in DEFAULTS}
+
+
+@pytest.mark.django_db(transaction=True)  # WMLA's model check runs beside the request
+def test_with_nothing_optional_each_path_judges_once_and_stores_the_defaults(
+    alice: Any, sources: dict[str, int], judgements: list[dict[str, Any]],
+    redis_server: Any, monkeypatch: pytest.MonkeyPatch,
+) -> None:  # fmt: skip
+    monkeypatch.setenv("DATABASE_URL", f"sqlite:///{connection.settings_dict['NAME']}")
+    for path, submit in SUBMITS.items():
+        judgements.clear()
+        job = submit(alice, sources)
+        assert judgements == [DEFAULTS], path  # once, on the defaults filled in
+        assert values_of(job) == DEFAULTS, path
+        spec = JobSpec.load(job.spec_path)  # the learners' values: built from the submission
+        assert {k: getattr(spec, k) for k in DEFAULTS if hasattr(spec, k)} == {
+            k: v for k, v in DEFAULTS.items() if hasattr(spec, k)}, path  # fmt: skip
+    checked = ModelDefinition.objects.exclude(pk=sources["model"])  # WMLA's upload
+    wait_for(lambda: not checked.filter(status=ModelDefinition.Status.CHECKING), 120, "check")
+
+
+@pytest.mark.parametrize("path", ["form", "api", "wmla"])
+def test_a_refused_submission_is_judged_once(
+    alice: Any, sources: dict[str, int], judgements: list[dict[str, Any]], path: str
+) -> None:
+    asked = {"max_workers": 2, "min_workers": 3} if path != "wmla" else {"epochs": 0}
+    errors = {"form": page_errors, "api": api_errors}.get(path)
+    got = errors(alice, sources, asked) if errors else wmla_errors(alice, asked)
+    assert got and len(judgements) == 1
+    assert not Job.objects.exists()
+
+
+def test_the_local_driver_takes_the_same_defaults_and_rules() -> None:
+    """``python -m workers.learner.drive`` and a bare ``JobSpec`` default to ``DEFAULTS``,
+    and the driver refuses what the web refuses, with the same message."""
+    given = vars(drive.parser().parse_args(["--model", "m.py", "--data", "d"]))
+    assert {k: given[k] for k in DEFAULTS if k in given} == {
+        k: v for k, v in DEFAULTS.items() if k in given}  # fmt: skip
+    assert set(DEFAULTS) - set(given) == {"max_workers", "min_workers", "priority"}
+    bare = JobSpec(job_id="j", model="m.py", data="d", workdir="w")
+    assert {k: getattr(bare, k) for k in given if k in DEFAULTS} == {
+        k: DEFAULTS[k] for k in given if k in DEFAULTS}  # fmt: skip
+    with pytest.raises(SystemExit) as refused:
+        drive.main(["--model", "m.py", "--data", "d", "--epochs", "0"])
+    assert refused.value.code == 2
+
+
+def test_a_precision_outside_the_choices_is_refused() -> None:
+    with pytest.raises(submission.Refused, match="must be one of fp32, bf16, fp16, not 'fp8'"):
+        submission.validated({"precision": "fp8"})
+    assert submission.validated({}) == submission.Submission(**DEFAULTS)
+
+
+def test_the_api_docs_state_the_defaults_and_bounds() -> None:
+    """docs/api.md's table of a submission's values says what ``DEFAULTS`` and ``BOUNDS``
+    hold, field for field."""
+    text = (PROJECT_DIR / "docs" / "api.md").read_text()
+    rows = re.findall(r"^\| `(\w+)` \| `([^`]+)` \| ([^|]+) \|", text, re.MULTILINE)
+    assert {name: default for name, default, _ in rows} == {
+        k: f"{v:g}" if isinstance(v, float) else str(v) for k, v in DEFAULTS.items()}  # fmt: skip
+    assert {name: span.strip() for name, _, span in rows if name in BOUNDS} == {
+        k: b.span for k, b in BOUNDS.items()}  # fmt: skip

@@ -11,8 +11,8 @@ from channels.testing import WebsocketCommunicator
 from django.test import Client
 
 from edtweb.asgi import application
-from edtweb.dashboard.live import CLUSTER_GROUP
 from edtweb.redis_server import RedisServer
+from edtweb.training.live import CLUSTER as CLUSTER_GROUP
 from scheduler.store import Store
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -103,7 +103,8 @@ def test_a_steps_pushes_arrive_merged_and_each_page_keeps_its_own(
 ) -> None:
     """Inside ``services.batched`` (the scheduler's step) every allocation change goes to
     the Cluster page in one frame and every job's events in one group message: each page
-    gets what its user may see, in order, and nothing twice."""
+    gets what its user may see, in order, and nothing twice; the job page then gets its
+    job's status once."""
     from asgiref.sync import sync_to_async
 
     from edtweb.training import services
@@ -127,6 +128,8 @@ def test_a_steps_pushes_arrive_merged_and_each_page_keeps_its_own(
         await cluster.receive_json_from(timeout=5)  # the slots now
         await sync_to_async(step)()
         events = [await page.receive_json_from(timeout=5) for _ in range(2)]
+        status = await page.receive_json_from(timeout=5)  # once, after the step's events
+        assert (status["type"], status["status"]["id"]) == ("status", mine.pk)
         allocations = await cluster.receive_json_from(timeout=5)
         assert await page.receive_nothing(timeout=0.5)
         assert await cluster.receive_nothing(timeout=0.5)

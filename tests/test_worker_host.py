@@ -6,13 +6,16 @@ import os
 import signal
 from pathlib import Path
 
+import psutil
 import pytest
 from celery import Celery
 
 from edtweb.redis_server import RedisServer
-from scheduler.store import ALIVE, LOST, OFFLINE, Store
+from protocol.keys import ALIVE, LOST, OFFLINE
+from scheduler.store import Store
 from tests.harness.processes import Processes, alive_pids, subprocess_env
 from tests.harness.waiting import wait_for
+from workers.control import CONTROL_QUEUE
 from workers.launcher import plan_slots, slot_env
 from workers.telemetry import Discovery, GpuInfo
 
@@ -65,6 +68,9 @@ def test_three_slots_register_and_a_killed_one_is_lost_then_restarted(
     celery = Celery(broker=redis_server.url, backend=redis_server.url)
     reply = celery.send_task("edt.ping", queue="slot." + ids[1]).get(timeout=10)
     assert reply["slot"] == ids[1]
+    # Its control worker takes model checks and dataset preparations.
+    control = celery.send_task("edt.ping", queue=CONTROL_QUEUE).get(timeout=30)
+    assert control["pid"] in {p.pid for p in psutil.Process(proc.pid).children(recursive=True)}
 
     victim = next(s for s in store.list_slots() if s.slot_id == ids[1])
     os.kill(victim.pid, signal.SIGKILL)
@@ -83,6 +89,7 @@ def test_three_slots_register_and_a_killed_one_is_lost_then_restarted(
     )
     output = log.read_text()
     assert "CPU mode with 3 slot(s)" in output
+    assert "control worker of wh-three: worker started" in output
     assert "worker exited (killed by SIGKILL); restarting in 10 s" in output
     assert "Traceback" not in output
 

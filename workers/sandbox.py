@@ -56,7 +56,7 @@ OUT_OF_PROCESSES = "could not start a thread or process in your job"
 CLONE_NEWNS = 0x00020000
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_REMOUNT = 1, 2, 4, 32
 MS_BIND, MS_REC, MS_PRIVATE = 4096, 16384, 1 << 18
-PR_SET_CHILD_SUBREAPER, PR_SET_NO_NEW_PRIVS = 36, 38
+PR_SET_PDEATHSIG, PR_SET_CHILD_SUBREAPER, PR_SET_NO_NEW_PRIVS = 1, 36, 38
 
 _libc = ctypes.CDLL(None, use_errno=True)
 
@@ -421,6 +421,21 @@ def open_beneath(root: Path, relative: str, append: bool = False) -> int:
 def become_subreaper() -> None:
     """Orphans of this process's descendants come back to it instead of to init."""
     _call("prctl", PR_SET_CHILD_SUBREAPER, ctypes.c_ulong(1), 0, 0, 0)
+
+
+def dies_with_parent(sig: int = signal.SIGTERM) -> Callable[[], None]:
+    """A ``preexec_fn`` for ``subprocess.Popen``: the kernel sends the child ``sig`` when the
+    thread that started it dies, ``kill -9`` included, so that nothing it runs outlives it
+    (a model check whose Celery process was killed). A parent already gone by the time the
+    child asks gets the signal at once."""
+    parent = os.getpid()
+
+    def arm() -> None:
+        _call("prctl", PR_SET_PDEATHSIG, ctypes.c_ulong(sig), 0, 0, 0)
+        if os.getppid() != parent:
+            os.kill(os.getpid(), sig)
+
+    return arm
 
 
 def _table() -> dict[int, list[int]]:

@@ -17,7 +17,9 @@ from typing import Any
 from celery.signals import worker_ready, worker_shutdown
 from django.conf import settings
 
-from scheduler.store import Store, connect, slot_id_for
+from protocol.connection import connect
+from protocol.keys import slot_id_for
+from protocol.slots import SlotRegistry
 from workers.telemetry import Sampler, sampler_for
 
 log = logging.getLogger("edt.slot")
@@ -28,7 +30,7 @@ class Heartbeat(threading.Thread):
     TTL tells the scheduler the truth meanwhile) and registers again if Redis came back
     without the slot's description."""
 
-    def __init__(self, store: Store, spec: tuple[str, int, str], sampler: Sampler,
+    def __init__(self, store: SlotRegistry, spec: tuple[str, int, str], sampler: Sampler,
                  parent_pid: int) -> None:  # fmt: skip
         super().__init__(name="edt-heartbeat", daemon=True)
         self.store = store
@@ -80,7 +82,7 @@ def start_heartbeat(**_: Any) -> None:
         return  # a plain Celery worker, not a slot
     index = int(os.environ["EDT_SLOT_INDEX"])
     device = os.environ.get("EDT_SLOT_DEVICE", "cpu")
-    store = Store(connect(settings.REDIS_URL))
+    store = SlotRegistry(connect(settings.REDIS_URL))
     parent = int(os.environ.get("EDT_SLOT_PARENT_PID", "0"))
     _heartbeat = Heartbeat(store, (host, index, device), sampler_for(device), parent)
     _heartbeat.start()

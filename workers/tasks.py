@@ -8,6 +8,9 @@ from pathlib import Path
 from typing import Any
 
 from celery import shared_task
+from celery.exceptions import Reject
+
+from workers import control
 
 
 def ping() -> dict[str, Any]:
@@ -24,12 +27,14 @@ ping_task = shared_task(name="edt.ping")(ping)
 
 
 def run_learner(job_id: int, slot: str, token: str) -> dict[str, Any]:
-    """Start a learner of the job on this slot and wait for it (DESIGN.md, "Processes")."""
+    """Start a learner of the job on this slot and wait for it (docs/architecture.md,
+    "Processes")."""
     from django.conf import settings
 
     import edtweb.training.services as services
     from edtweb.training.models import Job
-    from scheduler.store import LEARNER_PATIENCE, JobStore, connect
+    from protocol.connection import connect
+    from protocol.jobstore import LEARNER_PATIENCE, JobStore
     from workers.learner import host
 
     jobs = JobStore(connect(settings.REDIS_URL), str(job_id), patience=LEARNER_PATIENCE)
@@ -43,3 +48,26 @@ def run_learner(job_id: int, slot: str, token: str) -> dict[str, Any]:
 # No result is stored: nobody waits on it, and a result write must not fail a learner's
 # task while Redis is away.
 run_learner_task = shared_task(name="edt.run_learner", ignore_result=True)(run_learner)
+
+
+def check_model(model_id: int, log: str) -> dict[str, Any]:
+    """Check the model definition (``manage.py edt_check_model``), its errors into ``log``."""
+    return _control("edt_check_model", model_id, log)
+
+
+def prepare_dataset(dataset_id: int, log: str) -> dict[str, Any]:
+    """Prepare the uploaded dataset (``manage.py edt_prepare_dataset``), errors into ``log``."""
+    return _control("edt_prepare_dataset", dataset_id, log)
+
+
+def _control(command: str, object_id: int, log: str) -> dict[str, Any]:
+    code = control.run_command(command, object_id, Path(log))
+    if code < 0:  # the command was killed: as if this process had been, run it again
+        raise Reject(f"{command} {object_id} was killed by signal {-code}", requeue=True)
+    return {"code": code}
+
+
+# Acknowledged once done, and put back when the pool process running it dies (workers/control.py).
+CONTROL = {"ignore_result": True, "acks_late": True, "reject_on_worker_lost": True}
+check_model_task = shared_task(name=control.CHECK_MODEL, **CONTROL)(check_model)
+prepare_dataset_task = shared_task(name=control.PREPARE_DATASET, **CONTROL)(prepare_dataset)

@@ -13,7 +13,7 @@ from rest_framework.response import Response
 from edtweb.api import serializers as s
 from edtweb.api.common import Pages, scoped
 from edtweb.dashboard import views as dashboard
-from edtweb.dashboard.live import current_slots
+from edtweb.dashboard.slots import current_slots
 from edtweb.training import waiting
 from edtweb.training.models import Job, JobEvent
 from edtweb.training.services import allocations
@@ -56,7 +56,7 @@ class Queue(generics.GenericAPIView):
         """Your waiting jobs (QUEUED or SUSPENDED) with their place in the whole queue
         (priority first, then submission time) and why each waits, in words."""
         jobs, positions, reasons = waiting.queue_of(scoped(request, Job), request.user)
-        context = {"positions": positions, "reasons": reasons}
+        context = {"positions": positions, "reasons": reasons, "request": request}
         return Response(s.QueueEntrySerializer(jobs, many=True, context=context).data)
 
 

@@ -60,16 +60,21 @@ class JobList(generics.ListCreateAPIView):
 
 
 def checked(request: Request, data: dict[str, Any]) -> dict[str, Any]:
-    """The submission with its model and dataset resolved among the user's own, and the
-    rule that needs the dataset checked (the others were, by the serializer)."""
-    model = ready(request, ModelDefinition, "model", data["model"], ModelDefinition.Status.VALID)
-    dataset = ready(request, Dataset, "dataset", data["dataset"], Dataset.Status.READY)
-    s.check_submission(data, dataset)
-    return {**data, "model": model, "dataset": dataset}
+    """The submission with its values judged by the rules (once: the serializer only read
+    them; first, as every path does), then its model and dataset resolved among the
+    user's own."""
+    model = scoped(request, ModelDefinition).filter(pk=data["model"]).first()
+    dataset = scoped(request, Dataset).filter(pk=data["dataset"]).first()
+    submission = s.judged(data, dataset)
+    return {
+        "name": data.get("name", ""),
+        "model": ready(model, "model", data["model"], ModelDefinition.Status.VALID),
+        "dataset": ready(dataset, "dataset", data["dataset"], Dataset.Status.READY),
+        "submission": submission,
+    }
 
 
-def ready(request: Request, model: Any, field: str, pk: int, wanted: str) -> Any:
-    found = scoped(request, model).filter(pk=pk).first()
+def ready(found: Any, field: str, pk: int, wanted: str) -> Any:
     if found is None:
         raise ValidationError({field: [f"no {field} {pk} among yours"]})
     if found.status != wanted:

@@ -68,10 +68,6 @@ class ModelDetail(Owned, generics.RetrieveDestroyAPIView):
     noun = "model"
     serializer_class = s.ModelDefinitionSerializer
 
-    def get_object(self) -> Any:
-        services.recover_stale_checks()
-        return super().get_object()
-
     def perform_destroy(self, instance: ModelDefinition) -> None:
         services.delete(instance)
 

@@ -1,6 +1,7 @@
-"""What the API reads and writes. A submission's bounds and rules are the Train form's
-(``edtweb/training/validation.py``), so the pages and the API accept exactly the same jobs
-and refuse the others with the same messages."""
+"""What the API reads and writes. A submission's bounds, defaults and rules are the Train
+form's (``workers/learner/submission.py``, through ``edtweb/training/validation.py``), so
+the pages and the API accept exactly the same jobs and refuse the others with the same
+messages."""
 
 from __future__ import annotations
 
@@ -14,11 +15,14 @@ from edtweb.datasets.models import Dataset
 from edtweb.registry.models import ModelDefinition
 from edtweb.training import history
 from edtweb.training.models import PRECISION_CHOICES, Job, JobEvent, Metric
+from edtweb.training.status import JobStatus, status_of
 from edtweb.training.validation import (
     BOUNDS,
     DEFAULTS,
-    submission_errors,
+    Refused,
+    Submission,
     train_samples,
+    validated,
     validators,
 )
 
@@ -151,46 +155,50 @@ class ModelSourceSerializer(serializers.Serializer):
 
 
 class JobSerializer(serializers.ModelSerializer):
+    """A job with its status now (``training.status``: what the pages show too)."""
+
     owner = serializers.CharField(source="owner.username", read_only=True)
     model = serializers.IntegerField(source="model_definition_id", read_only=True, allow_null=True)
     dataset = serializers.IntegerField(source="dataset_id", read_only=True, allow_null=True)
-    workers = serializers.SerializerMethodField(help_text="slots the job holds now")
+    workers = serializers.SerializerMethodField(help_text="slots the job trains on now")
     progress = serializers.SerializerMethodField(help_text="0..1, iterations done")
     eta_seconds = serializers.SerializerMethodField(help_text="estimated time left, if known")
+    waiting = serializers.SerializerMethodField(help_text="why it waits; empty unless it waits")
 
     class Meta:
         model = Job
         fields = ["id", "name", "owner", "state", "priority", "workers", "max_workers",
                   "min_workers", "model", "dataset", "epochs", "batch_size", "lr",
                   "checkpoint_every", "max_micro_batch", "precision", "steps_done", "total_steps",
-                  "progress", "eta_seconds", "created_at", "started_at", "finished_at",
-                  "error"]  # fmt: skip
+                  "progress", "eta_seconds", "waiting", "created_at", "started_at",
+                  "finished_at", "error"]  # fmt: skip
         read_only_fields = fields
 
     def get_workers(self, job: Job) -> int:
-        return workers_now(job)
+        return self.status(job).workers
 
     def get_progress(self, job: Job) -> float:
-        return progress_of(job)
+        return self.status(job).progress
 
     def get_eta_seconds(self, job: Job) -> float | None:
-        from edtweb.training.history import eta_seconds
+        return self.status(job).eta
 
-        eta = eta_seconds(job)
-        return None if eta is None else round(eta, 1)
+    def get_waiting(self, job: Job) -> str:
+        return self.status(job).waiting
+
+    def status(self, job: Job) -> JobStatus:
+        """The job's status, read once per job of the response (in the context, which the
+        items of a list share)."""
+        known = self.context.setdefault("statuses", {})
+        if job.pk not in known:
+            known[job.pk] = status_of(job, viewer(self.context, job))
+        return known[job.pk]  # type: ignore[no-any-return]
 
 
-def workers_now(job: Job) -> int:
-    """Slots the job trains on now, from the allocation record."""
-    from edtweb.training.services import workers_now as from_record
-
-    return from_record(job)
-
-
-def progress_of(job: Job) -> float:
-    if job.state == Job.State.COMPLETED:
-        return 1.0
-    return min(1.0, job.steps_done / job.total_steps) if job.total_steps else 0.0
+def viewer(context: dict[str, Any], job: Job) -> Any:
+    """Who reads the response: the request's user; without a request, the job's owner."""
+    request = context.get("request")
+    return request.user if request is not None else job.owner
 
 
 class JobDetailSerializer(JobSerializer):
@@ -212,15 +220,20 @@ class JobDetailSerializer(JobSerializer):
         return history.downloadable(job, "model.pt") is not None
 
 
-def bounded(kind: Any, name: str, required: bool = False, **kw: Any) -> Any:
-    """A number field whose bounds, message and default come from ``training.validation``
-    (the Train form's too)."""
-    if not required:
-        kw.setdefault("default", DEFAULTS[name])
-    return kind(validators=validators(name), **kw)
+def bounded(kind: Any, name: str, **kw: Any) -> Any:
+    """A submission's number field: its default and its stated bounds (the schema's
+    ``minimum`` and ``maximum``) come from ``training.validation``; the bounds are judged
+    with the other rules, once, by :func:`judged`."""
+    field = kind(default=DEFAULTS[name], **kw)
+    bound = BOUNDS[name]
+    field.min_value, field.max_value = bound.low, bound.high  # stated, not run
+    return field
 
 
 class JobSubmitSerializer(serializers.Serializer):
+    """The submission's fields read and defaulted; its rules are :func:`judged`, once the
+    dataset is known."""
+
     name = serializers.CharField(max_length=200, required=False, default="")
     model = serializers.IntegerField(help_text="id of a model definition that passed its check")
     dataset = serializers.IntegerField(help_text="id of a READY dataset")
@@ -239,23 +252,20 @@ class JobSubmitSerializer(serializers.Serializer):
         help_text="bf16: autocast on CPU or GPU; fp16: GPU only, with a gradient scaler",
     )  # fmt: skip
 
-    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
-        """The rules across fields (those that need the dataset are checked once it is
-        resolved: ``check_submission``)."""
-        check_submission(attrs)
-        return attrs
 
-
-def check_submission(values: dict[str, Any], dataset: Any = None) -> None:
-    """Raise the API's 400 for every rule of ``training.validation`` the values break."""
-    errors = submission_errors(values, train_samples(dataset))
-    if errors:
-        raise serializers.ValidationError({k: [v] for k, v in errors.items()})
+def judged(values: dict[str, Any], dataset: Any = None) -> Submission:
+    """The submission ``values`` ask for, judged by every rule of ``training.validation``
+    (the API's and WMLA's one judgement per submit); the API's 400 for every rule broken."""
+    try:
+        return validated(values, train_samples(dataset))
+    except Refused as refused:
+        raise serializers.ValidationError({k: [v] for k, v in refused.errors.items()}) from None
 
 
 class PrioritySerializer(serializers.Serializer):
-    priority = bounded(serializers.IntegerField, "priority", required=True,
-                       help_text=BOUNDS["priority"].span)  # fmt: skip
+    priority = serializers.IntegerField(
+        validators=validators("priority"), help_text=BOUNDS["priority"].span
+    )
 
 
 class PreviewSerializer(serializers.Serializer):

@@ -41,6 +41,7 @@ from edtweb.registry import services as registry
 from edtweb.registry.models import ModelDefinition
 from edtweb.training import history, services
 from edtweb.training.models import Job
+from edtweb.training.status import JobStatus, status_of, statuses
 
 TAGS = ["wmla"]
 FRAMEWORKS = ("edtPyTorch", "PyTorch")
@@ -191,8 +192,9 @@ class Execs(CappedUploadView, WmlaView):
     @extend_schema(tags=TAGS, responses={200: s.WmlaExecSerializer(many=True)})
     def get(self, request: Request) -> Response:
         """Your execs (EDT jobs), newest first."""
-        registry.recover_stale_checks()
-        return Response([as_exec(j) for j in scoped(request, Job).select_related("owner")])
+        jobs = list(scoped(request, Job).select_related("owner"))
+        live = statuses(jobs, request.user)
+        return Response([as_exec(j, live[j.pk]) for j in jobs])
 
     @extend_schema(
         tags=TAGS,
@@ -214,20 +216,16 @@ class Execs(CappedUploadView, WmlaView):
         wmla = parse_args(text)
         dataset = _dataset_named(request, wmla.data_path)
         form = s.JobSubmitSerializer(data={"model": 0, "dataset": dataset.pk, **wmla.fields})
-        form.is_valid(raise_exception=True)  # the Train form's defaults, bounds and rules
-        s.check_submission(form.validated_data, dataset)
+        form.is_valid(raise_exception=True)  # the Train form's fields and defaults
+        submission = s.judged(form.validated_data, dataset)  # and its rules
         model = _stored_model(request, upload, wmla.model_main)
+        decides = [f for f in ("epochs", "batch_size", "lr") if f not in wmla.fields]
         try:
-            fields = {k: v for k, v in form.validated_data.items()
-                      if k not in ("name", "model", "dataset")}  # fmt: skip
-            train = dataset.summary.get("splits", {}).get("train", {}).get("count", 0)
-            decides = [f for f in ("epochs", "batch_size", "lr") if f not in wmla.fields]
-            job = services.submit_job(
-                request.user, name=f"{model.entry} ({wmla.framework})",
-                model_definition=model, dataset=dataset, model_path=str(model.entry_path),
-                data_path=str(dataset.data_dir),
-                total_steps=fields["epochs"] * (train // fields["batch_size"]),
-                spec_extra={"argv": wmla.argv, "script_decides": decides}, **fields,
+            job = services.submit_from_form(
+                request.user,
+                {"name": f"{model.entry} ({wmla.framework})", "model": model,
+                 "dataset": dataset, "submission": submission},
+                spec_extra={"argv": wmla.argv, "script_decides": decides},
             )  # fmt: skip
         except DjangoValidationError as exc:
             registry.delete(model)
@@ -238,7 +236,7 @@ class Execs(CappedUploadView, WmlaView):
         services.record_event(job.pk, "wmla", "submitted through the WMLA API", args=text,
                               framework=wmla.framework, ignored=wmla.ignored)  # fmt: skip
         registry.start_check(model)  # in the background; the job waits for it
-        return Response({**as_exec(job), "ignored": wmla.ignored})
+        return Response({**as_exec(job, status_of(job, request.user)), "ignored": wmla.ignored})
 
 
 def _stored_model(request: Request, upload: Any, model_main: str) -> ModelDefinition:
@@ -287,8 +285,8 @@ class ExecDetail(Owned, WmlaView):
     @extend_schema(tags=TAGS, responses={200: s.WmlaExecSerializer, **NOT_FOUND})
     def get(self, request: Request, pk: int) -> Response:
         """The exec: ``state`` is WMLA's (FINISHED, ERROR, KILLED when it ended)."""
-        registry.recover_stale_checks()
-        return Response(as_exec(self.get_object()))
+        job = self.get_object()
+        return Response(as_exec(job, status_of(job, request.user)))
 
     @extend_schema(
         tags=TAGS,
@@ -303,7 +301,7 @@ class ExecDetail(Owned, WmlaView):
             raise ApiError("action: the only action is 'stop' (PUT execs/{id}?action=stop)")
         services.stop_job(job.pk)
         job.refresh_from_db()
-        return Response(as_exec(job))
+        return Response(as_exec(job, status_of(job, request.user)))
 
     @extend_schema(
         tags=TAGS,
@@ -312,7 +310,7 @@ class ExecDetail(Owned, WmlaView):
     def delete(self, request: Request, pk: int) -> Response:
         """Delete an exec that has ended, with its logs, checkpoints and model."""
         job = self.get_object()
-        gone = as_exec(job)
+        gone = as_exec(job, status_of(job, request.user))
         if not services.delete_job(job.pk):  # refuses an active job
             raise ApiError(f"exec {job.pk} is {STATES[job.state]}: stop it first", 409)
         return Response(gone)
@@ -328,7 +326,7 @@ class ExecStop(Owned, WmlaView):
         job = self.get_object()
         services.stop_job(job.pk)
         job.refresh_from_db()
-        return Response(as_exec(job))
+        return Response(as_exec(job, status_of(job, request.user)))
 
 
 class ExecLog(Owned, WmlaView):
@@ -405,7 +403,8 @@ class ExecResult(Owned, WmlaView):
         return FileResponse(out, as_attachment=True, filename=name, content_type="application/zip")
 
 
-def as_exec(job: Job) -> dict[str, Any]:
+def as_exec(job: Job, status: JobStatus) -> dict[str, Any]:
+    """The job as a WMLA exec; its workers and progress are ``status``'s (the pages' too)."""
     wmla = job.events.filter(kind="wmla").first()
     model = job.model_definition
     checking = model is not None and model.status == ModelDefinition.Status.CHECKING
@@ -421,13 +420,13 @@ def as_exec(job: Job) -> dict[str, Any]:
         "state": STATES[job.state],
         "edtState": job.state,
         "elastic": True,
-        "numWorker": s.workers_now(job),
+        "numWorker": status.workers,
         "maxWorkers": job.max_workers,
         "priority": job.priority,
         "createTime": _utc(job.created_at),
         "startTime": _utc(job.started_at),
         "endTime": _utc(job.finished_at),
-        "progress": s.progress_of(job),
+        "progress": status.progress,
         "error": job.error,
         "args": wmla.data.get("args", "") if wmla else "",
         "modelCheck": {
@@ -477,7 +476,9 @@ class ConductorApplications(WmlaView):
         """Your execs as the instance group's applications (``state`` filters them)."""
         wanted = request.query_params.get("state")
         apps = []
-        for job in scoped(request, Job).filter(owner=request.user):
+        jobs = list(scoped(request, Job).filter(owner=request.user))
+        live = statuses(jobs, request.user)
+        for job in jobs:
             state = STATES[job.state]
             if wanted and state != wanted:
                 continue
@@ -486,7 +487,7 @@ class ConductorApplications(WmlaView):
                 "id": f"edt-job-{job.pk}", "name": job.name,
                 "driver": {"id": str(job.pk), "state": state},
                 "apprunduration": ran.total_seconds() / 60 if ran else 0.0,
-                "gpuslots": s.workers_now(job), "gpumemused": {"total": 0},
+                "gpuslots": live[job.pk].workers, "gpumemused": {"total": 0},
                 "gpudevutil": {"total": 0}, "executors": [],
             })  # fmt: skip
         return Response(apps)

@@ -5,7 +5,8 @@ from typing import Any
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
-from edtweb.dashboard.live import CLUSTER_GROUP, current_slots, visible_slots
+from edtweb.dashboard.slots import current_slots, visible_slots
+from edtweb.training.live import CLUSTER as CLUSTER_GROUP
 from edtweb.training.live import JOBS as JOBS_GROUP
 
 
@@ -74,7 +75,9 @@ class ClusterConsumer(AsyncJsonWebsocketConsumer):
 
 
 class JobConsumer(AsyncJsonWebsocketConsumer):
-    """One job's live updates: metrics with sequence numbers, events, state changes."""
+    """One job's live updates: metrics with sequence numbers, events, state changes, and
+    after each event or state change (or a step's batch of them) the job's status
+    (``training.status``), which the page shows as it is."""
 
     # WebSocket handlers ---------------------------------------------------------------
 
@@ -107,6 +110,19 @@ class JobConsumer(AsyncJsonWebsocketConsumer):
         job = jobs.filter(pk=job_id).first()
         return job.group_name if job else None
 
+    @database_sync_to_async
+    def load_status(self) -> dict[str, Any] | None:
+        from edtweb.training.models import Job
+        from edtweb.training.status import status_of
+
+        job = Job.objects.filter(pk=self.job_id).first()
+        return status_of(job, self.scope["user"]).as_dict() if job else None
+
+    async def send_status(self) -> None:
+        status = await self.load_status()
+        if status is not None:  # None: the job was deleted meanwhile
+            await self.send_json({"type": "status", "status": status})
+
     # Group message handlers -------------------------------------------------------------
 
     async def job_metrics(self, event: dict[str, Any]) -> None:
@@ -120,17 +136,21 @@ class JobConsumer(AsyncJsonWebsocketConsumer):
         )
 
     async def jobs_updates(self, event: dict[str, Any]) -> None:
-        """A scheduler step's events and state changes of every job: this job's."""
-        for update in event["updates"]:
-            if update["job"] == self.job_id:
-                message = update["message"]
-                if message["type"] == "job.event":
-                    await self.job_event(message)
-                elif message["type"] == "job.state":
-                    await self.job_state(message)
+        """A scheduler step's events and state changes of every job: this job's, then its
+        status once."""
+        mine = [u["message"] for u in event["updates"] if u["job"] == self.job_id]
+        for message in mine:
+            if message["type"] == "job.event":
+                await self.send_json({"type": "event", "event": message["event"]})
+            elif message["type"] == "job.state":
+                await self.send_json({"type": "state", "state": message["state"]})
+        if mine:
+            await self.send_status()
 
     async def job_event(self, event: dict[str, Any]) -> None:
         await self.send_json({"type": "event", "event": event["event"]})
+        await self.send_status()
 
     async def job_state(self, event: dict[str, Any]) -> None:
         await self.send_json({"type": "state", "state": event["state"]})
+        await self.send_status()

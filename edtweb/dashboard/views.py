@@ -8,7 +8,7 @@ from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import render
 
-from edtweb.dashboard.live import current_slots
+from edtweb.dashboard.slots import current_slots
 from edtweb.redis_server import ping_error
 
 

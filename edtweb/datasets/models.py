@@ -26,6 +26,8 @@ class Dataset(models.Model):
     error = models.TextField(blank=True)
     progress = models.FloatField(default=0.0, help_text="preparation, 0..1")
     created_at = models.DateTimeField(auto_now_add=True)
+    # Starts of the preparation: a start after the second loss of its process fails it.
+    attempts = models.PositiveSmallIntegerField(default=0)
 
     class Meta:
         ordering = ["-created_at"]

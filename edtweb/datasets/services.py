@@ -1,21 +1,24 @@
-"""Datasets: receive an archive in resumable chunks, then prepare it in a child process
-(safe extraction, format detection, counts, thumbnails)."""
+"""Datasets: receive an archive in resumable chunks, then prepare it on a worker host's
+control worker (safe extraction, format detection, counts, thumbnails)."""
 
 from __future__ import annotations
 
 import logging
 import shutil
-import subprocess
-import sys
 import time
 from typing import Any
 
 from django.conf import settings
+from django.db.models import F
 
 from edtweb.datasets.models import Dataset
 
 log = logging.getLogger("edt.datasets")
 THUMBS_PER_CLASS = 4
+TRIES = 2  # a preparation whose process died is run once more; the next loss fails it
+INTERRUPTED = (
+    "the dataset preparation was interrupted twice (its worker died); upload again or ask an admin"
+)
 
 
 class UploadError(ValueError):
@@ -73,7 +76,11 @@ def append_chunk(dataset: Dataset, start: int, chunk: bytes) -> int:
 
 
 def finish_upload(dataset: Dataset) -> None:
-    """All bytes are in: prepare the dataset in a child process (it can take a while)."""
+    """All bytes are in: prepare the dataset on a worker host's control worker (it can take
+    a while; ``manage.py edt_prepare_dataset``, workers/control.py)."""
+    from edtweb.celery import queue_control
+    from workers.control import PREPARE_DATASET
+
     if dataset.received != dataset.size:
         raise UploadError(
             f"only {dataset.received:,} of {dataset.size:,} bytes arrived", 409, dataset.received
@@ -82,17 +89,38 @@ def finish_upload(dataset: Dataset) -> None:
         status=Dataset.Status.PREPARING
     )
     if updated:
-        subprocess.Popen(
-            [sys.executable, "manage.py", "edt_prepare_dataset", str(dataset.pk)],
-            cwd=settings.BASE_DIR,
-            start_new_session=True,
-            stdout=subprocess.DEVNULL,
-            stderr=(dataset.root / "prepare.log").open("ab"),
-        )
+        queue_control(PREPARE_DATASET, dataset.pk, str(dataset.root / "prepare.log"),
+                      lambda why: fail(dataset, f"the preparation {why}"))  # fmt: skip
+
+
+def run_preparation(dataset_pk: int) -> None:
+    """The preparation (what ``edt_prepare_dataset`` runs), if this start may run it."""
+    if _begin_preparation(dataset_pk):
+        prepare(Dataset.objects.get(pk=dataset_pk))
+
+
+def _begin_preparation(dataset_pk: int) -> bool:
+    """Count this start of the preparation (a claim: only a PREPARING dataset is prepared).
+    False when there is nothing to prepare, or when this start follows a second loss of its
+    process: the dataset is then failed with a message that says so."""
+    claimed = Dataset.objects.filter(pk=dataset_pk, status=Dataset.Status.PREPARING).update(
+        attempts=F("attempts") + 1
+    )
+    if claimed != 1:
+        return False
+    dataset = Dataset.objects.get(pk=dataset_pk)
+    if dataset.attempts <= TRIES:
+        if dataset.attempts > 1:
+            log.warning("dataset %s: its preparation was interrupted; again", dataset_pk)
+        return True
+    fail(dataset, INTERRUPTED)
+    return False
 
 
 def prepare(dataset: Dataset) -> None:
-    """Extract, detect, describe, draw thumbnails; the dataset ends READY or FAILED."""
+    """Extract, detect, describe, draw thumbnails; the dataset ends READY or FAILED. A start
+    after an interrupted one extracts again while the archive is there (what the other left
+    is removed first), else describes what it extracted."""
     from edtweb.datasets.archive import ArchiveError, extract
     from workers.learner.datasets import DatasetError
 
@@ -105,8 +133,11 @@ def prepare(dataset: Dataset) -> None:
             Dataset.objects.filter(pk=dataset.pk).update(progress=fraction)
 
     try:
-        extract(dataset.archive_path, dataset.data_dir, progress=progress, name=dataset.filename)
-        dataset.archive_path.unlink(missing_ok=True)
+        if dataset.archive_path.exists():
+            shutil.rmtree(dataset.data_dir, ignore_errors=True)
+            extract(dataset.archive_path, dataset.data_dir, progress=progress,
+                    name=dataset.filename)  # fmt: skip
+            dataset.archive_path.unlink(missing_ok=True)
         describe_and_draw(dataset)
     except (ArchiveError, DatasetError) as exc:
         fail(dataset, str(exc))

@@ -25,6 +25,9 @@ class ModelDefinition(models.Model):
     error_line = models.TextField(blank=True)
     warnings = models.JSONField(default=list, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
+    # Starts of the check: a start after the second loss of its process fails the model.
+    attempts = models.PositiveSmallIntegerField(default=0)
+    check_started = models.DateTimeField(null=True, blank=True)  # this start of the check
 
     class Meta:
         ordering = ["-created_at"]

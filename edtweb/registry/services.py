@@ -1,22 +1,16 @@
-"""Model definitions: store the uploaded code, then check it with a time limit in a
-background job (``manage.py edt_check_model``, as datasets are prepared) whose child runs
-the user's code: never in the web process, never lost to a restart of the web."""
+"""Model definitions: store the uploaded code, then check it with a time limit on a worker
+host's control worker (``manage.py edt_check_model``, as datasets are prepared) whose child
+runs the user's code: never in the web process, never lost to a restart of the web."""
 
 from __future__ import annotations
 
-import datetime
 import logging
-import os
 import shutil
-import subprocess
-import sys
-import threading
-import time
 from pathlib import Path
 from typing import Any
 
-from django.conf import settings
 from django.db import close_old_connections
+from django.db.models import F
 from django.utils import timezone
 
 from edtweb.registry.models import ModelDefinition
@@ -50,6 +44,8 @@ def create(
     )
     code = model.root / "code"
     try:
+        # What a row that had this id before left (one rolled back: SQLite gives it again).
+        shutil.rmtree(model.root, ignore_errors=True)
         code.mkdir(parents=True, exist_ok=True)
         if is_py:
             (code / model.entry).write_bytes(content)
@@ -101,42 +97,25 @@ def _guess_entry(candidates: list[str]) -> str:
 
 
 CHECK_TIMEOUT = 60.0  # seconds for loading, building and one batch (validate's limit)
-RESTARTS = 2  # an interrupted check is started again this many times, then failed
-STARTING = 30  # seconds a new model may wait for its check to start
+TRIES = 2  # a check whose process died is run once more; the next loss fails the model
+INTERRUPTED = (
+    "the model check was interrupted twice (its worker died); upload again or ask an admin"
+)
 
 
 def start_check(model: ModelDefinition, data: Path | None = None, wait: bool = False) -> None:
-    """Check the model: in a detached ``manage.py edt_check_model`` (it outlives a restart
-    of the web), or here when ``wait`` (at install, for the examples). Either way the user's
-    code runs in validate's sandboxed child, never in this process."""
+    """Check the model: by a worker host's control worker (``manage.py edt_check_model``,
+    workers/control.py), or here when ``wait`` (at install, for the examples). Either way the
+    user's code runs in validate's sandboxed child, never in this process."""
+    from edtweb.celery import queue_control
+    from workers.control import CHECK_MODEL
+
     if wait:
         run_check(model.pk, data)
         return
     model.root.mkdir(parents=True, exist_ok=True)
-    with (model.root / "check.log").open("ab") as err:
-        proc = subprocess.Popen(
-            [sys.executable, "manage.py", "edt_check_model", str(model.pk)],
-            cwd=settings.BASE_DIR,
-            start_new_session=True,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=err,
-        )
-    _write_pid_file(model.pk, f"{proc.pid} {time.time()} command")
-    threading.Thread(target=proc.wait, daemon=True).start()  # reaped, never a zombie
-
-
-def _pid_file(model_pk: int) -> Path:
-    return Path(settings.EDT_DATA_DIR) / "models" / str(model_pk) / "check.pid"
-
-
-def _write_pid_file(model_pk: int, text: str) -> None:
-    """Replace the pid file whole: a reader (any page's look for dead checkers) never sees
-    it empty or half written, which it would take for a checker gone, and start another."""
-    path = _pid_file(model_pk)
-    part = path.with_name(f"{path.name}.{os.getpid()}.{threading.get_ident()}")
-    part.write_text(text)
-    os.replace(part, path)
+    queue_control(CHECK_MODEL, model.pk, str(model.root / "check.log"),
+                  lambda why: _fail_check(model.pk, f"the model check {why}"))  # fmt: skip
 
 
 def run_check(model_pk: int, data: Path | None = None) -> None:
@@ -144,12 +123,9 @@ def run_check(model_pk: int, data: Path | None = None) -> None:
     a job waiting for it is woken or failed with the check's error."""
     from workers.learner.validate import validate
 
-    pid_file = _pid_file(model_pk)
-    if not pid_file.parent.exists():
-        return
-    command = "edt_check_model" in " ".join(sys.argv)
-    _write_pid_file(model_pk, f"{os.getpid()} {time.time()} {'command' if command else 'here'}")
     close_old_connections()
+    if not _begin_check(model_pk):
+        return
     try:
         model = ModelDefinition.objects.get(pk=model_pk)
         result = validate(model.entry_path, data=data, timeout=CHECK_TIMEOUT)
@@ -167,12 +143,33 @@ def run_check(model_pk: int, data: Path | None = None) -> None:
         ModelDefinition.objects.filter(pk=model_pk).update(
             status=ModelDefinition.Status.INVALID, error=f"the check itself failed: {exc}"
         )
-    finally:
-        checker = _checker_of(model_pk)
-        if checker and checker[0] == os.getpid():  # not a checker started in its place
-            pid_file.unlink(missing_ok=True)
     _after_check(model_pk)
     close_old_connections()
+
+
+def _begin_check(model_pk: int) -> bool:
+    """Count this start of the model's check (a claim: only a CHECKING model is checked).
+    False when there is nothing to check, or when this start follows a second loss of the
+    check's process: the model is then failed with a message that says so."""
+    claimed = ModelDefinition.objects.filter(
+        pk=model_pk, status=ModelDefinition.Status.CHECKING
+    ).update(attempts=F("attempts") + 1, check_started=timezone.now())
+    if claimed != 1:
+        return False
+    attempts = ModelDefinition.objects.get(pk=model_pk).attempts
+    if attempts <= TRIES:
+        if attempts > 1:
+            log.warning("model %s: its check was interrupted; checking it again", model_pk)
+        return True
+    _fail_check(model_pk, INTERRUPTED)
+    return False
+
+
+def _fail_check(model_pk: int, message: str) -> None:
+    ModelDefinition.objects.filter(pk=model_pk, status=ModelDefinition.Status.CHECKING).update(
+        status=ModelDefinition.Status.INVALID, error=message
+    )
+    _after_check(model_pk)
 
 
 def _after_check(model_pk: int) -> None:
@@ -193,62 +190,12 @@ def _after_check(model_pk: int) -> None:
 
 
 def check_progress(model: ModelDefinition) -> dict[str, Any] | None:
-    """A check in progress: seconds since it started and its limit (None: not checking)."""
+    """A check in progress: seconds since it started (or was asked for, while it waits for
+    a control worker) and its limit (None: not checking)."""
     if model.status != ModelDefinition.Status.CHECKING:
         return None
-    checker = _checker_of(model.pk)
-    started = checker[1] if checker else model.created_at.timestamp()
-    return {"seconds": max(0.0, time.time() - started), "limit": CHECK_TIMEOUT}
-
-
-def recover_stale_checks() -> None:
-    """Models left CHECKING by a checker that is gone (the host restarted, it was killed):
-    checked again, or after RESTARTS tries failed with a message that says so."""
-    fresh = timezone.now() - datetime.timedelta(seconds=STARTING)
-    for model in ModelDefinition.objects.filter(status=ModelDefinition.Status.CHECKING):
-        if _checker_alive(model.pk):
-            continue
-        if not _pid_file(model.pk).exists() and model.created_at > fresh:
-            continue  # just uploaded: its check is being started
-        restarts = model.root / "check.restarts"
-        tries = int(restarts.read_text() or 0) if restarts.exists() else 0
-        if tries >= RESTARTS:
-            ModelDefinition.objects.filter(pk=model.pk, status="CHECKING").update(
-                status=ModelDefinition.Status.INVALID,
-                error=f"the model check was interrupted {tries + 1} times (the platform "
-                "restarted or the check was killed); upload the model again",
-            )
-            _after_check(model.pk)
-            continue
-        log.warning("model %s: its check is gone; checking it again", model.pk)
-        restarts.write_text(str(tries + 1))
-        start_check(model)
-
-
-def _checker_of(model_pk: int) -> tuple[int, float, str] | None:
-    """What the pid file says: the checker's pid, when it started and how it runs."""
-    try:
-        pid, started, how = _pid_file(model_pk).read_text().split()[:3]
-        return int(pid), float(started), how
-    except (OSError, ValueError):  # no file, or not three fields
-        return None
-
-
-def _checker_alive(model_pk: int) -> bool:
-    """The process named in the pid file still runs the model's check: the detached
-    command, or a platform process that runs it itself (``wait``)."""
-    checker = _checker_of(model_pk)
-    if checker is None:
-        return False
-    pid, _started, how = checker
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
-    except OSError:
-        return False
-    if stat.rsplit(")", 1)[-1].split()[0] in ("Z", "X"):  # exited, not yet reaped
-        return False
-    return how == "here" or b"edt_check_model" in cmdline
+    started = model.check_started or model.created_at
+    return {"seconds": max(0.0, (timezone.now() - started).total_seconds()), "limit": CHECK_TIMEOUT}
 
 
 def create_examples(owner: Any, examples: Path) -> list[ModelDefinition]:

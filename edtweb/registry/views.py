@@ -24,14 +24,12 @@ def model_list(request: HttpRequest) -> HttpResponse:
             return redirect("model", model.pk)
         except services.ModelUploadError as exc:
             error = str(exc)
-    services.recover_stale_checks()
     context = {"models": owned(request, ModelDefinition), "error": error, "nav": "models"}
     return render(request, "registry/list.html", context)
 
 
 @login_required
 def model_detail(request: HttpRequest, pk: int) -> HttpResponse:
-    services.recover_stale_checks()
     model = get_owned(request, ModelDefinition, pk)
     source = model.entry_path.read_text(errors="replace") if model.entry_path.exists() else ""
     check = services.check_progress(model)

@@ -10,17 +10,17 @@ from edtweb.training.models import PRECISION_CHOICES
 from edtweb.training.validation import (
     BOUNDS,
     DEFAULTS,
+    Refused,
     html_limits,
-    submission_errors,
     train_samples,
-    validators,
+    validated,
 )
 
 
 def bounded(kind: Any, name: str, **kw: Any) -> Any:
-    """A number field whose bounds, message and default come from ``validation``."""
-    kw.setdefault("initial", DEFAULTS[name])
-    field = kind(validators=validators(name), **kw)
+    """A number field showing the default and the bounds of ``validation`` (its input's
+    ``min`` and ``max``); the bounds are judged with the other rules, in ``clean``."""
+    field = kind(initial=DEFAULTS[name], **kw)
     field.widget.attrs.update(html_limits(name))
     return field
 
@@ -39,9 +39,8 @@ class TrainForm(forms.Form):
         help_text="the global batch: the same at any number of workers",
     )  # fmt: skip
     max_workers = bounded(
-        forms.IntegerField, "max_workers", initial=4,  # a suggestion; the API's default is 1
-        help_text="the most GPUs (slots) this job may hold",
-    )  # fmt: skip
+        forms.IntegerField, "max_workers", help_text="the most GPUs (slots) this job may hold"
+    )
     min_workers = bounded(
         forms.IntegerField, "min_workers", help_text="fewer than this and the job waits"
     )
@@ -74,9 +73,14 @@ class TrainForm(forms.Form):
                 self.initial[name] = newest.pk if newest else None
 
     def clean(self) -> dict[str, Any]:
+        """The submission judged once, when each of its values could be read (a field that
+        could not already says so); ``submission`` is what the job is built from."""
         data = super().clean() or {}
-        errors = submission_errors(data, train_samples(data.get("dataset")))
-        for name, message in errors.items():
-            if name in data:
+        if any(name not in data for name in DEFAULTS):
+            return data
+        try:
+            data["submission"] = validated(data, train_samples(data.get("dataset")))
+        except Refused as refused:
+            for name, message in refused.errors.items():
                 self.add_error(name, message)
         return data

@@ -1,4 +1,5 @@
-"""What the job pages read over HTTP: metrics (downsampled), state, logs, files, previews."""
+"""What the job pages read over HTTP: metrics (downsampled), logs, files, previews (the
+job's live state is ``training.status``)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ from typing import Any, BinaryIO
 from django.db.models import F
 
 from edtweb.training.models import Job, Metric
+from scheduler.live.snapshot import BY_SERVICE, BY_SPEEDUP, SnapshotBuilder
+from scheduler.live.speedups import Curves
 from scheduler.policies import decide
 from scheduler.store import Store
 
@@ -54,52 +57,6 @@ def events(job: Job) -> list[dict[str, Any]]:
         }
         for e in job.events.all()
     ]
-
-
-def members(job: Job) -> list[str]:
-    """The slots of the job's current generation (none unless it is running)."""
-    if job.state != Job.State.RUNNING:
-        return []
-    from edtweb.training.services import allocations
-
-    return list(allocations().of(job.pk).members)
-
-
-def eta_seconds(job: Job) -> float | None:
-    """Seconds left at the pace of the last 50 iterations (None before there is a pace)."""
-    recent = list(Metric.objects.filter(job=job, kind="train").order_by("-step")
-                  .values_list("step", "time")[:50])  # fmt: skip
-    if job.state != Job.State.RUNNING or len(recent) < 2 or not job.total_steps:
-        return None
-    (last_step, last_time), (first_step, first_time) = recent[0], recent[-1]
-    pace = (last_time - first_time) / max(last_step - first_step, 1)
-    return max(0.0, (job.total_steps - last_step) * pace)
-
-
-def telemetry(job: Job) -> list[dict[str, Any]]:
-    """The job's slots with their latest telemetry (utilisation, memory)."""
-    held = set(members(job))
-    if not held:
-        return []
-    from edtweb.training.services import redis_client
-
-    slots = Store(redis_client()).list_slots()
-    return [{"slot": s.slot_id, "state": s.state, **s.telemetry} for s in slots
-            if s.slot_id in held]  # fmt: skip
-
-
-def state(job: Job) -> dict[str, Any]:
-    return {
-        "workers": len(members(job)),
-        "eta": eta_seconds(job),
-        "telemetry": telemetry(job),
-        "id": job.pk,
-        "state": job.state,
-        "priority": job.priority,
-        "steps_done": job.steps_done,
-        "total_steps": job.total_steps,
-        "error": job.error,
-    }
 
 
 def log_names(job: Job) -> list[str]:
@@ -155,8 +112,10 @@ def downloadable(job: Job, name: str) -> Path | None:
 
 def preview(job: Job, priority: int, user: Any) -> dict[str, Any]:
     """What the scheduler would decide if ``job`` had ``priority``: "B 5, A 3". The same
-    snapshot as the scheduler's: its policy, its usable slots, joiners counted."""
-    from edtweb.training.scheduling import schedulable_jobs, snapshot
+    snapshot as the scheduler's (scheduler/live/snapshot.py): its policy, its usable slots,
+    joiners counted, each job's attained service and, for the speedup-aware policy, the
+    same speedup curves."""
+    from edtweb.training.live_adapter import observed_rates, schedulable_jobs
     from edtweb.training.services import allocations, redis_client
 
     record = allocations()
@@ -165,7 +124,15 @@ def preview(job: Job, priority: int, user: Any) -> dict[str, Any]:
     if not active:
         return {"targets": {}, "text": "the job is not running"}
     held = {pk: len(a.slots) for pk, a in record.jobs.items()}
-    decision = decide(snapshot(active, capacity, held, {job.pk: priority}), record.policy)
+    speedups = {}
+    if record.policy in BY_SPEEDUP:
+        curves = Curves(observed_rates)
+        speedups = {j.pk: curves.curve(j.pk, j.max_workers) for j in active}
+    attained = dict(record.attained) if record.policy in BY_SERVICE else {}
+    snapshot = SnapshotBuilder().build(
+        active, capacity, held, speedups, attained, {job.pk: priority}
+    )
+    decision = decide(snapshot, record.policy)
     names = {
         str(j.pk): (j.name if user.is_staff or j.owner_id == user.pk else "others") for j in active
     }

@@ -1,6 +1,8 @@
-"""Pushing a job's updates to its pages (group ``job.<id>``) and allocations to the Cluster
-page (group ``cluster``). Sequence numbers let a page notice a gap and reload its history:
-a channel layer drops messages past its capacity without a word.
+"""The one module that pushes to the pages: a job's updates to its pages (group
+``job.<id>``), allocations and the slots to the Cluster page (group ``cluster``). Group
+names are constants or come from job ids, never from user text. Sequence numbers let a
+page notice a gap and reload its history: a channel layer drops messages past its capacity
+without a word.
 
 Inside :func:`batched` (the scheduler's step), pushes are collected and sent once at the
 end, in one call: every allocation change in one ``cluster`` message, every job's events
@@ -157,3 +159,8 @@ def publish_event(job_id: int, event: Any) -> None:
 def publish_state(job_id: int, state: str) -> None:
     _send(group_of(job_id), {"type": "job.state", "state": state})
     _send(CLUSTER, {"type": "cluster.allocation", "job": job_id, "state": state, "at": time.time()})
+
+
+def publish_slots(slots: list[dict[str, Any]]) -> None:
+    """The slots with their jobs, as the scheduler last recorded them (its publisher)."""
+    _send(CLUSTER, {"type": "cluster.slots", "slots": slots})

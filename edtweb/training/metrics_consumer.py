@@ -17,15 +17,13 @@ with an older cursor) is dropped by step 1: no record is lost or stored twice. R
 found records are at least ``LIVE_INTERVAL`` apart, so records arriving meanwhile are stored
 and sent together (pages redraw no faster, and 50 open pages must not cost a transaction
 each). One consumer is active at a time (a Redis lease); others stand by. Redis or the
-database away only slows the loop down (backoff), it never ends it.
+database away only slows the loop down (backoff), it never ends it: both are the lease loop's
+(``scheduler/lease_loop.py``).
 """
 
 from __future__ import annotations
 
 import logging
-import os
-import socket
-import threading
 import time
 from datetime import timedelta
 from typing import Any
@@ -35,8 +33,10 @@ from django.utils import timezone
 
 from edtweb.training import live, services
 from edtweb.training.models import Job
-from scheduler.retry import Backoff
-from scheduler.store import METRICS_LEASE_KEY, JobStore, Store
+from protocol.jobstore import JobStore
+from protocol.keys import METRICS_LEASE_KEY
+from scheduler.lease_loop import LeaseLoop
+from scheduler.store import Store
 
 log = logging.getLogger("edt.metrics")
 
@@ -54,46 +54,27 @@ def watched_jobs() -> set[int]:
     return set(Job.objects.filter(Q(state__in=Job.ACTIVE) | ended).values_list("pk", flat=True))
 
 
-class MetricsConsumer:
+class MetricsConsumer(LeaseLoop):
     def __init__(self, store: Store, lease_ms: int = 5000) -> None:
-        self.store = store
-        self.lease_ms = lease_ms
-        self.holder = f"{socket.gethostname()}:{os.getpid()}"
+        super().__init__(store, "metrics consumer", METRICS_LEASE_KEY, lease_ms, log)
         self.cursors: dict[int, str] = {}  # job -> the last stream id stored
         self.watched_at = float("-inf")
-        self.active = False
-        self.stopping = threading.Event()
-        self.backoff = Backoff(cap=2.0)
 
-    # The loop ------------------------------------------------------------------------------
+    # The loop (scheduler/lease_loop.py) ----------------------------------------------------
 
-    def run(self) -> None:
-        log.info("metrics consumer %s started", self.holder)
-        while not self.stopping.is_set():
-            started = time.monotonic()
-            try:
-                stored = self.round()
-            except Exception as exc:
-                self.failed(exc)
-                continue
-            if self.backoff.succeeded():
-                log.info("metrics consumer: Redis and the database answer again")
-            if stored or not self.active:
-                wait = LIVE_INTERVAL if self.active else 1.0
-                self.stopping.wait(max(0.0, wait - (time.monotonic() - started)))
-        try:
-            self.store.release_lease(self.holder, METRICS_LEASE_KEY)
-        except Exception as exc:  # Redis away: the lease expires by itself
-            log.warning("could not release the metrics lease: %s", exc)
-        log.info("metrics consumer stopped")
+    def work(self) -> float:
+        """One round; rounds that stored records are ``LIVE_INTERVAL`` apart, standby
+        tries a second apart (an idle active round already waited on the streams)."""
+        started = time.monotonic()
+        stored = self.round()
+        if self.active and not stored:
+            return 0.0
+        wait = LIVE_INTERVAL if self.active else 1.0
+        return max(0.0, wait - (time.monotonic() - started))
 
-    def failed(self, exc: Exception) -> None:
-        delay = self.backoff.failed()
-        if self.backoff.failures == 1:
-            log.exception("metrics round failed; retrying with backoff")
-        else:
-            log.warning("metrics round failed again (%s); next try in %.1f s", exc, delay)
-        self.stopping.wait(delay)
+    def changed(self) -> None:
+        self.cursors = {}  # another consumer may have moved them meanwhile
+        self.watched_at = float("-inf")
 
     def round(self, block: float = 1.0) -> int:
         """Wait up to ``block`` seconds for records and store what came; returns how many
@@ -107,16 +88,6 @@ class MetricsConsumer:
         batches = self.store.read_streams({str(j): c for j, c in self.cursors.items()}, block,
                                           BATCH)  # fmt: skip
         return sum(self.take(int(job), entries) for job, entries in batches.items())
-
-    def hold_lease(self) -> bool:
-        active = self.store.acquire_lease(self.holder, self.lease_ms, METRICS_LEASE_KEY)
-        if active != self.active:
-            log.info("metrics consumer %s is %s", self.holder,
-                     "active" if active else "standing by")  # fmt: skip
-            self.cursors = {}  # another consumer may have moved them meanwhile
-            self.watched_at = float("-inf")
-        self.active = active
-        return active
 
     def watch(self) -> None:
         """Follow new jobs from their cursor in Redis; forget those no longer watched."""

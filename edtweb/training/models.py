@@ -1,8 +1,7 @@
 from __future__ import annotations
 
-from datetime import datetime
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
 from django.conf import settings
 from django.core.validators import MaxValueValidator, MinValueValidator
@@ -10,7 +9,7 @@ from django.db import connections, models, router
 from django.utils import timezone
 
 from edtweb.training.validation import BOUNDS, DEFAULTS
-from workers.learner.spec import PRECISIONS, JobSpec
+from workers.learner.submission import PRECISIONS
 
 PRECISION_CHOICES = [(p, p) for p in PRECISIONS]
 PRIORITY = BOUNDS["priority"]
@@ -46,24 +45,26 @@ class Job(models.Model):
         validators=[MinValueValidator(PRIORITY.low), MaxValueValidator(PRIORITY.high)],
     )
     max_workers = models.PositiveIntegerField(
-        default=1, validators=[MinValueValidator(BOUNDS["max_workers"].low)]
+        default=DEFAULTS["max_workers"], validators=[MinValueValidator(BOUNDS["max_workers"].low)]
     )
     min_workers = models.PositiveIntegerField(
-        default=1, validators=[MinValueValidator(BOUNDS["min_workers"].low)]
+        default=DEFAULTS["min_workers"], validators=[MinValueValidator(BOUNDS["min_workers"].low)]
     )
     epochs = models.PositiveIntegerField(
-        default=1, validators=[MinValueValidator(BOUNDS["epochs"].low)]
+        default=DEFAULTS["epochs"], validators=[MinValueValidator(BOUNDS["epochs"].low)]
     )
     batch_size = models.PositiveIntegerField(
-        default=64, validators=[MinValueValidator(BOUNDS["batch_size"].low)]
+        default=DEFAULTS["batch_size"], validators=[MinValueValidator(BOUNDS["batch_size"].low)]
     )
-    max_micro_batch = models.PositiveIntegerField(default=0, help_text="0: no cap")
-    lr = models.FloatField(default=0.01)
+    max_micro_batch = models.PositiveIntegerField(
+        default=DEFAULTS["max_micro_batch"], help_text="0: no cap"
+    )
+    lr = models.FloatField(default=DEFAULTS["lr"])
     seed = models.IntegerField(default=0)
-    checkpoint_every = models.PositiveIntegerField(default=1)
+    checkpoint_every = models.PositiveIntegerField(default=DEFAULTS["checkpoint_every"])
     collective_timeout = models.FloatField(default=30.0)
     precision = models.CharField(
-        max_length=4, choices=PRECISION_CHOICES, default="fp32",
+        max_length=4, choices=PRECISION_CHOICES, default=DEFAULTS["precision"],
         help_text="bf16: autocast on CPU or GPU; fp16: GPU only, with a gradient scaler",
     )  # fmt: skip
     created_at = models.DateTimeField(auto_now_add=True)
@@ -87,7 +88,7 @@ class Job(models.Model):
 
     @property
     def store_id(self) -> str:
-        """The job's id in Redis (scheduler/store.py)."""
+        """The job's id in Redis (protocol/keys.py)."""
         return str(self.pk)
 
     @property
@@ -97,48 +98,6 @@ class Job(models.Model):
     @property
     def spec_path(self) -> Path:
         return self.workdir / "spec.json"
-
-    def spec(self) -> JobSpec:
-        return JobSpec(
-            job_id=self.store_id, model=self.model_path, data=self.data_path,
-            workdir=str(self.workdir), batch_size=self.batch_size,
-            max_micro_batch=self.max_micro_batch, epochs=self.epochs, lr=self.lr,
-            seed=self.seed, checkpoint_every=self.checkpoint_every,
-            collective_timeout=self.collective_timeout, precision=self.precision,
-        )  # fmt: skip
-
-
-NEW_BY_ID = 500  # at most this many new jobs' times are read by id; more: every job's
-
-
-class JobRow(NamedTuple):
-    """The fields of a job the scheduler reads on every step, as one row: thousands of jobs
-    per step are read without building a model instance for each."""
-
-    pk: int
-    name: str
-    state: str
-    priority: int
-    max_workers: int
-    min_workers: int
-    collective_timeout: float
-    created_at: datetime
-
-    @classmethod
-    def of(cls, jobs: Any, created: dict[int, datetime] | None = None) -> list[JobRow]:
-        """The rows of the queryset ``jobs``. With ``created`` (a cache kept between calls:
-        a job's submission time never changes), only the times of the jobs not in it yet
-        are read, and parsed; those of jobs no longer in ``jobs`` are dropped now and then."""
-        if created is None:
-            return [cls(*row) for row in jobs.values_list(*cls._fields)]
-        rows = list(jobs.values_list(*cls._fields[:-1]))
-        new = [row[0] for row in rows if row[0] not in created]
-        if len(new) > NEW_BY_ID or len(created) > 2 * len(rows) + NEW_BY_ID:
-            created.clear()  # every active job's, afresh
-            created.update(jobs.values_list("pk", "created_at"))
-        elif new:
-            created.update(jobs.filter(pk__in=new).values_list("pk", "created_at"))
-        return [cls(*row, created[row[0]]) for row in rows if row[0] in created]  # type: ignore[call-arg]
 
 
 class JobEvent(models.Model):

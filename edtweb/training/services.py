@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
-import dataclasses
-import functools
 import logging
 import shutil
 from collections.abc import Iterable, Iterator
@@ -24,22 +22,15 @@ from django.db.models import F
 from django.db.models.functions import Greatest
 from django.utils import timezone
 
+from edtweb.redis_access import redis_client, store
 from edtweb.training import live
 from edtweb.training.models import Job, JobEvent, Metric
-from edtweb.training.validation import submission_errors
-from scheduler.store import AllocationRecord, JobStore, Store, connect
+from edtweb.training.validation import DEFAULTS, Refused, Submission, train_samples, validated
+from protocol.jobstore import JobStore
+from scheduler.store import AllocationRecord
+from workers.learner.spec import JobSpec
 
 log = logging.getLogger("edt.jobs")
-
-
-@functools.lru_cache(maxsize=4)
-def _client(url: str) -> redis.Redis:
-    return connect(url)
-
-
-def redis_client() -> redis.Redis:
-    """This process's Redis client (one per URL, so tests that switch Redis get theirs)."""
-    return _client(settings.REDIS_URL)
 
 
 def job_store(job_id: int) -> JobStore:
@@ -51,71 +42,71 @@ def allocations() -> AllocationRecord:
     answer for pages, API, WebSockets, chart, CLI and the priority preview. Empty while
     Redis is away."""
     try:
-        return Store(redis_client()).allocations()
+        return store().allocations()
     except redis.RedisError as exc:
         log.warning("could not read the allocation record: %s", exc)
         return AllocationRecord()
-
-
-def workers_now(job: Job) -> int:
-    """The members of the job's generation while it runs (joiners do not train yet)."""
-    if job.state != Job.State.RUNNING:
-        return 0
-    return len(allocations().of(job.pk).members)
 
 
 def spec_path(job_id: int) -> Path:
     return Path(settings.EDT_DATA_DIR) / "jobs" / str(job_id) / "spec.json"
 
 
-def submit_job(owner: Any, spec_extra: dict[str, Any] | None = None, **fields: Any) -> Job:
-    """Validate and queue a job; its spec is written for its learners (with ``spec_extra``:
-    a WMLA script's argv and the values it decides)."""
-    job = Job(owner=owner, **fields)
-    job.full_clean()
-    errors = submission_errors(fields)  # what the form and the API checked already
-    if errors:
-        raise ValidationError(errors)
+def submit_job(
+    owner: Any,
+    submission: Submission | None = None,
+    spec_extra: dict[str, Any] | None = None,
+    **fields: Any,
+) -> Job:
+    """Queue a job and write its learners' spec (with ``spec_extra``: a WMLA script's argv
+    and the values it decides).
+
+    ``submission``: what a submit path judged already (the Train form, the API, WMLA);
+    without it, the submission's values among ``fields`` are judged here, once (trusted
+    callers: tests, benchmarks). The other ``fields`` are the row's own (name, paths,
+    model and dataset): the row is checked for them only."""
+    if submission is None:
+        asked = {name: fields.pop(name) for name in DEFAULTS if name in fields}
+        try:
+            submission = validated(asked, train_samples(fields.get("dataset")))
+        except Refused as refused:
+            raise ValidationError(refused.errors) from None
+    if both := sorted(set(fields) & set(DEFAULTS)):
+        raise TypeError(f"values beside a judged submission: {both}")
+    train = train_samples(fields.get("dataset"))
+    fields.setdefault("total_steps", submission.epochs * (train // submission.batch_size))
+    job = Job(owner=owner, **fields, **submission.values())
+    job.full_clean(exclude=list(DEFAULTS))  # the submission's values were judged
     with transaction.atomic():
         job.save()
         _quietly(job_store(job.pk).forget, "clear stale live state")
         record_event(job.pk, "submitted", f"submitted with max {job.max_workers} worker(s)")
     shutil.rmtree(job.workdir, ignore_errors=True)  # a reused id starts with no old files
     job.workdir.mkdir(parents=True)
-    dataclasses.replace(job.spec(), **(spec_extra or {})).save(job.spec_path)
+    spec = JobSpec.of(
+        submission, job_id=job.store_id, model=job.model_path, data=job.data_path,
+        workdir=str(job.workdir), seed=job.seed, collective_timeout=job.collective_timeout,
+        **(spec_extra or {}),
+    )  # fmt: skip
+    spec.save(job.spec_path)
     wake_scheduler(f"submit {job.pk}")
     return job
 
 
-def submit_from_form(owner: Any, data: dict[str, Any]) -> Job:
-    """A job from the Train form: the model's entry file and the dataset's directory."""
+def submit_from_form(
+    owner: Any, data: dict[str, Any], spec_extra: dict[str, Any] | None = None
+) -> Job:
+    """A job from a submit path's cleaned data: ``model`` and ``dataset`` (the model's entry
+    file and the dataset's directory), an optional ``name``, and the ``submission`` the path
+    judged (without it, the values in ``data`` are judged by :func:`submit_job`)."""
     model, dataset = data["model"], data["dataset"]
-    train = dataset.summary.get("splits", {}).get("train", {}).get("count", 0)
-    fields = {
-        k: data[k]
-        for k in (
-            "epochs",
-            "batch_size",
-            "max_workers",
-            "min_workers",
-            "priority",
-            "checkpoint_every",
-            "lr",
-            "max_micro_batch",
-        )
-    }
-    fields["precision"] = data.get("precision", "fp32")
-    name = data.get("name") or f"{model.name} on {dataset.name}"
+    submission = data.get("submission")
+    asked = {} if submission else {k: v for k, v in data.items() if k in DEFAULTS}
     return submit_job(
-        owner,
-        name=name,
-        model_definition=model,
-        dataset=dataset,
-        model_path=str(model.entry_path),
-        data_path=str(dataset.data_dir),
-        total_steps=data["epochs"] * (train // data["batch_size"]),
-        **fields,
-    )
+        owner, submission, spec_extra, name=data.get("name") or f"{model.name} on {dataset.name}",
+        model_definition=model, dataset=dataset, model_path=str(model.entry_path),
+        data_path=str(dataset.data_dir), **asked,
+    )  # fmt: skip
 
 
 _batch: contextvars.ContextVar[list[JobEvent] | None] = contextvars.ContextVar(
@@ -203,12 +194,12 @@ def suspend_job(job_id: int, checkpoint_step: int) -> bool:
 
 
 def wake_scheduler(reason: str) -> None:
-    _quietly(lambda: Store(redis_client()).wake(reason), "wake the scheduler")
+    _quietly(lambda: store().wake(reason), "wake the scheduler")
 
 
 def _quietly(action: Any, what: str) -> None:
     """Redis away: the record in the database stands; the scheduler's periodic tick and a
-    fresh start rebuild the rest (DESIGN.md, "Sources of truth")."""
+    fresh start rebuild the rest (docs/architecture.md, "Sources of truth")."""
     try:
         action()
     except redis.RedisError as exc:

@@ -1,57 +1,36 @@
-"""What a job submission may ask for: the one place holding the bounds and the rules.
+"""The Django side of a job submission's rules: the bounds, defaults and rule function are
+``workers/learner/submission.py`` (free of Django, so the learner's driver uses them too).
 
-The Train form, the REST API's serializers (jobs and priority), the WMLA execs API and
-``services.submit_job`` all check a submission here, so each refuses the same impossible
-parameters with the same message. Field declarations take their bounds and validators
-from :func:`validators` (the HTML inputs' ``min``/``max`` and the OpenAPI schema's
-``minimum``/``maximum`` follow); the rules across fields are :func:`submission_errors`.
+Each submit path judges a submission once, with ``validated``: the Train form in its
+``clean``, the REST API and the WMLA execs API once the dataset is resolved
+(``serializers.judged``), ``services.submit_job`` for trusted callers that hand it raw
+values. Field declarations take their stated bounds from here (the HTML inputs'
+``min``/``max``, the OpenAPI schema's ``minimum``/``maximum``), never a rule of their own.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
 from django.core.validators import MaxValueValidator, MinValueValidator
 
+from workers.learner.submission import (
+    BOUNDS,
+    DEFAULTS,
+    Bound,
+    Refused,
+    Submission,
+    submission_errors,
+    validated,
+)
 
-@dataclass(frozen=True)
-class Bound:
-    low: float
-    high: float | None = None  # None: no upper bound
-
-    @property
-    def span(self) -> str:
-        return f"{self.low:g} or more" if self.high is None else f"{self.low:g} to {self.high:g}"
-
-    @property
-    def message(self) -> str:
-        return f"must be {self.span}"
-
-    def holds(self, value: float) -> bool:
-        return self.low <= value and (self.high is None or value <= self.high)
-
-
-BOUNDS: dict[str, Bound] = {
-    "epochs": Bound(1, 10_000),
-    "batch_size": Bound(1, 65_536),  # the effective (global) batch
-    "max_workers": Bound(1, 1024),
-    "min_workers": Bound(1, 1024),
-    "priority": Bound(1, 10_000),
-    "checkpoint_every": Bound(1, 1000),  # epochs
-    "lr": Bound(1e-8, 10.0),
-    "max_micro_batch": Bound(0),  # 0: no cap
-}
-
-DEFAULTS: dict[str, Any] = {
-    "epochs": 5, "batch_size": 64, "max_workers": 1, "min_workers": 1, "priority": 5000,
-    "checkpoint_every": 1, "lr": 0.01, "max_micro_batch": 0, "precision": "fp32",
-}  # fmt: skip
+__all__ = ["BOUNDS", "DEFAULTS", "Bound", "Refused", "Submission", "bounds", "html_limits",
+           "submission_errors", "train_samples", "validated", "validators"]  # fmt: skip
 
 
 def validators(field: str) -> list[Any]:
-    """The field's bounds as Django validators (DRF runs them too), with one message."""
+    """The field's bounds as Django validators (DRF runs them too), with one message: for
+    the fields outside a submission (a priority change)."""
     bound = BOUNDS[field]
     found: list[Any] = [MinValueValidator(bound.low, message=bound.message)]
     if bound.high is not None:
@@ -66,25 +45,6 @@ def html_limits(field: str) -> dict[str, str]:
     if bound.high is not None:
         attrs["max"] = f"{bound.high:g}"
     return attrs
-
-
-def submission_errors(values: Mapping[str, Any], train_samples: int = 0) -> dict[str, str]:
-    """Field -> why it is refused, for every rule ``values`` break: each field's bounds,
-    then the rules across fields (min workers at most max workers; the batch no larger than
-    the dataset's ``train_samples``, when known). Fields absent from ``values`` (already
-    refused, or left to their defaults) are not judged."""
-    errors = {
-        name: bound.message
-        for name, bound in BOUNDS.items()
-        if values.get(name) is not None and not bound.holds(values[name])
-    }
-    low, high = values.get("min_workers"), values.get("max_workers")
-    if low and high and "min_workers" not in errors and low > high:
-        errors["min_workers"] = f"cannot exceed max workers ({high})"
-    batch = values.get("batch_size")
-    if train_samples and batch and "batch_size" not in errors and batch > train_samples:
-        errors["batch_size"] = f"larger than the {train_samples} training samples"
-    return errors
 
 
 def bounds(request: Any) -> dict[str, Any]:

@@ -27,9 +27,10 @@ from django.views.decorators.http import require_GET, require_POST
 from edtweb.datasets.models import Dataset
 from edtweb.ownership import get_owned, owned
 from edtweb.registry.models import ModelDefinition
-from edtweb.training import history, services, waiting
+from edtweb.training import history, services
 from edtweb.training.forms import TrainForm
 from edtweb.training.models import Job, Metric
+from edtweb.training.status import status_of, statuses
 from edtweb.training.validation import BOUNDS
 
 CLONED = ("epochs", "batch_size", "max_workers", "min_workers", "priority", "checkpoint_every")
@@ -67,9 +68,10 @@ JOB_COLUMNS = [
 def job_list(request: HttpRequest) -> HttpResponse:
     jobs = list(owned(request, Job).select_related("dataset", "model_definition", "owner")[:200])
     best = best_accuracy([job.pk for job in jobs])
+    live = statuses(jobs, request.user)
     now = timezone.now()
     for job in jobs:
-        job.live = history.state(job) if job.state == Job.State.RUNNING else {}
+        job.status = live[job.pk]
         job.best = best.get(job.pk)
         ran = ((job.finished_at or now) - job.started_at) if job.started_at else None
         job.seconds = int(ran.total_seconds()) if ran else 0
@@ -93,13 +95,14 @@ def best_accuracy(job_ids: list[int]) -> dict[int, float]:
 @login_required
 def job_detail(request: HttpRequest, pk: int) -> HttpResponse:
     job = get_owned(request, Job, pk)
-    reason = waiting.reason(job, request.user)
+    status = status_of(job, request.user)
     context = {
         "job": job,
+        "status": status,
         "nav": "jobs",
         "logs": history.log_names(job),
         "checkpoints": history.checkpoints(job),
-        "waiting": reason,
+        "waiting": status.waiting,
         "duration": duration(job),
         "clone_url": clone_url(job),
     }
@@ -145,16 +148,16 @@ def job_metrics(request: HttpRequest, pk: int) -> JsonResponse:
 @login_required
 @require_GET
 def job_state(request: HttpRequest, pk: int) -> JsonResponse:
+    """The job's status (``training.status``: what the jobs list and the job page show),
+    with what the job page's poll also follows: its files and times."""
     job = get_owned(request, Job, pk)
-    # The job page's poll also follows its files; the jobs list (history.state) need not.
     files = {"logs": history.log_names(job), "checkpoints": history.checkpoints(job)}
-    explained = {"waiting": waiting.reason(job, request.user)}
     times = {
         "started": when(job.started_at),
         "ended": when(job.finished_at),
         "duration": duration(job),
     }
-    return JsonResponse({**history.state(job), **files, **explained, **times})
+    return JsonResponse({**status_of(job, request.user).as_dict(), **files, **times})
 
 
 def when(at: datetime | None) -> str:

@@ -7,10 +7,9 @@ from __future__ import annotations
 from typing import Any
 
 import redis
-from django.conf import settings
 
+from edtweb.redis_access import store
 from edtweb.training.models import Job
-from scheduler.store import Store, connect
 
 WAITING = (Job.State.QUEUED, Job.State.SUSPENDED)
 
@@ -39,13 +38,10 @@ def ordinal(n: int) -> str:
 
 def _slots() -> tuple[int, int]:
     """(alive slots, free slots) as the scheduler last published them."""
-    store = Store(connect(settings.REDIS_URL, timeout=2.0))
-    try:
-        alive = {s.slot_id for s in store.alive_slots()}
-        held = set(store.allocations().holder()) & alive
-        return len(alive), len(alive) - len(held)
-    finally:
-        store.r.close()
+    slots = store()
+    alive = {s.slot_id for s in slots.alive_slots()}
+    held = set(slots.allocations().holder()) & alive
+    return len(alive), len(alive) - len(held)
 
 
 def _label(job: Job, user: Any) -> str:

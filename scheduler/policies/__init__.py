@@ -1,7 +1,7 @@
 """Scheduling policies: pure functions ``decide(snapshot) -> Decision``.
 
 Nothing here imports Django, Redis, Celery or torch: the same code runs in the live
-scheduler and in the trace simulator (DESIGN.md, "Scheduling contract").
+scheduler and in the trace simulator (docs/architecture.md, "Scheduling contract").
 """
 
 from __future__ import annotations

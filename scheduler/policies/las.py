@@ -3,7 +3,7 @@ and with speedup-aware shares.
 
 **fairshare-las.** Exactly fairshare's weighted max-min shares among the admitted jobs, but
 when the minimums do not all fit, jobs are admitted by priority (highest first), then by
-least attained service (DESIGN.md, "Scheduling contract"), then submission. Attained
+least attained service (docs/architecture.md, "Scheduling contract"), then submission. Attained
 service (slot-seconds) is compared in coarse classes (below 1 slot-hour, then each class
 2x the last), as Tiresias discretises it, so two jobs with nearly equal service do not take
 turns evicting each other on every decision. A short job therefore never waits behind a

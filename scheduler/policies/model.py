@@ -2,7 +2,7 @@
 
 A policy is a pure function ``decide(snapshot) -> Decision``: the service builds the snapshot
 from the database and the live slots, the simulator from its own clock; neither lets a policy
-touch live state (DESIGN.md, "Scheduling contract").
+touch live state (docs/architecture.md, "Scheduling contract").
 """
 
 from __future__ import annotations

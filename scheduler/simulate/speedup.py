@@ -1,9 +1,9 @@
 """How much faster a job runs on n slots: Amdahl's law, fitted to the Pollux measurements.
 
-Why Amdahl fitted this way. Our engine keeps the global batch B constant whatever the number
-of workers (DESIGN.md, "Elastic training protocol"), so n workers each compute B/n samples
-and then all-reduce. From ``scalability/<app>.csv`` (step and sync times by replicas and
-local batch, measured on 6-64 GPUs) we fit, per application:
+Why Amdahl fitted this way. Our engine keeps the global batch B constant whatever the number of
+workers (docs/architecture.md, "Effective batch is constant"), so n workers each compute B/n
+samples and then all-reduce. From ``scalability/<app>.csv`` (step and sync times by replicas
+and local batch, measured on 6-64 GPUs) we fit, per application:
 
 1. compute time per step ``a + b·m`` for local batch m: least squares on step - sync time;
 2. exposed all-reduce time ``g + d·log2(n)``: least squares on the sync time of each

@@ -3,10 +3,12 @@ slot workers and learners), scheduler processes and the metrics consumer, and wh
 fault needs them web and scheduler under `make run`'s own supervisor; all share the test's
 Redis and database. A test kills what it wants (a learner, a slot worker, a host's whole
 process group, a scheduler, the web, Redis itself) and checks with ``assert_alive`` that
-every process is back."""
+every process is back. A control worker alone (``control_worker``) takes model checks and
+dataset preparations."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import threading
 import time
@@ -16,16 +18,21 @@ from typing import Any
 
 import psutil
 import pytest
+from celery import Celery
 from django.conf import settings
 from django.db import connection
 
 from edtweb import launcher
 from edtweb.redis_server import RedisServer, free_port
-from edtweb.supervisor import Supervisor
 from edtweb.training.models import Job
-from scheduler.store import ALIVE, SlotInfo, Store
+from protocol.keys import ALIVE
+from protocol.slots import SlotInfo
+from scheduler.store import Store
 from tests.harness.processes import PROJECT_DIR, Processes, subprocess_env
-from tests.harness.waiting import wait_for
+from tests.harness.waiting import load_factor, wait_for
+from workers.control import CONTROL_QUEUE
+from workers.launcher import ControlSpec
+from workers.supervisor import supervise_commands
 
 
 def live_env(redis_server: RedisServer) -> dict[str, str]:
@@ -36,11 +43,11 @@ def live_env(redis_server: RedisServer) -> dict[str, str]:
 
 class Supervised:
     """Some of the stack's processes under `make run`'s own supervisor, which restarts
-    whichever dies (edtweb/supervisor.py); its loop runs in a thread of the caller."""
+    whichever dies (workers/supervisor.py); its loop runs in a thread of the caller."""
 
     def __init__(self, commands: dict[str, str], env: dict[str, str], log: Path) -> None:
         self.log = log
-        self.supervisor = Supervisor(commands, env, str(PROJECT_DIR), out=log.open("w"))
+        self.supervisor = supervise_commands(commands, env, str(PROJECT_DIR), out=log.open("w"))
         self.thread = threading.Thread(target=self.supervisor.watch, name="supervisor",
                                        daemon=True)  # fmt: skip
         self.thread.start()
@@ -186,6 +193,26 @@ def cluster(
     stack = Cluster(store_redis, store, processes, tmp_path)
     yield stack
     stack.close()
+
+
+@pytest.fixture
+def control_worker(
+    redis_server: RedisServer, processes: Processes, transactional_db: None, tmp_path: Path
+) -> subprocess.Popen[str]:
+    """A control worker as a worker host starts it (model checks, dataset preparations),
+    sharing this test's database and data directory; answering once this returns."""
+    spec = ControlSpec("test-host")
+    env = spec.environment(live_env(redis_server), os.getpid())
+    with (tmp_path / "control.log").open("w") as log:
+        proc = subprocess.Popen(
+            spec.command(), cwd=PROJECT_DIR, env=env,
+            stdout=log, stderr=subprocess.STDOUT, text=True, start_new_session=True,
+        )  # fmt: skip
+    processes.started.append(proc)
+    celery = Celery(broker=redis_server.url, backend=redis_server.url)
+    ping = celery.send_task("edt.ping", queue=CONTROL_QUEUE)
+    assert ping.get(timeout=60 * load_factor())["pid"], "the control worker answers"
+    return proc
 
 
 class Watch(threading.Thread):

@@ -19,7 +19,8 @@ from django.test import override_settings
 
 from edtweb.redis_server import RedisServer
 from edtweb.settings import channel_layers
-from scheduler.store import Store, connect
+from protocol.connection import connect
+from scheduler.store import Store
 
 
 @pytest.fixture(scope="session")

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 from workers.learner.contract import ModelDefinition, UserCodeError
+from workers.learner.submission import DEFAULTS
 
 _driver: Callable[[ModelDefinition], Any] | None = None
 _train_called = False
@@ -76,8 +77,15 @@ class FabricModel:
                 group["lr"] = lr
         return self.optimizer
 
-    def train(self, epochs: int = 1, batch_size: int = 32, max_workers: int = 1, **_: Any) -> Any:
-        """Train under EDT: returns once the job has ended for this learner."""
+    def train(
+        self,
+        epochs: int = DEFAULTS["epochs"],
+        batch_size: int = DEFAULTS["batch_size"],
+        max_workers: int = DEFAULTS["max_workers"],
+        **_: Any,
+    ) -> Any:
+        """Train under EDT: returns once the job has ended for this learner. A value the
+        script leaves out is a submission's default, as for one the job leaves out."""
         global _train_called
         if _driver is None:
             raise RuntimeError(

@@ -2,7 +2,7 @@
 
 Exit codes: 0 finished or left the job, 2 the user's code failed (reported to the job), 3
 left the job because the state it was receiving at a resize is incomplete and no checkpoint
-exists to go back to (engine.py ``TORN_EXIT``: to the coordinator, a lost learner).
+exists to go back to (a lost learner, to the coordinator): ``protocol.exits.Exit``.
 """
 
 from __future__ import annotations
@@ -17,7 +17,9 @@ from pathlib import Path
 
 import torch
 
-from scheduler.store import LEARNER_PATIENCE, JobStore, LeaseKeeper, connect
+from protocol.connection import connect
+from protocol.exits import Exit
+from protocol.jobstore import LEARNER_PATIENCE, JobStore, LeaseKeeper
 from workers.learner.contract import UserCodeError
 from workers.learner.engine import Learner
 from workers.learner.spec import JobSpec
@@ -61,7 +63,7 @@ def main(argv: list[str] | None = None) -> int:
         message = str(exc) if isinstance(exc, UserCodeError) else f"{type(exc).__name__}: {exc}"
         message = user_limit(exc) or message
         jobs.report_error(args.slot, message, user_frame(exc, str(Path(spec.model).resolve())))
-        return 2
+        return Exit.USER_CODE_FAILED
     finally:
         learner.records.close()  # what its thread had not written goes to the outbox
         if not jobs.flush(patience=LEARNER_PATIENCE):  # metrics kept while Redis was away

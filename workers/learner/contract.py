@@ -1,4 +1,4 @@
-"""Loading a user's model definition (DESIGN.md, "Model definition contract").
+"""Loading a user's model definition (docs/architecture.md, "Model definition contract").
 
 Native modules define ``build_model()`` and optionally ``get_datasets(data_dir)``,
 ``loss_fn(output, target)``, ``build_optimizer(params, lr)`` and ``lr_at(step, base_lr)``;

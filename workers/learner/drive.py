@@ -4,10 +4,11 @@
         --schedule "0:1,20:3,40:2,60:3,80:1" --max-steps 100
 
 ``--schedule`` lists step:workers pairs. A WMLA script runs as ``__main__`` with the
-``--script-arg`` values as its argv. The driver plays the scheduler's part of the
-protocol: it starts joiners first and publishes a generation only when they are READY,
-shrinks at once, replaces failed generations, and restarts from the latest checkpoint when
-every learner is gone. Metrics go to WORKDIR/metrics.jsonl, events to WORKDIR/events.jsonl.
+``--script-arg`` values as its argv. The driver plays the scheduler's decisions; the
+scheduler's own per-job controller (``scheduler/elastic.py``) plays the protocol: it starts
+joiners first and publishes a generation only when they are READY, shrinks at once,
+replaces failed generations, and restarts from the latest checkpoint when every learner is
+gone. Metrics go to WORKDIR/metrics.jsonl, events to WORKDIR/events.jsonl.
 """
 
 from __future__ import annotations
@@ -25,10 +26,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from scheduler.elastic import Coordinator
-from scheduler.store import JobStore, connect
+from protocol.connection import connect
+from protocol.exits import Exit, RunResult
+from protocol.jobstore import JobStore
+from scheduler import elastic
+from scheduler.live.job import JobRunner
+from scheduler.store import Store
 from workers.learner.allocator import huge_pages
 from workers.learner.spec import JobSpec
+from workers.learner.submission import DEFAULTS, PRECISIONS, Refused, validated
 
 PROJECT_DIR = Path(__file__).resolve().parents[2]
 # How often the driver reads the job's progress and acts on it: TICK_SECONDS while a change
@@ -40,6 +46,7 @@ PROJECT_DIR = Path(__file__).resolve().parents[2]
 # 0.5 %.
 TICK_SECONDS = 0.05
 STEADY_TICK_SECONDS = 0.25
+TIMED_OUT = 3  # the drive's own exit status when the run outlasted --timeout
 
 
 @dataclass(frozen=True, order=True)
@@ -82,7 +89,7 @@ class LocalLauncher:
     def __init__(self, spec_path: Path, logs: Path, redis_url: str, gpus: int = 0) -> None:
         self.spec_path, self.logs, self.redis_url = spec_path, logs, redis_url
         self.gpus = gpus
-        self.procs: dict[str, subprocess.Popen[bytes]] = {}
+        self.procs: dict[str, tuple[str, subprocess.Popen[bytes]]] = {}  # slot -> token, process
 
     def env(self) -> dict[str, str]:
         """A learner's environment: this process's, with its Redis, one torch thread and
@@ -92,44 +99,71 @@ class LocalLauncher:
         huge_pages(env)
         return env
 
-    def start(self, slot: str) -> None:
+    def start(self, slot: str, token: str) -> None:
         env = self.env()
         if self.gpus:
             env["CUDA_VISIBLE_DEVICES"] = str(len(self.procs) % self.gpus)
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(PROJECT_DIR), env.get("PYTHONPATH")]))
-        cmd = [
-            sys.executable,
-            "-m",
-            "workers.learner",
-            "--spec",
-            str(self.spec_path),
-            "--slot",
-            slot,
-        ]
+        cmd = [sys.executable, "-m", "workers.learner", "--spec", str(self.spec_path),
+               "--slot", slot]  # fmt: skip
         with (self.logs / f"{slot}.log").open("ab") as log:
-            self.procs[slot] = subprocess.Popen(
+            proc = subprocess.Popen(
                 cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=PROJECT_DIR,
                 start_new_session=True,
             )  # fmt: skip
+        self.procs[slot] = (token, proc)
 
     def kill(self, slot: str, sig: int = signal.SIGKILL) -> None:
-        proc = self.procs.get(slot)
+        _token, proc = self.procs.get(slot, ("", None))
         if proc is not None and proc.poll() is None:
             os.killpg(proc.pid, sig)
 
-    def exited(self, slot: str) -> bool:
-        proc = self.procs.get(slot)
-        return proc is None or proc.poll() is not None
+    def exits(self) -> dict[str, RunResult]:
+        """How the learners that ended ended, by slot (the last one started there)."""
+        ended = {slot: (token, proc.poll()) for slot, (token, proc) in self.procs.items()}
+        return {slot: RunResult(token, code) for slot, (token, code) in ended.items()
+                if code is not None}  # fmt: skip
+
+    def dispatched(self) -> dict[str, str]:
+        return {}  # nothing was sent before this launcher
 
     def reap(self) -> None:
         for slot in self.procs:
             self.kill(slot)
-        for proc in self.procs.values():
+        for _token, proc in self.procs.values():
             proc.wait()
 
 
+class DriveBook:
+    """The job's timeline for the drive: events to WORKDIR/events.jsonl and the console;
+    the job has no record to move (``scheduler.live.job.Timeline``)."""
+
+    def __init__(self, workdir: Path) -> None:
+        self.workdir = workdir
+
+    def record_event(self, job_id: int, kind: str, message: str, **data: Any) -> None:
+        with (self.workdir / "events.jsonl").open("a") as f:
+            f.write(json.dumps({"kind": kind, **data}) + "\n")
+        shown = {k: v for k, v in data.items() if k not in ("time", "step")}
+        print(f"[drive] step {data.get('step', '-')}: {kind} {shown}", flush=True)
+
+    def start(self, job_id: int) -> bool:
+        return True
+
+    def fail(self, job_id: int, message: str) -> bool:
+        return True
+
+    def complete(self, job_id: int) -> bool:
+        return True
+
+    def suspend(self, job_id: int, checkpoint_step: int) -> bool:
+        return True
+
+
 class Driver:
-    """Plays a schedule of sizes against one job, with optional fault injection."""
+    """Plays a schedule of sizes against one job, with optional fault injection, through
+    the scheduler's own per-job controller (``scheduler/live/job.py``): the drive is the
+    decision, the controller does the rest."""
 
     def __init__(self, spec: JobSpec, schedule: list[tuple[int, int]], redis_url: str,
                  kills: list[Fault], gpus: int = 0) -> None:  # fmt: skip
@@ -139,89 +173,91 @@ class Driver:
         spec.save(self.workdir / "spec.json")
         self.launcher = LocalLauncher(self.workdir / "spec.json", self.workdir / "logs", redis_url,
                                       gpus)  # fmt: skip
-        jobs = JobStore(connect(redis_url), spec.job_id)
-        self.coord = Coordinator(jobs, self.launcher, self.event)
+        client = connect(redis_url)
+        self.jobs = JobStore(client, spec.job_id)
+        self.progress = Store(client)  # the metrics consumer's part: training finished
+        self.book = DriveBook(self.workdir)
+        self.runner = JobRunner(0, self.jobs, self.launcher, self.book,
+                                spec.collective_timeout, resume=False)  # fmt: skip
         self.counter = 0
+        self.cursor = "0-0"
         self.metrics = (self.workdir / "metrics.jsonl").open("a")
 
-    def event(self, kind: str, data: dict[str, Any]) -> None:
-        with (self.workdir / "events.jsonl").open("a") as f:
-            f.write(json.dumps({"kind": kind, **data}) + "\n")
-        shown = {k: v for k, v in data.items() if k not in ("time", "step")}
-        print(f"[drive] step {data['step']}: {kind} {shown}", flush=True)
+    def event(self, kind: str, **data: Any) -> None:
+        data = {"step": self.runner.state.step, "time": time.time(), **data}
+        self.book.record_event(0, kind, kind, **data)
 
-    def prestart(self) -> None:
-        """Start every joiner the rest of the schedule needs, so each is READY in time."""
-        c = self.coord
-        joins = max(0, workers_at(self.schedule, c.step) - len(c.members))
-        previous = workers_at(self.schedule, c.step)
-        for step, workers in self.schedule:
-            if step > c.step:
-                joins += max(0, workers - previous)
-                previous = workers
-        if joins > len(c.joining):
-            slots = [f"d{self.counter + i}" for i in range(joins - len(c.joining))]
-            self.counter += len(slots)
-            c.start_joiners(slots)
-        if c.dead_joiners():
-            raise RuntimeError(f"joiner {c.dead_joiners()[0]} exited before READY; see its log")
-
-    def resize(self) -> None:
-        c = self.coord
-        if not c.settled():
-            return
-        self.prestart()
-        want = workers_at(self.schedule, c.step)
-        if not c.members and not set(c.joining) <= c.jobs.ready_slots():
-            return  # start once the schedule's learners are all READY
-        if want > len(c.members):
-            c.grow_to(want)
-        else:
-            c.shrink_to(want)
+    def read_metrics(self) -> None:
+        """The learners' records to metrics.jsonl; their ``done`` says training finished
+        (the metrics consumer's part in the platform)."""
+        for eid, record in self.jobs.read_metrics(self.cursor):
+            self.cursor = eid
+            self.metrics.write(json.dumps(record) + "\n")
+            if record["type"] == "done":
+                self.progress.save_progress(self.jobs.job_id, eid, int(record["step"]))
+        self.metrics.flush()
 
     def inject_faults(self) -> None:
-        c = self.coord
-        while self.kills and c.step >= self.kills[0].step and c.members:
+        members = self.runner.members()
+        while self.kills and self.runner.state.step >= self.kills[0].step and members:
             fault = self.kills.pop(0)
-            victims = list(c.members) if fault.everyone else c.members[-1:]
-            c.event("fault", slots=victims, signal=signal.Signals(fault.signal).name)
+            victims = list(members) if fault.everyone else members[-1:]
+            self.event("fault", slots=victims, signal=signal.Signals(fault.signal).name)
             for victim in victims:
-                self.launcher.kill(victim, fault.signal)
+                self.runner.kill(victim, fault.signal)
+
+    def plan(self) -> None:
+        """The decision: the schedule's size now, and every joiner the rest of the schedule
+        needs started ahead, so each is READY in time. The first generation waits for all
+        of them to be READY."""
+        s = self.runner.state
+        if s.failure_since is not None:
+            return
+        dead = [slot for slot in s.joining if self.runner.exited(slot)]
+        if dead:
+            raise RuntimeError(f"joiner {dead[0]} exited before READY; see its log")
+        now = workers_at(self.schedule, s.step)
+        joins, previous = max(0, now - len(s.members)), now
+        for step, workers in self.schedule:
+            if step > s.step:
+                joins += max(0, workers - previous)
+                previous = workers
+        new = [f"d{self.counter + i}" for i in range(max(0, joins - len(s.joining)))]
+        self.counter += len(new)
+        ready = self.jobs.ready_slots()
+        waiting = not s.members and not set([*s.joining, *new]) <= ready
+        self.runner.apply(0 if waiting else now, new, ())
 
     def tick(self) -> int | None:
-        c = self.coord
-        for record in c.read_metrics():
-            self.metrics.write(json.dumps(record) + "\n")
-        self.metrics.flush()
-        error = c.first_error()
-        if error:
-            c.event("failed", error=error)
-            return 2
-        if c.done:
-            if self.kills:  # a run that was to test a fault must not pass without one
-                c.event("failed", error=f"the job ended at step {c.step}, before the fault "
-                        f"due at step {self.kills[0].step} could be injected")  # fmt: skip
-                return 2
-            if c.all_exited():
-                c.event("completed")
-                return 0
-            return None
+        self.read_metrics()
+        if self.runner.state.over and self.kills:  # a run that was to test a fault
+            step, due = self.runner.state.step, self.kills[0].step
+            self.event("failed", error=f"the job ended at step {step}, before the fault due "
+                       f"at step {due} could be injected")  # fmt: skip
+            return Exit.USER_CODE_FAILED
         self.inject_faults()
-        c.watch_failures()
-        self.resize()
+        if not self.runner.state.over:
+            self.plan()
+        resting = self.runner.tick(alive=None, look=False)
+        if resting == elastic.FAILED:
+            self.event("failed", error=self.runner.first_error() or "failed")
+            return Exit.USER_CODE_FAILED
+        if resting == elastic.COMPLETED:
+            self.event("completed")
+            return Exit.FINISHED
         return None
 
     def steady(self) -> bool:
         """Training as the schedule wants for the rest of the run, nothing starting and no
         fault to inject: only a failure or the end can happen."""
-        c = self.coord
+        s = self.runner.state
         return (
             not self.kills
-            and not c.joining
-            and c.failure_since is None
-            and bool(c.members)
-            and all(step <= c.step for step, _ in self.schedule)
-            and len(c.members) == workers_at(self.schedule, c.step)
+            and not s.joining
+            and s.failure_since is None
+            and bool(s.members)
+            and all(step <= s.step for step, _ in self.schedule)
+            and len(s.members) == workers_at(self.schedule, s.step)
         )
 
     def run(self, timeout: float) -> int:
@@ -232,30 +268,31 @@ class Driver:
                 if code is not None:
                     return code
                 time.sleep(STEADY_TICK_SECONDS if self.steady() else TICK_SECONDS)
-            self.coord.event("timeout", seconds=timeout)
-            return 3
+            self.event("timeout", seconds=timeout)
+            return TIMED_OUT
         finally:
             self.launcher.reap()
             self.metrics.close()
 
 
-def main(argv: list[str] | None = None) -> int:
+def parser() -> argparse.ArgumentParser:
+    """The driver's options; a job's values default to the submission's (``DEFAULTS``)."""
     p = argparse.ArgumentParser(prog="python -m workers.learner.drive", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
     p.add_argument("--model", required=True)
     p.add_argument("--data", required=True)
     p.add_argument("--schedule", default="0:1", help="STEP:WORKERS pairs, e.g. 0:1,20:3")
-    p.add_argument("--batch-size", type=int, default=64)
-    p.add_argument("--max-micro-batch", type=int, default=0)
-    p.add_argument("--epochs", type=int, default=1)
+    p.add_argument("--batch-size", type=int, default=DEFAULTS["batch_size"])
+    p.add_argument("--max-micro-batch", type=int, default=DEFAULTS["max_micro_batch"])
+    p.add_argument("--epochs", type=int, default=DEFAULTS["epochs"])
     p.add_argument("--max-steps", type=int, default=0)
-    p.add_argument("--lr", type=float, default=0.01)
+    p.add_argument("--lr", type=float, default=DEFAULTS["lr"])
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--checkpoint-every", type=int, default=1)
+    p.add_argument("--checkpoint-every", type=int, default=DEFAULTS["checkpoint_every"])
     p.add_argument("--gpus", type=int, default=0, help="give learners GPUs 0..N-1 in turn")
     p.add_argument("--bucket-bytes", type=int, default=0, help="all-reduce bucket cap")
-    p.add_argument("--precision", default="fp32", choices=["fp32", "bf16", "fp16"])
-    p.add_argument("--timeout", type=float, default=30.0, help="collective timeout, seconds")
+    p.add_argument("--precision", default=DEFAULTS["precision"], choices=PRECISIONS)
+    p.add_argument("--timeout", type=seconds, default=30.0, help="collective timeout, seconds")
     p.add_argument("--kill", action="append", default=[], metavar="STEP:SIGNAL",
                    help="at STEP send SIGNAL (KILL, STOP) to the last member, or :all")  # fmt: skip
     p.add_argument("--workdir", default="")
@@ -265,19 +302,32 @@ def main(argv: list[str] | None = None) -> int:
                    help="an argument of a WMLA script's argv (repeat it for each)")  # fmt: skip
     p.add_argument("--script-decides", default="", metavar="FIELDS",
                    help="WMLA script: these from its train(), e.g. epochs,batch_size")  # fmt: skip
+    return p
+
+
+def seconds(text: str) -> float:
+    """A positive number of seconds (the collective timeout)."""
+    value = float(text)
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be positive, not {text}")
+    return value
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = parser()
     a = p.parse_args(argv)
+    try:  # the web's rules, once: the spec is built from what they accept
+        submission = validated(vars(a))
+    except Refused as refused:
+        p.error(str(refused))
     redis_url = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")
-    spec = JobSpec(
-        job_id=a.job or f"drive-{uuid.uuid4().hex[:8]}", model=str(Path(a.model).resolve()),
-        data=str(Path(a.data).resolve()),
-        workdir=a.workdir or tempfile.mkdtemp(prefix="edt-drive-"),
-        batch_size=a.batch_size, max_micro_batch=a.max_micro_batch, epochs=a.epochs, lr=a.lr,
-        seed=a.seed, checkpoint_every=a.checkpoint_every, collective_timeout=a.timeout,
-        max_steps=a.max_steps, precision=a.precision, bucket_bytes=a.bucket_bytes,
-        argv=a.script_arg,
-        script_decides=[f for f in a.script_decides.split(",") if f],
+    spec = JobSpec.of(
+        submission, job_id=a.job or f"drive-{uuid.uuid4().hex[:8]}",
+        model=str(Path(a.model).resolve()), data=str(Path(a.data).resolve()),
+        workdir=a.workdir or tempfile.mkdtemp(prefix="edt-drive-"), seed=a.seed,
+        collective_timeout=a.timeout, max_steps=a.max_steps, bucket_bytes=a.bucket_bytes,
+        argv=a.script_arg, script_decides=[f for f in a.script_decides.split(",") if f],
     )  # fmt: skip
-    spec.validate()
     kills = [parse_fault(k) for k in a.kill]
     driver = Driver(spec, parse_schedule(a.schedule), redis_url, kills, a.gpus)
     print(f"[drive] job {spec.job_id}, workdir {spec.workdir}", flush=True)

@@ -1,4 +1,4 @@
-"""The elastic training loop of one learner (DESIGN.md, "Elastic training protocol").
+"""The elastic training loop of one learner (docs/architecture.md, "Elastic training protocol").
 
 Rank 0 adds the job's generation and stop flag, as its watch thread last read them from
 Redis, to the gradient all-reduce, so every member learns the same decision at the same
@@ -31,7 +31,8 @@ import torch
 import torch.distributed as dist
 from torch.utils.data import Dataset, TensorDataset
 
-from scheduler.store import JobStore
+from protocol.exits import Exit
+from protocol.jobstore import JobStore
 from workers.learner import checkpoint, statecast
 from workers.learner.contract import (
     ModelDefinition,
@@ -58,7 +59,6 @@ JOIN_PATIENCE_SECONDS = 600.0
 EVAL_CHUNK = 512
 WATCH_SECONDS = 0.5  # rank 0's watch reads the generation and stop flag at least this often
 WATCH_RETRY_SECONDS = 0.5  # while Redis does not answer
-TORN_EXIT = 3  # left the job: a state broadcast into it failed and no checkpoint exists
 INLINE_SECONDS = 0.002  # a batch built faster than this is built in the step (Prefetcher)
 MAX_UNWRITTEN = 100_000  # train records kept while rank 0's may be unwritten (Redis away)
 
@@ -386,12 +386,12 @@ class Learner:
                 log.warning("%s: generation %d failed at step %d: %s",
                             self.slot, self.gen, self.counters["step"], exc)  # fmt: skip
                 if self._torn and not self._untear():
-                    return TORN_EXIT
+                    return Exit.TORN
                 self.jobs.report_failure(self.slot, self.gen, self.counters["step"], str(exc))
                 self.pg = None
                 self.held.clear()  # the next state may come into new buffers: memory for them
                 gen = self.wait_for_generation(after=self.gen, member=True)
-        return 0
+        return Exit.FINISHED
 
     def _untear(self) -> bool:
         """After a state broadcast into this joiner's own tensors failed midway: back to

@@ -22,8 +22,8 @@ from multiprocessing import forkserver
 from pathlib import Path
 from typing import Any
 
-from scheduler import redis_acl
-from scheduler.store import JobStore
+from protocol import redis_acl
+from protocol.jobstore import JobStore
 from workers import sandbox
 from workers.learner.allocator import HUGE_PAGES, huge_pages
 

@@ -1,4 +1,4 @@
-"""Deterministic global batches (DESIGN.md, "Effective batch is constant").
+"""Deterministic global batches (docs/architecture.md, "Effective batch is constant").
 
 Iteration ``t`` of epoch ``e`` trains on ``perm(seed, e)[t*B:(t+1)*B]``, split into ``N``
 near-equal contiguous slices, one per rank; a slice larger than ``max_micro`` is cut into

@@ -20,7 +20,8 @@ import logging
 import threading
 from typing import Any
 
-from scheduler.store import REDIS_DOWN, JobStore
+from protocol.connection import REDIS_DOWN
+from protocol.jobstore import JobStore
 
 log = logging.getLogger("edt.learner")
 

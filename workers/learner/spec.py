@@ -1,4 +1,5 @@
-"""What a learner is asked to do: the job's training values, as a JSON file."""
+"""What a learner is asked to do: the job's training values, as a JSON file, built from a
+validated :class:`~workers.learner.submission.Submission` (:meth:`JobSpec.of`)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-PRECISIONS = ("fp32", "bf16", "fp16")  # training precision, a job option
+from workers.learner.submission import DEFAULTS, Submission
 
 
 @dataclass
@@ -16,32 +17,29 @@ class JobSpec:
     model: str  # path of the user's .py file
     data: str  # dataset directory
     workdir: str  # checkpoints/, logs/, model.pt
-    batch_size: int = 64  # the global (effective) batch B
-    max_micro_batch: int = 0  # 0: no cap
-    epochs: int = 1
-    lr: float = 0.01
+    batch_size: int = DEFAULTS["batch_size"]  # the global (effective) batch B
+    max_micro_batch: int = DEFAULTS["max_micro_batch"]  # 0: no cap
+    epochs: int = DEFAULTS["epochs"]
+    lr: float = DEFAULTS["lr"]
     seed: int = 0
-    checkpoint_every: int = 1  # epochs
+    checkpoint_every: int = DEFAULTS["checkpoint_every"]  # epochs
     collective_timeout: float = 30.0  # seconds
     max_steps: int = 0  # stop after this many global steps (0: train every epoch)
     bucket_bytes: int = 0  # gradient all-reduce bucket cap (0: DDP's 1 MiB first, then 25 MiB)
-    precision: str = "fp32"  # fp32, bf16 (autocast, CPU or GPU) or fp16 (GPU, gradient scaler)
+    # fp32, bf16 (autocast, CPU or GPU) or fp16 (GPU, gradient scaler)
+    precision: str = DEFAULTS["precision"]
     # A WMLA script: its argv, the fields whose value is the script's own (those its exec did
     # not set: "epochs", "batch_size", "lr"), the job's id as WMLA names it (DLI_EXECID)
     argv: list[str] = field(default_factory=list)
     script_decides: list[str] = field(default_factory=list)
     exec_id: str = ""
 
-    def validate(self) -> None:
-        if self.batch_size < 1:
-            raise ValueError(f"batch size must be at least 1, not {self.batch_size}")
-        if self.epochs < 1:
-            raise ValueError(f"epochs must be at least 1, not {self.epochs}")
-        if self.precision not in PRECISIONS:
-            choices = ", ".join(PRECISIONS)
-            raise ValueError(f"precision must be one of {choices}, not {self.precision!r}")
-        if self.collective_timeout <= 0:
-            raise ValueError("the collective timeout must be positive")
+    @classmethod
+    def of(cls, submission: Submission, **rest: Any) -> JobSpec:
+        """The spec of a validated submission: its training values, and ``rest`` (where
+        the job lives, and what no submission chooses: seed, timeout, a script's argv)."""
+        mine = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in submission.values().items() if k in mine}, **rest)
 
     def save(self, path: Path) -> None:
         path.write_text(json.dumps(asdict(self), indent=2))

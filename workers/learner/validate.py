@@ -1,4 +1,4 @@
-"""Checking an uploaded model definition before anyone trains it (DESIGN.md, "Model
+"""Checking an uploaded model definition before anyone trains it (docs/architecture.md, "Model
 definition contract").
 
 The web process calls :func:`validate`, which runs ``python -m workers.learner.validate`` as a
@@ -108,6 +108,7 @@ def validate(
             stdout=out,
             stderr=err,
             start_new_session=True,
+            preexec_fn=sandbox.dies_with_parent(),  # the check's process killed: all goes
         )
         timed_out = _wait(proc, timeout)
         return _result(proc.returncode, _tail(out), _tail(err), timed_out, timeout)

@@ -8,6 +8,8 @@ from django import template
 from django.utils import timezone
 from django.utils.timesince import timesince
 
+from edtweb.training.status import eta_text
+
 register = template.Library()
 
 
@@ -34,8 +36,8 @@ def count(n: int | None) -> str:
 
 @register.filter
 def eta(seconds: float | None) -> str:
-    """Time left as the pages write it: "ETA 44 s", over 90 s in minutes ("ETA 3 min")."""
+    """Time left as the jobs list writes it: "ETA 44 s", over 90 s in minutes ("ETA 3 min";
+    ``training.status.eta_text``, as the job page shows it)."""
     if seconds is None or seconds == "":
         return ""
-    left = float(seconds)
-    return f"ETA {round(left / 60)} min" if left > 90 else f"ETA {round(left)} s"
+    return f"ETA {eta_text(float(seconds))}"

@@ -7,7 +7,6 @@
   "use strict";
   const root = document.getElementById("job");
   const jobId = root.dataset.job;
-  const total = Number(root.dataset.total) || 0;
   const liveEl = document.getElementById("live");
   const ACTIVE = ["QUEUED", "RUNNING", "SUSPENDED"];
   let jobState = root.dataset.state;
@@ -32,23 +31,28 @@
     summarize(records.filter((r) => r.type === "train"));
   }
 
+  // The iteration and the throughput come from the training records; the workers and the
+  // ETA are the server's (showStatus).
   let recent = [];
   function summarize(train) {
     if (!train.length) return;
     const last = train[train.length - 1];
-    document.getElementById("workers").textContent = ended() ? 0 : last.workers;
     document.getElementById("step").textContent = last.step;
     recent = recent.concat(train).slice(-50);
     const rate = recent.reduce((s, r) => s + r.samples_per_s, 0) / recent.length;
     document.getElementById("throughput").textContent = ended() ? 0 : rate.toFixed(0);
-    if (ended()) {
-      document.getElementById("eta").textContent = "–";
-    } else if (total && recent.length > 1) {
-      const span = recent[recent.length - 1].time - recent[0].time;
-      const perStep = span / (recent[recent.length - 1].step - recent[0].step || 1);
-      const left = Math.max(0, (total - last.step) * perStep);
-      document.getElementById("eta").textContent = left > 90 ? Math.round(left / 60) + " min" : Math.round(left) + " s";
-    }
+  }
+
+  // The job's status as the server computed it (edtweb/training/status.py: the jobs list,
+  // the API and the CLI show the same), pushed after each change and polled every 2 s.
+  // Shown as it is: nothing here computes workers or an ETA.
+  function showStatus(s) {
+    document.getElementById("workers").textContent = s.workers;
+    document.getElementById("eta").textContent = s.eta_text || "–";
+    const waiting = document.getElementById("waiting");
+    if (waiting && s.waiting) waiting.querySelector("span").textContent = s.waiting;
+    if (waiting) waiting.hidden = !s.waiting;
+    if (s.state !== jobState || (s.error && !document.getElementById("job-error"))) showState(s.state, s.error);
   }
 
   function timeline() {
@@ -116,6 +120,8 @@
       timeline();
     } else if (data.type === "state") {
       showState(data.state);
+    } else if (data.type === "status") {
+      showStatus(data.status);
     }
   }
 
@@ -182,7 +188,7 @@
   document.querySelectorAll("#log-tabs button").forEach(logTab);
   logTabs([]); // open the first learner's log
 
-  // Slot telemetry of the job's learners, every 2 s.
+  // The job's status with its slots' telemetry, its files and times, every 2 s.
   async function slots() {
     const r = await fetch("/jobs/" + jobId + "/state", { credentials: "same-origin" });
     if (r.ok) {
@@ -204,16 +210,10 @@
       else body.innerHTML = '<tr><td colspan="4" class="muted">No slot held.</td></tr>';
       logTabs(s.logs || []);
       downloads(s);
-      const waiting = document.getElementById("waiting");
-      if (waiting && s.waiting) waiting.querySelector("span").textContent = s.waiting;
-      if (waiting) waiting.hidden = !s.waiting;
       if (s.started) document.getElementById("started").textContent = s.started;
       if (s.ended) document.getElementById("ended").textContent = s.ended;
       if (s.duration) document.getElementById("duration").textContent = s.duration;
-      if (s.state !== jobState || (s.error && !document.getElementById("job-error"))) showState(s.state, s.error);
-      if (s.eta !== null && s.eta !== undefined) {
-        document.getElementById("eta").textContent = s.eta > 90 ? Math.round(s.eta / 60) + " min" : Math.round(s.eta) + " s";
-      }
+      showStatus(s);
     }
     setTimeout(slots, 2000);
   }
@@ -261,9 +261,7 @@
     stateEl.className = "badge " + state.toLowerCase();
     liveEl.hidden = ended();
     if (!ended()) return;
-    document.getElementById("workers").textContent = 0;
     document.getElementById("throughput").textContent = 0;
-    document.getElementById("eta").textContent = "–";
     document.getElementById("waiting")?.remove();
     JobCharts.ended(Date.now() / 1000);
     JobCharts.empty(waitingText());

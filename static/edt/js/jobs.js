@@ -1,4 +1,5 @@
-// Jobs list: workers n/max, progress and ETA of the active jobs refreshed every 2 s; new
+// Jobs list: workers n/max, progress and ETA of the active jobs refreshed every 2 s (each
+// job's status as the server computed it, shown as it is: edtweb/training/status.py); new
 // jobs appear without a reload; find, filter by state and sort by a column, in the page.
 (function () {
   "use strict";
@@ -9,10 +10,6 @@
   const countEl = document.getElementById("jobs-count");
   let sortKey = null, sortDir = 1;
 
-  function eta(seconds) {
-    if (seconds === null || seconds === undefined) return "";
-    return "ETA " + (seconds > 90 ? Math.round(seconds / 60) + " min" : Math.round(seconds) + " s");
-  }
   async function refresh() {
     for (const row of body.querySelectorAll("tr[data-job]")) {
       const badge = row.querySelector(".badge");
@@ -26,10 +23,9 @@
       badge.className = "badge " + s.state.toLowerCase();
       row.dataset.state = s.state.toLowerCase();
       const bar = row.querySelector(".progress");
-      const pct = s.total_steps ? Math.min(100, 100 * s.steps_done / s.total_steps) : 0;
-      bar.querySelector("span").style.width = pct + "%";
+      bar.querySelector("span").style.width = 100 * s.progress + "%";
       bar.querySelector("em").textContent = s.steps_done + "/" + (s.total_steps || "?");
-      row.querySelector(".eta").textContent = eta(s.eta);
+      row.querySelector(".eta").textContent = s.eta_text ? "ETA " + s.eta_text : "";
     }
   }
 

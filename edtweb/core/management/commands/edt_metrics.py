@@ -8,7 +8,8 @@ from django.core.management.base import BaseCommand, CommandError
 
 from edtweb.redis_server import ping_error
 from edtweb.training.metrics_consumer import MetricsConsumer
-from scheduler.store import Store, connect
+from protocol.connection import connect
+from scheduler.store import Store
 
 
 class Command(BaseCommand):

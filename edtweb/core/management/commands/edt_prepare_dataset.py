@@ -15,7 +15,6 @@ class Command(BaseCommand):
         parser.add_argument("dataset", type=int, help="the dataset's id")
 
     def handle(self, *args: Any, **opts: Any) -> None:
-        dataset = Dataset.objects.filter(pk=opts["dataset"]).first()
-        if dataset is None:
+        if not Dataset.objects.filter(pk=opts["dataset"]).exists():
             raise CommandError(f"no dataset {opts['dataset']}")
-        services.prepare(dataset)
+        services.run_preparation(opts["dataset"])

@@ -6,12 +6,12 @@ from typing import Any
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
-from edtweb.dashboard.live import publish_slots
+from edtweb.redis_access import store
 from edtweb.redis_server import ping_error
-from edtweb.training.scheduling import LiveScheduler
+from edtweb.training.live import publish_slots
+from edtweb.training.live_adapter import live_scheduler
 from scheduler.policies import POLICIES
 from scheduler.service import SchedulerService
-from scheduler.store import Store, connect
 
 
 class Command(BaseCommand):
@@ -33,9 +33,9 @@ class Command(BaseCommand):
         error = ping_error(settings.REDIS_URL)
         if error:
             raise CommandError(f"Redis at {settings.REDIS_URL} does not answer ({error})")
-        planner = LiveScheduler(opts["policy"])
+        planner = live_scheduler(opts["policy"])
         service = SchedulerService(
-            Store(connect(settings.REDIS_URL)), publish_slots, opts["interval"], planner.step,
+            store(), publish_slots, opts["interval"], planner.step,
             allocations=planner.allocations, settle=float(settings.EDT_HEARTBEAT_TTL),
         )  # fmt: skip
 

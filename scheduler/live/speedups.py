@@ -3,40 +3,27 @@
 Learners report ``samples_per_s`` and ``workers`` with every training iteration (the job's
 "train" metrics); the median rate at each worker count seen lately gives the curve
 (:func:`scheduler.policies.speedup.from_rates`). Read at most every ``REFRESH`` seconds per
-job, from its latest ``WINDOW`` iterations only.
+job, from its latest ``WINDOW`` iterations only (``JobBook.observed_rates``).
 """
 
 from __future__ import annotations
 
-import statistics
 import time
+from collections.abc import Callable
 
-from edtweb.training.models import Metric
 from scheduler.policies.speedup import from_rates
 
 REFRESH = 30.0
-WINDOW = 400
+WINDOW = 400  # the latest iterations a job's rates are read from (JobBook.observed_rates)
 
-
-def observed_rates(job_id: int, window: int = WINDOW) -> dict[int, float]:
-    """Worker count -> median samples/s over the job's latest ``window`` iterations."""
-    rows = (
-        Metric.objects.filter(job_id=job_id, kind="train")
-        .order_by("-step")
-        .values_list("values", flat=True)[:window]
-    )
-    seen: dict[int, list[float]] = {}
-    for values in rows:
-        workers, rate = values.get("workers"), values.get("samples_per_s")
-        if isinstance(workers, int) and isinstance(rate, (int, float)) and rate > 0:
-            seen.setdefault(workers, []).append(float(rate))
-    return {workers: statistics.median(rates) for workers, rates in seen.items()}
+Rates = Callable[[int], dict[int, float]]  # job -> worker count -> median samples/s
 
 
 class Curves:
     """Per job, its curve up to its max, re-read from its metrics every ``REFRESH`` s."""
 
-    def __init__(self, refresh: float = REFRESH) -> None:
+    def __init__(self, rates: Rates, refresh: float = REFRESH) -> None:
+        self.rates = rates
         self.refresh = refresh
         self.cache: dict[int, tuple[float, tuple[float, ...]]] = {}
 
@@ -44,7 +31,7 @@ class Curves:
         now = time.monotonic()
         hit = self.cache.get(job_id)
         if hit is None or now - hit[0] >= self.refresh:
-            hit = (now, from_rates(observed_rates(job_id), max_workers))
+            hit = (now, from_rates(self.rates(job_id), max_workers))
             self.cache[job_id] = hit
         return hit[1]
 

@@ -1,6 +1,7 @@
-"""The live scheduler's decisions: policy and placement over the jobs in the database and
-the slots alive now, applied through one ``JobRunner`` per job (DESIGN.md, "Scheduling
+"""The live scheduler's decisions: policy and placement over the active jobs and the slots
+alive now, applied through one ``JobRunner`` per job (docs/architecture.md, "Scheduling
 contract"). Called by the scheduler service on every wake-up and tick, while it is active.
+The jobs' records are reached through ``Ports`` (``ports.py``) alone.
 """
 
 from __future__ import annotations
@@ -8,30 +9,25 @@ from __future__ import annotations
 import gc
 import logging
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import datetime
 from typing import Any
 
-from django.conf import settings
-from django.db import OperationalError
-
-from edtweb.celery import app as celery_app
-from edtweb.training import services
-from edtweb.training.models import Job, JobRow
-from edtweb.training.runner import JobRunner
-from edtweb.training.speedups import Curves
-from scheduler import redis_acl
+from protocol import redis_acl
+from protocol.connection import REDIS_DOWN
+from protocol.slots import SlotInfo
 from scheduler.dispatch import Dispatches
+from scheduler.live.job import JobRunner
+from scheduler.live.ports import RUNNING, SUSPENDED, JobRow, Ports
+from scheduler.live.snapshot import BY_SERVICE, BY_SPEEDUP, SnapshotBuilder
+from scheduler.live.speedups import Curves
 from scheduler.placement import Placement, Slot, place
-from scheduler.policies import Decision, JobView, Snapshot, decide, las, tiresias
-from scheduler.policies.las import SPEEDUP_POLICY
+from scheduler.policies import Decision, decide
 from scheduler.store import (
-    REDIS_DOWN,
     Allocation,
     AllocationRecord,
     ObservedJobStore,
-    SlotInfo,
     Store,
     observe,
     read_leases,
@@ -43,10 +39,6 @@ log = logging.getLogger("edt.scheduler")
 # Seconds between two looks at the learners' leases: a lapse is judged after LEASE_GRACE
 # (2 s) without one, so looking more often than this tells nothing sooner worth its cost.
 LEASE_LOOK_EVERY = 0.25
-Speedups = dict[int, tuple[float, ...]]  # job -> its speedup curve
-ViewInputs = tuple[JobRow, int, tuple[float, ...], float]  # row, held, speedup, attained
-# The policies that order jobs by attained service (they read JobView.attained).
-BY_SERVICE = {las.POLICY, las.SPEEDUP_POLICY, tiresias.POLICY}
 
 
 class LiveScheduler:
@@ -54,12 +46,15 @@ class LiveScheduler:
     (their learners wrote since), and every 0.25 s the learners' leases in one ``MGET``;
     it decides, places, and ticks only the runners whose inputs changed. A step's
     events are written in one transaction and its page pushes sent once, merged, at its
-    end (``services.batched``); its learner starts go out together (``Dispatches``)."""
+    end (``JobBook.batched``); its learner starts go out together (``Dispatches``)."""
 
-    def __init__(self, policy: str = "fairshare") -> None:
+    def __init__(self, ports: Ports, policy: str = "fairshare") -> None:
+        self.ports = ports
+        self.book = ports.book
         self.policy = policy
         self.runners: dict[int, JobRunner] = {}
-        self.curves = Curves() if policy == SPEEDUP_POLICY else None  # samples/s per size
+        # samples/s per size
+        self.curves = Curves(self.book.observed_rates) if policy in BY_SPEEDUP else None
         self.capacity = 0  # usable slots at the last decision
         self.announced: dict[str, str] = {}  # job -> the last allocation change recorded
         self.redis_run: str | None = None  # the Redis server whose ACL users we granted
@@ -71,9 +66,9 @@ class LiveScheduler:
         self.attained: dict[int, float] | None = None
         self.stepped_at = 0.0
         self.leases_at = 0.0  # when the learners' leases were last looked at
-        self.created: dict[int, datetime] = {}  # job -> its submission time (JobRow.of)
+        self.created: dict[int, datetime] = {}  # job -> its submission time (JobBook.schedulable)
         self.decided: tuple[object, ...] | None = None  # the inputs of the last decision
-        self.views: dict[int, tuple[ViewInputs, JobView]] = {}  # job -> made of, view
+        self.snapshots = SnapshotBuilder()
         self.slots: dict[str, Slot] = {}  # slot id -> the placement's Slot, made once
         self.unapplied: tuple[str, float] | None = None  # why the last decision was not, since
 
@@ -82,14 +77,14 @@ class LiveScheduler:
         step soon (it changed phase, or a failure waits out its grace): otherwise the next
         comes with an event (READY, adopted, exit, failure, finished, submit...) or the
         slow tick."""
-        with collector_paused(), services.batched():
+        with collector_paused(), self.book.batched():
             return self._step([s for s in alive if s.alive])
 
     def _step(self, alive: list[SlotInfo]) -> bool:
-        client = services.redis_client()
+        client = self.ports.redis()
         if self.dispatches is None:
-            self.dispatches = Dispatches(client, celery_app)
-        jobs = {job.pk: job for job in JobRow.of(schedulable_jobs(), self.created)}
+            self.dispatches = Dispatches(client, self.ports.celery)
+        jobs = {job.pk: job for job in self.book.schedulable(self.created)}
         self._sync_runners(jobs)
         self._regrant(client, self._take(client))
         look = time.monotonic() - self.leases_at >= LEASE_LOOK_EVERY
@@ -108,11 +103,12 @@ class LiveScheduler:
         inputs = None if (attained or speedups) else (list(jobs.values()), usable, held)
         if inputs is None or inputs != self.decided:
             self.decided = None
-            decision = decide(self._snapshot(jobs, held, speedups, attained), self.policy)
+            snapshot = self.snapshots.build(jobs.values(), self.capacity, held, speedups, attained)
+            decision = decide(snapshot, self.policy)
             try:
                 self._apply(jobs, usable, decision, holding)
                 self.decided, self.unapplied = inputs, None
-            except (*REDIS_DOWN, OperationalError):
+            except (*REDIS_DOWN, *self.book.AWAY):
                 raise  # away: the step fails and is retried with backoff (service.py)
             except Exception as exc:  # said, and the jobs go on
                 self._not_applied(exc)
@@ -134,25 +130,6 @@ class LiveScheduler:
         elif now - self.unapplied[1] >= 60:
             log.error("the decision still cannot be applied: %s", message)
             self.unapplied = (message, now)
-
-    def _snapshot(self, jobs: dict[int, JobRow], held: dict[int, int], speedups: Speedups,
-                  attained: dict[int, float]) -> Snapshot:  # fmt: skip
-        """The policy's input (as :func:`snapshot` makes it), each job's view kept from the
-        last decision while what it is made of is the same: at 10k jobs building every view
-        costs tens of milliseconds, checking them a few."""
-        views, kept = [], {}
-        for pk, job in jobs.items():
-            current, speedup, served = held.get(pk, 0), speedups.get(pk, ()), attained.get(pk, 0.0)
-            made_of: ViewInputs = (job, current, speedup, served)
-            last = self.views.get(pk)
-            if last is not None and last[0] == made_of:
-                view = last[1]
-            else:
-                view = job_view(job, current, job.priority, speedup, served)
-            kept[pk] = (made_of, view)
-            views.append(view)
-        self.views = kept
-        return Snapshot(self.capacity, views)
 
     def allocations(self) -> AllocationRecord:
         """The allocation record: the slots each job holds, the usable capacity and the
@@ -179,18 +156,17 @@ class LiveScheduler:
 
     def _runners(self, jobs: list[JobRow], resume: bool) -> dict[int, JobRunner]:
         """New runners for ``jobs``, their stores observed together first."""
-        client = services.redis_client()
+        client = self.ports.redis()
         stores = {job.pk: ObservedJobStore(client, str(job.pk)) for job in jobs}
         observe(client, list(stores.values()))
-        return {job.pk: JobRunner(job, resume, stores[job.pk], self.dispatches) for job in jobs}
+        return {job.pk: JobRunner.celery(job, self.ports, resume, stores[job.pk], self.dispatches)
+                for job in jobs}  # fmt: skip
 
     def _sync_runners(self, jobs: dict[int, JobRow]) -> None:
         for pk in [pk for pk in self.runners if pk not in jobs]:  # stopped or failed elsewhere
-            self.runners[pk].coord.kill_all()
+            self.runners[pk].kill_all()
             self._drop(pk)
-        taken = [
-            j for pk, j in jobs.items() if pk not in self.runners and j.state == Job.State.RUNNING
-        ]
+        taken = [j for pk, j in jobs.items() if pk not in self.runners and j.state == RUNNING]
         if taken:  # taking over from another scheduler
             self.runners.update(self._runners(taken, resume=True))
             self.dirty.update(j.pk for j in taken)
@@ -217,7 +193,7 @@ class LiveScheduler:
         if run_id == self.redis_run:
             return
         ids = [str(pk) for pk in self.runners]
-        redis_acl.grant_all(client, settings.REDIS_URL, ids, settings.SECRET_KEY)
+        redis_acl.grant_all(client, self.ports.redis_url, ids, self.ports.secret)
         if self.redis_run is not None:
             log.info("Redis restarted: granted the ACL users of %d jobs again", len(self.runners))
             self.stale.update(self.runners)
@@ -233,7 +209,7 @@ class LiveScheduler:
         self.dirty.update(stale)
         if look:
             runners = list(self.runners.values())
-            pending = [runner.launcher.pending() for runner in runners]
+            pending = [runner.pending_slots() for runner in runners]
             read_leases(client, [runner_store(runner) for runner in runners], pending)
 
     def _usable(self, alive: list[SlotInfo], holding: dict[int, list[str]]) -> list[Slot]:
@@ -241,9 +217,7 @@ class LiveScheduler:
         held = {s for slots in holding.values() for s in slots}
         busy: set[str] = set()
         for pk, runner in self.runners.items():
-            if len(runner.coord.started) > len(holding[pk]):  # leavers, or learners held by none
-                busy.update(s for s in runner.coord.started.difference(holding[pk])
-                            if not runner.launcher.exited(s))  # fmt: skip
+            busy.update(runner.busy(holding[pk]))  # leavers, or learners held by none
         busy -= held
         return [self._slot(s) for s in alive if s.slot_id not in busy]
 
@@ -264,7 +238,7 @@ class LiveScheduler:
                     continue  # the same change, still being carried out: said once
                 self.announced[key] = reason
                 data = decision.job_inputs(views[key], summary)
-                services.record_event(int(key), "scaled", reason, **data)
+                self.book.record_event(int(key), "scaled", reason, **data)
                 log.info("job %s: %s", key, reason)
         targets = decision.targets
         starting = [j for pk, j in jobs.items() if pk not in self.runners and targets.get(str(pk))]
@@ -301,9 +275,9 @@ class LiveScheduler:
         """Runners for jobs that get slots and had none."""
         runners = self._runners(jobs, resume=False)
         for job in jobs:
-            if job.state == Job.State.SUSPENDED:
+            if job.state == SUSPENDED:
                 runners[job.pk].jobs.reset_run()  # the new learners load the latest checkpoint
-                services.record_event(job.pk, "resuming", "a slot is free: resuming")
+                self.book.record_event(job.pk, "resuming", "a slot is free: resuming")
         self.runners.update(runners)
         self.dirty.update(runners)
 
@@ -315,22 +289,19 @@ class LiveScheduler:
         if look:
             self.leases_at = time.monotonic()
             for pk, runner in self.runners.items():
-                gone = runner.launcher.observe(alive)
-                for slot in gone:
-                    log.info("job %s: the learner on %s is gone (its lease lapsed)", pk, slot)
-                if gone:
+                if runner.look(alive):
                     self.dirty.add(pk)
         self.dirty &= self.runners.keys()
         soon = False
         for pk in sorted(self.dirty):
             runner = self.runners[pk]
-            before = runner.signature()
+            before = runner.state
             if runner.tick(alive, look=False) is not None:
                 self._drop(pk)
                 soon = True
                 continue
             soon = soon or runner.pending()
-            if runner.signature() == before and not runner.restless():
+            if runner.state == before and not runner.restless():
                 self.dirty.discard(pk)
         return soon
 
@@ -363,45 +334,3 @@ def collector_paused() -> Iterator[None]:
 def runner_store(runner: JobRunner) -> ObservedJobStore:
     assert isinstance(runner.jobs, ObservedJobStore)
     return runner.jobs
-
-
-def snapshot(jobs: Iterable[Job | JobRow], capacity: int, held: dict[int, int],
-             priorities: dict[int, int] | None = None,
-             speedups: dict[int, tuple[float, ...]] | None = None,
-             attained: dict[int, float] | None = None) -> Snapshot:  # fmt: skip
-    """The policy's input: the active ``jobs`` with the slots each holds now (``held``,
-    members and joiners), over ``capacity`` usable slots, and the slot-seconds each has
-    trained (``attained``). The scheduler and the priority preview (with ``priorities``
-    overriding some jobs') both build it from :func:`job_view`."""
-    priorities, speedups, attained = priorities or {}, speedups or {}, attained or {}
-    views = [
-        job_view(job, held.get(job.pk, 0), priorities.get(job.pk, job.priority),
-                 speedups.get(job.pk, ()), attained.get(job.pk, 0.0))
-        for job in jobs
-    ]  # fmt: skip
-    return Snapshot(capacity, views)
-
-
-def job_view(job: Job | JobRow, current: int, priority: int, speedup: tuple[float, ...],
-             attained: float) -> JobView:  # fmt: skip
-    """One job as the policy sees it."""
-    return JobView(
-        id=str(job.pk),
-        max_workers=job.max_workers,
-        submitted=job.created_at.timestamp(),
-        priority=priority,
-        min_workers=min(job.min_workers, job.max_workers),
-        current=current,
-        state=job.state,
-        name=job.name,
-        speedup=speedup,
-        attained=attained,
-    )
-
-
-def schedulable_jobs() -> Any:
-    """The jobs a decision is about: active ones, less queued WMLA execs whose model is
-    still being checked (edtweb/registry/services.py)."""
-    return Job.objects.filter(state__in=Job.ACTIVE).exclude(
-        state=Job.State.QUEUED, model_definition__status="CHECKING"
-    )

@@ -25,12 +25,12 @@ from urllib.parse import quote, urlsplit, urlunsplit
 
 import redis
 
-from scheduler.store import CHANGED_KEY, PREFIX, WAKE_KEY
+from protocol.keys import CHANGED_KEY, PREFIX, WAKE_KEY
 
 log = logging.getLogger("edt.redis_acl")
 
 USER_PREFIX = "edt-job-"
-# What learners run (scheduler/store.py's JobStore, workers/learner/rendezvous.py).
+# What learners run (protocol/jobstore.py's JobStore, workers/learner/rendezvous.py).
 COMMANDS = [
     *("get", "set", "incrby", "exists", "del"),
     *("sadd", "smembers", "srem", "rpush", "lrange", "hget", "hset", "hdel", "hgetall"),

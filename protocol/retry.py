@@ -1,6 +1,6 @@
 """Riding out a Redis outage: backoff between attempts, and calls that keep trying.
 
-Every long-running process keeps going while Redis is away (DESIGN.md, "Sources of
+Every long-running process keeps going while Redis is away (docs/architecture.md, "Sources of
 truth"): the scheduler and the slot workers retry their loops, learners keep training and
 buffer what they would have written. This module holds the timing rules they share; it
 imports no Redis itself, the callers say which errors mean "away".

@@ -1,32 +1,19 @@
-"""Pushing live state to the pages through the Channels layer.
-
-Group names are constants or come from model properties, never from user text.
-"""
+"""The slot registry as the pages and the API show it: each slot with the job holding it
+(from the allocation record), and what a given user may see of it. Pushing the slots to
+the Cluster page is the push module's (``edtweb/training/live.py``)."""
 
 from __future__ import annotations
 
-import logging
 from typing import Any
 
-from asgiref.sync import async_to_sync
-from channels.layers import get_channel_layer
-from django.conf import settings
-
-from scheduler.store import Store, connect
-
-log = logging.getLogger("edt.live")
-
-CLUSTER_GROUP = "cluster"
+from edtweb.redis_access import store
 
 
 def current_slots() -> list[dict[str, Any]]:
     """The slot registry now, as the pages show it."""
-    store = Store(connect(settings.REDIS_URL))
-    try:
-        jobs = store.allocations().holder()
-        return [dict(slot.as_dict(), job=jobs.get(slot.slot_id)) for slot in store.list_slots()]
-    finally:
-        store.r.close()
+    registry = store()
+    jobs = registry.allocations().holder()
+    return [dict(slot.as_dict(), job=jobs.get(slot.slot_id)) for slot in registry.list_slots()]
 
 
 def visible_slots(slots: list[dict[str, Any]], user: Any) -> list[dict[str, Any]]:
@@ -42,10 +29,3 @@ def visible_slots(slots: list[dict[str, Any]], user: Any) -> list[dict[str, Any]
         dict(s, busy=s.get("job") is not None, job=s.get("job") if s.get("job") in mine else None)
         for s in slots
     ]
-
-
-def publish_slots(slots: list[dict[str, Any]]) -> None:
-    layer = get_channel_layer()
-    if layer is None:
-        return
-    async_to_sync(layer.group_send)(CLUSTER_GROUP, {"type": "cluster.slots", "slots": slots})

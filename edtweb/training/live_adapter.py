@@ -1,0 +1,113 @@
+"""The web's side of the live scheduler's ports (scheduler/live/ports.py): job rows from
+the database, their transitions and timelines through ``services``, Redis and the Celery
+app of this process (docs/architecture.md, "Layering")."""
+
+from __future__ import annotations
+
+import statistics
+from contextlib import AbstractContextManager
+from datetime import datetime
+from typing import Any
+
+from django.conf import settings
+from django.db import OperationalError
+
+from edtweb.celery import app as celery_app
+from edtweb.redis_access import redis_client
+from edtweb.training import services
+from edtweb.training.models import Job, Metric
+from scheduler.live.job import Controlled, JobRunner
+from scheduler.live.loop import LiveScheduler
+from scheduler.live.ports import JobRow, Ports
+from scheduler.live.speedups import WINDOW
+
+NEW_BY_ID = 500  # at most this many new jobs' times are read by id; more: every job's
+
+
+def job_rows(jobs: Any, created: dict[int, datetime] | None = None) -> list[JobRow]:
+    """The rows of the queryset ``jobs``. With ``created`` (a cache kept between calls:
+    a job's submission time never changes), only the times of the jobs not in it yet are
+    read, and parsed; those of jobs no longer in ``jobs`` are dropped now and then."""
+    if created is None:
+        return [JobRow(*row) for row in jobs.values_list(*JobRow._fields)]
+    rows = list(jobs.values_list(*JobRow._fields[:-1]))
+    new = [row[0] for row in rows if row[0] not in created]
+    if len(new) > NEW_BY_ID or len(created) > 2 * len(rows) + NEW_BY_ID:
+        created.clear()  # every active job's, afresh
+        created.update(jobs.values_list("pk", "created_at"))
+    elif new:
+        created.update(jobs.filter(pk__in=new).values_list("pk", "created_at"))
+    return [JobRow(*row, created[row[0]]) for row in rows if row[0] in created]  # type: ignore[call-arg]
+
+
+def schedulable_jobs() -> Any:
+    """The jobs a decision is about: active ones, less queued WMLA execs whose model is
+    still being checked (edtweb/registry/services.py)."""
+    return Job.objects.filter(state__in=Job.ACTIVE).exclude(
+        state=Job.State.QUEUED, model_definition__status="CHECKING"
+    )
+
+
+def observed_rates(job_id: int, window: int = WINDOW) -> dict[int, float]:
+    """Worker count -> median samples/s over the job's latest ``window`` iterations."""
+    rows = (
+        Metric.objects.filter(job_id=job_id, kind="train")
+        .order_by("-step")
+        .values_list("values", flat=True)[:window]
+    )
+    seen: dict[int, list[float]] = {}
+    for values in rows:
+        workers, rate = values.get("workers"), values.get("samples_per_s")
+        if isinstance(workers, int) and isinstance(rate, (int, float)) and rate > 0:
+            seen.setdefault(workers, []).append(float(rate))
+    return {workers: statistics.median(rates) for workers, rates in seen.items()}
+
+
+class DjangoJobBook:
+    """``scheduler.live.ports.JobBook`` over the database."""
+
+    AWAY: tuple[type[Exception], ...] = (OperationalError,)
+
+    def schedulable(self, created: dict[int, datetime]) -> list[JobRow]:
+        return job_rows(schedulable_jobs(), created)
+
+    def start(self, job_id: int) -> bool:
+        return services.start_job(job_id)
+
+    def fail(self, job_id: int, message: str) -> bool:
+        return services.fail_job(job_id, message)
+
+    def complete(self, job_id: int) -> bool:
+        return services.complete_job(job_id)
+
+    def suspend(self, job_id: int, checkpoint_step: int) -> bool:
+        return services.suspend_job(job_id, checkpoint_step)
+
+    def record_event(self, job_id: int, kind: str, message: str, **data: Any) -> None:
+        services.record_event(job_id, kind, message, **data)
+
+    def batched(self) -> AbstractContextManager[None]:
+        return services.batched()
+
+    def observed_rates(self, job_id: int) -> dict[int, float]:
+        return observed_rates(job_id)
+
+
+def live_ports() -> Ports:
+    """This process's ports: the database, its Redis client, its Celery app."""
+    return Ports(
+        book=DjangoJobBook(),
+        redis=redis_client,
+        celery=celery_app,
+        redis_url=settings.REDIS_URL,
+        secret=settings.SECRET_KEY,
+    )
+
+
+def live_scheduler(policy: str = "fairshare") -> LiveScheduler:
+    return LiveScheduler(live_ports(), policy)
+
+
+def runner_for(job: Controlled, resume: bool = True) -> JobRunner:
+    """One job's runner outside the live loop (tests drive a job's protocol by hand)."""
+    return JobRunner.celery(job, live_ports(), resume)

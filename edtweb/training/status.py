@@ -1,0 +1,124 @@
+"""A job's live view, read in one place: the jobs list, the job page's ``/state``, the REST
+API, WMLA's execs, the CLI (through the API) and the job page's WebSocket all show a
+:class:`JobStatus` built here, so during a resize or a suspension they never disagree.
+
+Its sources: the job's row (state, iterations), the allocation record the scheduler alone
+writes (workers), the job's latest training records (the pace, for the ETA), the queue
+(why it waits) and the slot registry (telemetry of the slots it trains on).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+import redis
+
+from edtweb.redis_access import store
+from edtweb.training import waiting
+from edtweb.training.models import Job, Metric
+from edtweb.training.services import allocations
+
+log = logging.getLogger("edt.jobs")
+
+PACE_RECORDS = 50  # the ETA is at the pace of the job's last 50 iterations
+
+
+@dataclasses.dataclass(frozen=True)
+class JobStatus:
+    """What a job's pages, API and CLI show of it now."""
+
+    id: int
+    state: str
+    priority: int
+    workers: int  # members of its current generation (joiners do not train yet)
+    max_workers: int
+    steps_done: int
+    total_steps: int
+    progress: float  # 0..1, iterations done (1 once completed)
+    eta: float | None  # seconds left, to 0.1 s; None unless it runs and has a pace
+    eta_text: str  # the ETA as the pages write it: "44 s", "3 min"; "" without one
+    waiting: str  # why it waits, in words; "" unless queued or suspended
+    telemetry: tuple[dict[str, Any], ...]  # its slots' latest telemetry
+    error: str
+
+    def as_dict(self) -> dict[str, Any]:
+        """The status as JSON (``/state``, the WebSocket's ``status`` message)."""
+        return {**dataclasses.asdict(self), "telemetry": [dict(t) for t in self.telemetry]}
+
+
+def status_of(job: Job, user: Any) -> JobStatus:
+    """``job``'s status as ``user`` sees it (another user's job ahead in the queue is not
+    named to them)."""
+    return statuses([job], user)[job.pk]
+
+
+def statuses(jobs: Sequence[Job], user: Any) -> dict[int, JobStatus]:
+    """Job id -> status for each of ``jobs``, reading the allocation record, the slots and
+    the queue once for all of them (the jobs list, the API's pages)."""
+    record = allocations()
+    members = {
+        job.pk: record.of(job.pk).members if job.state == Job.State.RUNNING else () for job in jobs
+    }
+    held = {slot for slots in members.values() for slot in slots}
+    telemetry = slot_telemetry(held) if held else {}
+    reasons = waiting.reasons(list(jobs), user)
+    return {
+        job.pk: JobStatus(
+            id=job.pk,
+            state=job.state,
+            priority=job.priority,
+            workers=len(members[job.pk]),
+            max_workers=job.max_workers,
+            steps_done=job.steps_done,
+            total_steps=job.total_steps,
+            progress=progress(job),
+            eta=(eta := eta_seconds(job)),
+            eta_text=eta_text(eta),
+            waiting=reasons.get(job.pk, ""),
+            telemetry=tuple(telemetry[s] for s in members[job.pk] if s in telemetry),
+            error=job.error,
+        )
+        for job in jobs
+    }
+
+
+def progress(job: Job) -> float:
+    if job.state == Job.State.COMPLETED:
+        return 1.0
+    return min(1.0, job.steps_done / job.total_steps) if job.total_steps else 0.0
+
+
+def eta_seconds(job: Job) -> float | None:
+    """Seconds left at the pace of the last iterations (None unless the job runs and has a
+    pace): the one ETA every page, the API and the CLI show."""
+    if job.state != Job.State.RUNNING or not job.total_steps:
+        return None
+    recent = list(Metric.objects.filter(job=job, kind="train").order_by("-step")
+                  .values_list("step", "time")[:PACE_RECORDS])  # fmt: skip
+    if len(recent) < 2:
+        return None
+    (last_step, last_time), (first_step, first_time) = recent[0], recent[-1]
+    pace = (last_time - first_time) / max(last_step - first_step, 1)
+    return round(max(0.0, (job.total_steps - last_step) * pace), 1)
+
+
+def eta_text(seconds: float | None) -> str:
+    """Time left as the pages write it: "44 s", over 90 s in minutes ("3 min")."""
+    if seconds is None:
+        return ""
+    return f"{round(seconds / 60)} min" if seconds > 90 else f"{round(seconds)} s"
+
+
+def slot_telemetry(slot_ids: set[str]) -> dict[str, dict[str, Any]]:
+    """Slot id -> its state and latest telemetry (utilisation, memory), for ``slot_ids``;
+    none while Redis is away."""
+    try:
+        slots = store().list_slots()
+    except redis.RedisError as exc:
+        log.warning("could not read the slots' telemetry: %s", exc)
+        return {}
+    return {s.slot_id: {"slot": s.slot_id, "state": s.state, **s.telemetry} for s in slots
+            if s.slot_id in slot_ids}  # fmt: skip

@@ -1,0 +1,81 @@
+"""What the live scheduler needs of the rest of the platform, and nothing more
+(docs/architecture.md, "Layering"): the job rows and their transitions (``JobBook``), and
+how to reach Redis and the slots' queues (``Ports``). The web's implementation is
+``edtweb/training/live_adapter.py``; the table tests use an in-memory one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, NamedTuple, Protocol
+
+import redis
+
+# A job's resting states, as the job rows spell them.
+QUEUED = "QUEUED"
+RUNNING = "RUNNING"
+SUSPENDED = "SUSPENDED"
+COMPLETED = "COMPLETED"
+FAILED = "FAILED"
+STOPPED = "STOPPED"
+ACTIVE = (QUEUED, RUNNING, SUSPENDED)
+
+
+class JobRow(NamedTuple):
+    """The fields of a job the scheduler reads on every step, as one row: thousands of jobs
+    per step are read without building a model instance for each."""
+
+    pk: int
+    name: str
+    state: str
+    priority: int
+    max_workers: int
+    min_workers: int
+    collective_timeout: float
+    created_at: datetime
+
+
+class JobBook(Protocol):
+    """The jobs' records: which are to be scheduled, their state changes and timelines."""
+
+    # Errors that mean "the database is away for now": the step fails and is retried.
+    AWAY: tuple[type[Exception], ...]
+
+    def schedulable(self, created: dict[int, datetime]) -> list[JobRow]:
+        """The active jobs a decision is about (``created``: a cache of submission times
+        kept between calls, a job's never changes)."""
+        ...
+
+    def start(self, job_id: int) -> bool: ...
+    def fail(self, job_id: int, message: str) -> bool: ...
+    def complete(self, job_id: int) -> bool: ...
+    def suspend(self, job_id: int, checkpoint_step: int) -> bool: ...
+
+    def record_event(self, job_id: int, kind: str, message: str, **data: Any) -> None:
+        """A line of the job's timeline, pushed to its pages."""
+        ...
+
+    def batched(self) -> AbstractContextManager[None]:
+        """The events and page pushes of the block, written and sent together at its end."""
+        ...
+
+    def observed_rates(self, job_id: int) -> dict[int, float]:
+        """Worker count -> median samples/s over the job's latest iterations."""
+        ...
+
+
+@dataclass(frozen=True)
+class Ports:
+    """``redis``: this process's client (called each step: a test that switches Redis gets
+    its own); ``celery``: the Celery app whose task messages start learners (used as an
+    object: scheduler/dispatch.py builds the messages from it); ``redis_url`` and ``secret``:
+    what the learners' per-job ACL users are derived from (protocol/redis_acl.py)."""
+
+    book: JobBook
+    redis: Callable[[], redis.Redis]
+    celery: Any
+    redis_url: str
+    secret: str

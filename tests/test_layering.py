@@ -1,0 +1,94 @@
+"""The rooms' layering (docs/architecture.md, "Layering"): ``protocol/``, ``scheduler/``,
+``workers/`` and ``edtcli/`` never import the web (``edtweb``), Django or Celery, except
+in the named adapters that are a process's entry into them; and one decision's path (the
+live step through placement, the job controller, dispatch and the store) never goes back
+up into ``edtweb/``."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PROJECT = Path(__file__).resolve().parent.parent
+ROOMS = ("protocol", "scheduler", "workers", "edtcli")
+UPWARD = ("edtweb", "django", "celery", "channels", "rest_framework")
+
+# Each adapter, with what it may import and why.
+ADAPTERS = {
+    # Celery's tasks and worker signals: a slot worker is a Celery worker (README, "What
+    # runs") configured by Django's settings. The learner task still reads its job's
+    # record (the sandbox's trusted paths) from the database.
+    "workers/tasks.py": {"celery", "django", "edtweb"},
+    "workers/slot.py": {"celery", "django"},
+    # The data directory, from Django's settings where a process has them configured.
+    "workers/sandbox.py": {"django"},
+}
+
+
+def imports(path: Path) -> list[tuple[int, str]]:
+    """(line, module) of every import in ``path``, at any depth (function-level too)."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, alias.name) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            found.append((node.lineno, node.module))
+    return found
+
+
+def modules(room: str) -> list[Path]:
+    return sorted((PROJECT / room).rglob("*.py"))
+
+
+@pytest.mark.parametrize("room", ROOMS)
+def test_a_room_below_the_web_never_imports_it(room: str) -> None:
+    wrong = []
+    for path in modules(room):
+        name = path.relative_to(PROJECT).as_posix()
+        allowed = ADAPTERS.get(name, set())
+        for line, module in imports(path):
+            top = module.split(".")[0]
+            if top in UPWARD and top not in allowed:
+                wrong.append(f"{name}:{line} imports {module}")
+    assert wrong == []
+
+
+def test_learners_and_the_protocol_never_import_the_scheduler() -> None:
+    """A learner process loads the protocol and its own code alone."""
+    wrong = []
+    for path in [*modules("protocol"), *modules("workers")]:
+        name = path.relative_to(PROJECT).as_posix()
+        if name == "workers/learner/drive.py":
+            continue  # the local drive is a coordinator: it runs scheduler/elastic.py
+        wrong += [f"{name}:{n} imports {m}" for n, m in imports(path) if m.startswith("scheduler")]
+    assert wrong == []
+
+
+def test_the_adapters_named_exist() -> None:
+    assert all((PROJECT / name).is_file() for name in ADAPTERS)
+
+
+def test_one_decisions_path_stays_below_the_web() -> None:
+    """From the live step, follow every import of the project's own: none reaches edtweb."""
+    start = "scheduler.live.loop"
+    seen, todo, reached = set(), [start], []
+    while todo:
+        module = todo.pop()
+        if module in seen:
+            continue
+        seen.add(module)
+        path = PROJECT / (module.replace(".", "/") + ".py")
+        if not path.is_file():
+            path = PROJECT / module.replace(".", "/") / "__init__.py"
+        if not path.is_file():
+            continue  # a library's
+        for _, imported in imports(path):
+            if imported.split(".")[0] in UPWARD:
+                reached.append(f"{module} imports {imported}")
+            elif imported.split(".")[0] in ROOMS:
+                todo.append(imported)
+    assert {"scheduler.placement", "scheduler.live.job", "scheduler.elastic",
+            "scheduler.dispatch", "scheduler.store", "protocol.jobstore"} <= seen  # fmt: skip
+    assert reached == []

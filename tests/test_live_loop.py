@@ -1,0 +1,243 @@
+"""The live loop and the per-job controller without Django: an in-memory job book, a real
+Redis of the test's own, and learners played by the test through the protocol's own calls
+(READY, lease, adopt, exit, failure report), as the elastic protocol has them
+(docs/architecture.md, "Elastic training protocol"). Each row starts from nothing; the
+table runs forward and reversed."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+import redis
+from celery import Celery
+
+from edtweb.redis_server import RedisServer
+from protocol.connection import REDIS_DOWN, connect
+from protocol.exits import Exit
+from protocol.jobstore import JobStore
+from protocol.keys import ALIVE, queue_for
+from protocol.slots import SlotInfo
+from scheduler.live import ports as P
+from scheduler.live.loop import LiveScheduler
+from scheduler.live.ports import JobRow, Ports
+
+EPOCH = datetime(2026, 1, 1, tzinfo=UTC)
+MESSAGES = Celery("edt-table")  # builds learner task messages; nothing is sent through it
+
+
+@dataclass
+class InMemoryBook:
+    """``scheduler.live.ports.JobBook`` over a dict: what the database would hold."""
+
+    AWAY: tuple[type[Exception], ...] = ()
+    rows: dict[int, JobRow] = field(default_factory=dict)
+    events: list[tuple[int, str, str]] = field(default_factory=list)
+
+    def submit(self, pk: int, max_workers: int, priority: int = 50) -> None:
+        at = EPOCH + timedelta(seconds=pk)
+        self.rows[pk] = JobRow(pk, f"job{pk}", P.QUEUED, priority, max_workers, 1, 0.0, at)
+
+    def schedulable(self, created: dict[int, datetime]) -> list[JobRow]:
+        return [r for r in self.rows.values() if r.state in P.ACTIVE]
+
+    def _move(self, pk: int, to: str, allowed: tuple[str, ...]) -> bool:
+        row = self.rows[pk]
+        if row.state not in allowed:
+            return False
+        self.rows[pk] = row._replace(state=to)
+        return True
+
+    def start(self, job_id: int) -> bool:
+        return self._move(job_id, P.RUNNING, (P.QUEUED, P.SUSPENDED))
+
+    def fail(self, job_id: int, message: str) -> bool:
+        self.events.append((job_id, "failed", message))
+        return self._move(job_id, P.FAILED, P.ACTIVE)
+
+    def complete(self, job_id: int) -> bool:
+        return self._move(job_id, P.COMPLETED, (P.RUNNING,))
+
+    def suspend(self, job_id: int, checkpoint_step: int) -> bool:
+        return self._move(job_id, P.SUSPENDED, (P.RUNNING,))
+
+    def record_event(self, job_id: int, kind: str, message: str, **data: Any) -> None:
+        self.events.append((job_id, kind, message))
+
+    def batched(self) -> contextlib.AbstractContextManager[None]:
+        return contextlib.nullcontext()
+
+    def observed_rates(self, job_id: int) -> dict[int, float]:
+        return {}
+
+
+class World:
+    """One row's cluster: the book, the loop, the slots, and the learners' side."""
+
+    def __init__(self, server: RedisServer, slots: int) -> None:
+        self.client = connect(server.url)
+        self.client.flushdb()
+        self.url = server.url
+        self.book = InMemoryBook()
+        self.away = False
+        self.ports = Ports(self.book, self._redis, MESSAGES, server.url, "table-secret")
+        self.live = LiveScheduler(self.ports)
+        ids = [("tb", i) for i in range(slots)]
+        self.slots = [SlotInfo(f"{h}.{i}", h, i, "cpu", queue_for(f"{h}.{i}"), ALIVE)
+                      for h, i in ids]  # fmt: skip
+
+    def _redis(self) -> redis.Redis:
+        if self.away:  # nothing answers there: every command is refused
+            return redis.Redis(port=1, socket_connect_timeout=0.2)
+        return self.client
+
+    def store(self, pk: int) -> JobStore:
+        return JobStore(self.client, str(pk))
+
+    def step(self) -> None:
+        self.live.step(self.slots)
+
+    def learners_play(self, exits: Callable[[int, str], int | None] = lambda pk, s: None) -> None:
+        """Every learner does what the protocol asks of it now: a joiner takes its lease
+        and says READY, the members adopt the latest generation, a learner placed
+        elsewhere leaves. ``exits`` may end a joiner with a status instead."""
+        for pk, runner in self.live.runners.items():
+            jobs, c, tokens = self.store(pk), runner.state, runner.state.learners.tokens
+            for slot in [*c.joining, *c.members]:
+                if runner.exited(slot):
+                    continue
+                code = exits(pk, slot) if slot in c.joining else None
+                if code is not None:
+                    jobs.report_exit(slot, code, tokens[slot])
+                    continue
+                jobs.renew_lease(slot, tokens[slot])
+                if slot in c.joining and slot not in jobs.ready_slots():
+                    jobs.announce_ready(slot)
+            if jobs.generation() > jobs.adopted():
+                jobs.adopt(jobs.generation())
+            for slot in c.started - set(c.members) - set(c.joining):
+                if not runner.exited(slot):  # left the generation: it exits
+                    jobs.report_exit(slot, Exit.FINISHED, tokens[slot])
+
+    def settle(self, rounds: int = 12, **play: Any) -> None:
+        for _ in range(rounds):
+            self.step()
+            self.learners_play(**play)
+        self.step()
+
+    def members(self) -> dict[int, int]:
+        return {pk: len(r.members()) for pk, r in self.live.runners.items()}
+
+
+# The rows ------------------------------------------------------------------------------------
+
+
+def one_job_alone_takes_every_slot(w: World) -> None:
+    w.book.submit(1, max_workers=8)
+    w.settle()
+    assert w.members() == {1: 8} and w.book.rows[1].state == P.RUNNING
+
+
+def the_seeds_two_jobs_share_the_slots_half_and_half(w: World) -> None:
+    w.book.submit(1, max_workers=8)
+    w.settle()
+    w.book.submit(2, max_workers=8)
+    w.settle()
+    assert w.members() == {1: 4, 2: 4}
+    assert any(e[1] == "scaled" and e[0] == 2 for e in w.book.events)
+
+
+def a_dead_joiners_slot_is_sent_a_learner_again(w: World) -> None:
+    w.book.submit(1, max_workers=2)
+    w.step()
+    runner = w.live.runners[1]
+    first, token = runner.state.joining[0], runner.state.learners.tokens[runner.state.joining[0]]
+    died = {first}
+    w.settle(exits=lambda pk, slot: Exit.CRASHED if slot in died and not died.clear() else None)
+    assert w.members() == {1: 2}
+    assert runner.state.learners.tokens[first] != token  # a new learner, not the dead one
+
+
+def a_lost_member_is_replaced_from_the_survivors(w: World) -> None:
+    w.book.submit(1, max_workers=2)
+    w.settle()
+    runner, jobs = w.live.runners[1], w.store(1)
+    lost, survivor = runner.state.members
+    gen = jobs.generation()
+    jobs.report_exit(lost, Exit.CRASHED, runner.state.learners.tokens[lost])
+    jobs.report_failure(survivor, gen, 5, "a peer of the collective is gone")
+    w.step()
+    assert jobs.generation() == gen + 1 and jobs.members(gen + 1) == [survivor]
+    w.settle()
+    assert w.members() == {1: 2}  # grown back on a new learner
+    assert [e for e in w.book.events if e[1] == "failure"]
+
+
+def a_failure_of_a_stale_generation_changes_nothing(w: World) -> None:
+    w.book.submit(1, max_workers=2)
+    w.settle()
+    jobs, runner = w.store(1), w.live.runners[1]
+    gen = jobs.generation()
+    jobs.report_failure(runner.state.members[0], gen - 1, 3, "from before the last resize")
+    w.settle(rounds=2)
+    assert jobs.generation() == gen and w.members() == {1: 2}
+
+
+def the_user_codes_error_fails_the_job(w: World) -> None:
+    w.book.submit(1, max_workers=2)
+    w.settle()
+    jobs, runner = w.store(1), w.live.runners.get(1)
+    assert runner is not None
+    slot = runner.state.members[0]
+    jobs.report_error(slot, "ValueError: bad shape", 'File "model.py", line 3')
+    jobs.report_exit(slot, Exit.USER_CODE_FAILED, runner.state.learners.tokens[slot])
+    w.settle(rounds=2)
+    assert w.book.rows[1].state == P.FAILED and 1 not in w.live.runners
+    assert (1, "failed", 'ValueError: bad shape (File "model.py", line 3)') in w.book.events
+
+
+def redis_away_fails_the_step_and_the_next_goes_on(w: World) -> None:
+    w.book.submit(1, max_workers=2)
+    w.settle()
+    before = w.store(1).generation()
+    w.away = True
+    with pytest.raises(REDIS_DOWN):
+        w.step()
+    w.away = False
+    w.settle(rounds=2)
+    assert w.members() == {1: 2} and w.store(1).generation() == before
+
+
+ROWS = [
+    one_job_alone_takes_every_slot,
+    the_seeds_two_jobs_share_the_slots_half_and_half,
+    a_dead_joiners_slot_is_sent_a_learner_again,
+    a_lost_member_is_replaced_from_the_survivors,
+    a_failure_of_a_stale_generation_changes_nothing,
+    the_user_codes_error_fails_the_job,
+    redis_away_fails_the_step_and_the_next_goes_on,
+]
+
+
+@pytest.fixture
+def world(private_redis: RedisServer) -> Iterator[Callable[[int], World]]:
+    made: list[World] = []
+
+    def make(slots: int) -> World:
+        made.append(World(private_redis, slots))
+        return made[-1]
+
+    yield make
+    for w in made:
+        w.client.close()
+
+
+@pytest.mark.parametrize("order", ["forward", "reversed"])
+def test_the_live_loop_table(world: Callable[[int], World], order: str) -> None:
+    rows = ROWS if order == "forward" else ROWS[::-1]
+    for row in rows:
+        row(world(8))
