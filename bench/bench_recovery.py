@@ -45,7 +45,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 import urllib.error
 import urllib.request
@@ -54,12 +53,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import psutil
-
 PROJECT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(PROJECT))
 
 from edtweb.redis_server import RedisServer  # noqa: E402
+from tests.harness.waiting import wait_for  # noqa: E402
 from workers.learner.datasets import write_cifar10  # noqa: E402
 
 BATCH, STEPS, FAULT_AT = 64, 70, 40  # 16 iterations an epoch: the checkpoint is at step 32
@@ -112,7 +110,8 @@ def learner_kill(redis: str, data: Path, tmp: Path, round_: int) -> dict[str, tu
 
 
 class LiveStack:
-    """A worker host, a supervised scheduler, a database and a user, all of this run's own."""
+    """Two worker hosts, a supervised scheduler, metrics consumer and web, a database and a
+    user, all of this run's own: the live tests' cluster (tests/harness/cluster.py)."""
 
     def __init__(self, tmp: Path, redis: RedisServer) -> None:
         tmp.chmod(0o755)  # learners run as the sandbox's user and read the model and data
@@ -130,40 +129,32 @@ class LiveStack:
         from django.contrib.auth import get_user_model
         from django.core.management import call_command
 
-        from edtweb import launcher
-        from edtweb.redis_server import free_port
         from protocol.connection import connect
         from scheduler.store import Store
-        from workers.supervisor import supervise_commands
+        from tests.harness.cluster import Cluster
+        from tests.harness.processes import Processes
 
         call_command("migrate", verbosity=0)
         self.user = get_user_model().objects.create_user("bench", password="bench-only-1")
         self.store = Store(connect(redis.url))
         self.data = write_cifar10(tmp / "live-data", train=1024, test=64)
-        self.hosts: dict[str, subprocess.Popen[bytes]] = {}
+        self.cluster = Cluster(redis, self.store, Processes(), tmp, env=dict(os.environ))
         for host in ("bench-host-a", "bench-host-b"):
             self.start_host(host)
-        self.port = free_port()
-        commands = launcher.processes(launcher.Options(port=self.port, live_port=0))
-        wanted = {name: commands[name] for name in ("scheduler", "metrics", "web")}
-        self.supervisor = supervise_commands(wanted, dict(os.environ), str(PROJECT),
-                                             out=(tmp / "supervisor.log").open("w"))  # fmt: skip
-        threading.Thread(target=self.supervisor.watch, daemon=True).start()
+        self.supervised = self.cluster.supervise("scheduler", "web")  # and the metrics consumer
+        self.port = self.cluster.web_port
 
     def start_host(self, host: str) -> None:
-        log = (self.tmp / f"{host}.log").open("a")
-        self.hosts[host] = subprocess.Popen(
-            [sys.executable, "manage.py", "edt_worker", "--cpu-slots", "1",
-             "--host-name", host],
-            cwd=PROJECT, env=dict(os.environ), stdout=log, stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )  # fmt: skip
+        """A worker host of one slot, restarting a dead slot worker after edt_worker's
+        default 10 s."""
+        self.cluster.start_host(host, 1, restart_delay=10)
 
     def close(self) -> None:
-        self.supervisor.stopping.set()
-        self.supervisor.stop(grace=10)
-        for worker in self.hosts.values():
-            if worker.poll() is not None:
+        """The supervised processes, then each worker host stopped as a machine's would be
+        (SIGTERM, SIGKILL after 30 s), then whatever is left."""
+        self.cluster.close()
+        for _, worker in self.cluster.hosts.values():
+            if worker is None or worker.poll() is not None:
                 continue
             os.killpg(worker.pid, signal.SIGTERM)
             try:
@@ -171,11 +162,10 @@ class LiveStack:
             except subprocess.TimeoutExpired:
                 os.killpg(worker.pid, signal.SIGKILL)
                 worker.wait()
+        self.cluster.processes.cleanup()
 
     def child_pid(self, name: str) -> int | None:
-        child = next(c for c in self.supervisor.children if c.name == name)
-        proc = child.proc
-        return proc.pid if proc is not None and proc.poll() is None else None
+        return self.supervised.pid(name)
 
     def api_answers(self) -> bool:
         """Any HTTP answer from the web (a 401 too: the process serves again)."""
@@ -191,33 +181,12 @@ class LiveStack:
     def scheduler_pid(self) -> int | None:
         return self.child_pid("scheduler")
 
-    def warm_slots(self) -> list[Any]:
-        return [s for s in self.store.list_slots()
-                if s.host in self.hosts and s.alive and s.telemetry.get("warm")]  # fmt: skip
-
     def ready(self) -> bool:
         """Both slots alive and warm, the supervised scheduler active, the API answering."""
         pid = self.scheduler_pid()
         holder = self.store.lease_holder() or ""
-        return (len(self.warm_slots()) == 2 and pid is not None and holder.endswith(f":{pid}")
-                and self.api_answers())  # fmt: skip
-
-    def learners(self) -> list[psutil.Process]:
-        """Learner processes: forked from their slot's fork server."""
-
-        def forkserver(p: psutil.Process | None) -> bool:
-            return p is not None and "multiprocessing.forkserver" in " ".join(p.cmdline())
-
-        found = []
-        every = [p for w in self.hosts.values() if w.poll() is None
-                 for p in psutil.Process(w.pid).children(recursive=True)]  # fmt: skip
-        for p in every:
-            try:
-                if p.status() != psutil.STATUS_ZOMBIE and forkserver(p) and forkserver(p.parent()):
-                    found.append(p)
-            except psutil.Error:
-                pass
-        return found
+        return (len(self.cluster.warm_slots()) == 2 and pid is not None
+                and holder.endswith(f":{pid}") and self.api_answers())  # fmt: skip
 
     def one_fault(self, fault: str) -> Live:
         """Run a job, inject ``fault`` at step FAULT_AT; (recovery, redone, back) where
@@ -230,7 +199,7 @@ class LiveStack:
                                   data_path=str(self.data), epochs=LIVE_EPOCHS,
                                   batch_size=BATCH, max_workers=2)  # fmt: skip
         jobs = services.job_store(job.pk)
-        two = lambda: len(jobs.members(jobs.generation())) == 2 == len(self.learners())  # noqa: E731
+        two = lambda: len(jobs.members(jobs.generation())) == 2 == len(self.cluster.learners())  # noqa: E731
         wait(lambda: two() or Job.objects.get(pk=job.pk).state not in Job.ACTIVE, 300,
              "the job on 2 learners")  # fmt: skip
         assert two(), f"{fault}: the job ended before it ran on 2 learners"
@@ -238,15 +207,16 @@ class LiveStack:
         back = 0.0
         members = jobs.members(jobs.generation())
         if fault == "learner":
-            at = kill(self.learners()[-1].pid)
+            at = kill(self.cluster.learners()[-1].pid)
         elif fault == "slot worker":
             slot = next(s for s in self.store.list_slots() if s.slot_id == members[-1])
             at = kill(slot.pid)
         elif fault == "worker host":
             host = next(s.host for s in self.store.list_slots() if s.slot_id == members[-1])
             at = time.time()
-            os.killpg(self.hosts[host].pid, signal.SIGKILL)
-            self.hosts[host].wait()
+            worker = self.cluster.hosts[host][1]
+            os.killpg(worker.pid, signal.SIGKILL)
+            worker.wait()
             wait(lambda: host not in " ".join(jobs.members(jobs.generation())), 120,
                  "a generation without the lost host")  # fmt: skip
             self.start_host(host)  # the machine is back
@@ -280,7 +250,7 @@ class LiveStack:
             back = time.time() - up
         wait(lambda: Job.objects.get(pk=job.pk).state not in Job.ACTIVE, 600, "the job's end")
         if fault in ("slot worker", "worker host"):  # the next round starts once it is back
-            wait(lambda: len(self.warm_slots()) == 2, 300, "both slots warm again")
+            wait(lambda: len(self.cluster.warm_slots()) == 2, 300, "both slots warm again")
         state = Job.objects.get(pk=job.pk).state
         assert state == Job.State.COMPLETED, f"{fault}: the job ended {state}"
         train = [r for _, r in jobs.read_metrics() if r["type"] == "train"]
@@ -294,11 +264,8 @@ def kill(pid: int) -> float:
 
 
 def wait(predicate: Callable[[], Any], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"waited {timeout} s for {what}")
-        time.sleep(0.05)
+    """The live tests' wait (a deadline scaled by the machine's load), polling every 50 ms."""
+    wait_for(predicate, timeout, what, step=0.05)
 
 
 def after_live_fault(train: list[dict[str, Any]], at: float,

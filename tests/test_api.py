@@ -25,7 +25,8 @@ from edtweb.datasets.models import Dataset
 from edtweb.registry.models import ModelDefinition
 from edtweb.training import services
 from edtweb.training.models import Job, JobEvent, Metric
-from tests.conftest import PROJECT_DIR, wait_for
+from tests.harness.processes import PROJECT_DIR
+from tests.harness.waiting import wait_for
 from workers.learner.datasets import write_cifar10
 from workers.learner.spec import JobSpec
 

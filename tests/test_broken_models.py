@@ -12,7 +12,7 @@ import psutil
 import pytest
 
 from edtweb.redis_server import RedisServer
-from tests.conftest import PROJECT_DIR, subprocess_env
+from tests.harness.processes import PROJECT_DIR, subprocess_env
 from workers.learner.datasets import write_cifar10
 
 FORWARD_RAISES = """

@@ -18,14 +18,8 @@ from playwright.sync_api import Page, expect
 
 from edtweb.redis_server import RedisServer, free_port
 from tests.browser import browser_page
-from tests.conftest import (
-    PROJECT_DIR,
-    Processes,
-    alive_pids,
-    load_factor,
-    subprocess_env,
-    wait_for,
-)
+from tests.harness.processes import PROJECT_DIR, Processes, alive_pids, subprocess_env
+from tests.harness.waiting import load_factor, wait_for
 from workers.learner.datasets import write_cifar10
 
 ARTIFACTS = PROJECT_DIR / "tests" / "artifacts"

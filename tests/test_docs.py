@@ -8,7 +8,7 @@ import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
-from tests.conftest import PROJECT_DIR
+from tests.harness.processes import PROJECT_DIR
 
 README = (PROJECT_DIR / "README.md").read_text()
 ARCHITECTURE = PROJECT_DIR / "docs" / "architecture.md"

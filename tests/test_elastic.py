@@ -22,7 +22,8 @@ from torch import nn
 from edtweb.redis_server import RedisServer
 from protocol.connection import connect
 from protocol.jobstore import JobStore
-from tests.conftest import PROJECT_DIR, subprocess_env, wait_for
+from tests.harness.processes import PROJECT_DIR, subprocess_env
+from tests.harness.waiting import wait_for
 from workers.learner import statecast
 from workers.learner.contract import load_definition
 from workers.learner.datasets import load_dataset, write_cifar10

@@ -9,290 +9,30 @@ the end (``assert_recovered``).
 from __future__ import annotations
 
 import itertools
-import json
 import os
 import signal
-import threading
 import time
-import urllib.error
-import urllib.request
-from collections import Counter
-from collections.abc import Callable, Collection, Iterator
 from pathlib import Path
 from typing import Any
 
-import psutil
 import pytest
-from django.db import connection
 from rest_framework.authtoken.models import Token
-from rest_framework.test import APIClient
 
-from edtweb import launcher
-from edtweb.redis_server import RedisServer, free_port
+from edtweb.redis_server import RedisServer
 from edtweb.training import services
 from edtweb.training.models import Job
-from protocol.connection import connect
-from protocol.keys import ALIVE
-from protocol.slots import SlotInfo
 from scheduler.store import Store
-from tests.conftest import PROJECT_DIR, Processes, wait_for
-from tests.test_scheduler_live import Cluster, submit, workers_of
+from tests.harness.api import Get, api_steps, http_get
+from tests.harness.cluster import Cluster, Watch, Watcher, descendants, is_learner
+from tests.harness.jobs import completed, redone, submit, workers_of
+from tests.harness.waiting import wait_for
 from workers.learner.datasets import write_cifar10
-from workers.supervisor import supervise_commands
 
-pytestmark = pytest.mark.django_db(transaction=True)
-
-
-@pytest.fixture
-def durable_redis(tmp_path: Path) -> Iterator[RedisServer]:
-    """A Redis of this test's own with an append-only file, so it can be killed and
-    started again on the same port with its data, as a production Redis would."""
-    server = RedisServer(tmp_path / "durable-redis", appendonly=True).start()
-    yield server
-    server.stop()
+# A Redis with an append-only file, killed and started again with its data by the tests.
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.redis("durable_redis")]
 
 
-@pytest.fixture
-def store(durable_redis: RedisServer, settings: Any) -> Iterator[Store]:
-    settings.REDIS_URL = durable_redis.url
-    client = connect(durable_redis.url)
-    yield Store(client)
-    client.close()
-
-
-class Supervised:
-    """Some of the stack's processes under `make run`'s own supervisor, which restarts
-    whichever dies (workers/supervisor.py); its loop runs in a thread of the test."""
-
-    def __init__(self, commands: dict[str, str], env: dict[str, str], log: Path) -> None:
-        self.log = log
-        self.supervisor = supervise_commands(commands, env, str(PROJECT_DIR), out=log.open("w"))
-        self.thread = threading.Thread(target=self.supervisor.watch, name="supervisor",
-                                       daemon=True)  # fmt: skip
-        self.thread.start()
-
-    def pid(self, name: str) -> int | None:
-        """The pid of child ``name`` while it runs (None between a death and its restart)."""
-        child = next(c for c in self.supervisor.children if c.name == name)
-        proc = child.proc
-        return proc.pid if proc is not None and proc.poll() is None else None
-
-    def stop(self) -> None:
-        self.supervisor.stopping.set()
-        self.thread.join(timeout=10)
-        self.supervisor.stop(grace=10)
-
-
-class FaultCluster(Cluster):
-    """The live stack of these tests: slots and schedulers as in the scheduler's live tests,
-    and, where a fault needs them, web and scheduler under the supervisor."""
-
-    def __init__(self, *args: Any) -> None:
-        super().__init__(*args)
-        self.hosts: dict[str, tuple[int, Any]] = {}  # host name: (slots, its edt_worker)
-        self.schedulers: list[Any] = []
-        self.supervised: Supervised | None = None
-        self.web_port = 0
-
-    @property
-    def slots(self) -> int:
-        return sum(count for count, _ in self.hosts.values())
-
-    def start_slots(self, count: int, *extra: str) -> None:
-        """The first worker host, on this test's host name (`cluster.worker`)."""
-        self.hosts[self.host] = (count, None)
-        super().start_slots(count, *extra)
-        self.hosts[self.host] = (count, self.worker)
-
-    def start_host(self, name: str, count: int, *extra: str) -> Any:
-        """Another worker host of ``count`` slots, as `edt_worker` runs on a machine of its
-        own (it shares only Redis, the database and the data dir with the others)."""
-        self.hosts[name] = (count, None)
-        proc = self.processes.manage(
-            "edt_worker", "--cpu-slots", str(count), "--host-name", name, "--restart-delay",
-            "1", *extra, env=self.env, log=self.tmp / f"worker-{name}.log",
-        )  # fmt: skip
-        self.hosts[name] = (count, proc)
-        wait_for(lambda: len(self.warm_slots()) == self.slots, 180, f"host {name}'s slots warm")
-        return proc
-
-    def is_warm(self, slot: SlotInfo) -> bool:
-        return (slot.host in self.hosts and slot.state == ALIVE
-                and bool(slot.telemetry.get("warm")))  # fmt: skip
-
-    def start_scheduler(self, name: str = "scheduler") -> Any:
-        proc = super().start_scheduler(name)
-        self.schedulers.append(proc)
-        return proc
-
-    def supervise(self, *names: str) -> Supervised:
-        """Start ``names`` ("web", "scheduler") with `make run`'s own command lines, and
-        the metrics consumer unless one runs already (jobs complete once it stored their
-        metrics)."""
-        if self.metrics is None:
-            names = (*names, "metrics")
-        self.web_port = free_port()
-        opts = launcher.Options(port=self.web_port, live_port=free_port())
-        commands = {k: v for k, v in launcher.processes(opts).items() if k in names}
-        self.supervised = Supervised(commands, self.env, self.tmp / "supervisor.log")
-        return self.supervised
-
-    def learners(self) -> list[psutil.Process]:
-        """The learner processes on this host now: each is forked from its slot's fork
-        server (the one process per slot that imported torch already)."""
-        return [p for _, host in self.hosts.values() if host is not None
-                for p in descendants(host.pid) if is_learner(p)]  # fmt: skip
-
-    def close(self) -> None:
-        if self.supervised is not None:
-            self.supervised.stop()
-
-    def assert_alive(self) -> None:
-        """Every EDT process of the stack runs: the worker host and each of its slots (a
-        heartbeat from a live worker), the schedulers, and what the supervisor watches."""
-        for name, (_, host) in self.hosts.items():
-            assert host.poll() is None, f"worker host {name} died"
-        wait_for(lambda: len(self.warm_slots()) == self.slots, 60, "every slot alive")
-        for slot in self.warm_slots():
-            assert psutil.pid_exists(slot.pid), f"slot {slot.slot_id}'s worker is gone"
-        for proc in self.schedulers:
-            assert proc.poll() is None, "a scheduler died"
-        crashed = [line for log in self.tmp.glob("worker*.log")
-                   for line in log.read_text().splitlines()
-                   if "raised unexpected" in line]  # fmt: skip
-        assert not crashed, f"a slot's task crashed: {crashed}"
-        if self.supervised is not None:
-            for child in self.supervised.supervisor.children:
-                wait_for(lambda c=child.name: self.supervised and self.supervised.pid(c),
-                         30, f"{child.name} running")  # fmt: skip
-
-
-def descendants(pid: int) -> list[psutil.Process]:
-    try:
-        return psutil.Process(pid).children(recursive=True)
-    except psutil.NoSuchProcess:
-        return []
-
-
-def is_learner(proc: psutil.Process) -> bool:
-    def forkserver(p: psutil.Process | None) -> bool:
-        return p is not None and "multiprocessing.forkserver" in " ".join(p.cmdline())
-
-    try:
-        return proc.status() != psutil.STATUS_ZOMBIE and forkserver(proc) and forkserver(
-            proc.parent())  # fmt: skip
-    except psutil.Error:
-        return False
-
-
-@pytest.fixture
-def cluster(
-    durable_redis: RedisServer, store: Store, processes: Processes, tmp_path: Path
-) -> Iterator[FaultCluster]:
-    stack = FaultCluster(durable_redis, store, processes, tmp_path)
-    yield stack
-    stack.close()
-
-
-class Watch(threading.Thread):
-    """Samples the job twice a second while a fault plays out: the longest stretch it was
-    RUNNING with no learner process alive."""
-
-    def __init__(self, job: Job, learners: Callable[[], Collection[object]]) -> None:
-        super().__init__(name="fault-watch", daemon=True)
-        self.job_id, self.learners = job.pk, learners
-        self.longest = 0.0
-        self.stopping = threading.Event()
-        self.start()
-
-    def run(self) -> None:
-        since: float | None = None
-        try:
-            while not self.stopping.wait(0.5):
-                running = Job.objects.filter(pk=self.job_id, state=Job.State.RUNNING).exists()
-                if running and not self.learners():
-                    since = since or time.monotonic()
-                    self.longest = max(self.longest, time.monotonic() - since)
-                else:
-                    since = None
-        finally:
-            connection.close()
-
-    def stop(self) -> float:
-        self.stopping.set()
-        self.join(timeout=30)
-        return self.longest
-
-
-@pytest.fixture
-def watch(cluster: FaultCluster) -> Iterator[Callable[[Job], Watch]]:
-    watches: list[Watch] = []
-
-    def start(job: Job) -> Watch:
-        watches.append(Watch(job, cluster.learners))
-        return watches[-1]
-
-    yield start
-    for w in watches:
-        w.stop()
-
-
-Get = Callable[[str], tuple[int, Any]]
-
-
-def api_client_get(job: Job) -> Get:
-    client = APIClient()
-    client.force_authenticate(job.owner)
-
-    def get(url: str) -> tuple[int, Any]:
-        reply = client.get(url)
-        return reply.status_code, reply.json() if reply.status_code == 200 else reply.content
-
-    return get
-
-
-def http_get(port: int, token: str) -> Get:
-    """GET from the web process over HTTP, with an API token, as a script does."""
-
-    def get(url: str) -> tuple[int, Any]:
-        url = f"http://127.0.0.1:{port}{url}" if url.startswith("/") else url
-        request = urllib.request.Request(url, headers={"Authorization": f"Token {token}"})
-        try:
-            with urllib.request.urlopen(request, timeout=30) as reply:
-                return reply.status, json.loads(reply.read())
-        except urllib.error.HTTPError as exc:
-            return exc.code, exc.read()
-        except OSError as exc:
-            return 0, str(exc)
-
-    return get
-
-
-def api_steps(job: Job, get: Get | None = None) -> list[int]:
-    """The job's training steps as a user reads them through the REST API, every page."""
-    get = get or api_client_get(job)
-    steps: list[int] = []
-    url: str | None = f"/api/v1/jobs/{job.pk}/metrics/records/?kind=train&limit=1000"
-    while url:
-        status, body = get(url)
-        assert status == 200, body
-        steps += [int(r["step"]) for r in body["results"]]
-        url = body["next"]
-    return steps
-
-
-def redone(job: Job) -> int:
-    """Iterations trained twice: steps the learners recorded more than once, at different
-    times, in the job's stream (the database keeps the first; a record written twice by a
-    retry has one time; a new rank 0's copy of the last step, ``replay``, is no second
-    training). The iteration in flight at a fault, never recorded, is the one a fault may
-    cost."""
-    times = {(r["step"], r["time"]) for _, r in services.job_store(job.pk).read_metrics()
-             if r.get("type") == "train" and not r.get("replay")}  # fmt: skip
-    return sum(n - 1 for n in Counter(step for step, _ in times).values())
-
-
-def assert_recovered(job: Job, cluster: FaultCluster, watch: Watch, steps: int,
+def assert_recovered(job: Job, cluster: Cluster, watch: Watch, steps: int,
                      faults: int = 1, get: Get | None = None,
                      redo: int | None = None) -> None:  # fmt: skip
     """The fault table's acceptance, once the job has ended: COMPLETED; never RUNNING
@@ -307,17 +47,10 @@ def assert_recovered(job: Job, cluster: FaultCluster, watch: Watch, steps: int,
     cluster.assert_alive()
 
 
-def completed(job: Job) -> bool:
-    job.refresh_from_db()
-    assert job.state not in (Job.State.FAILED, Job.State.STOPPED), job.error
-    return job.state == Job.State.COMPLETED
-
-
 TRAIN, BATCH = 512, 64  # 8 iterations an epoch
-Watcher = Callable[[Job], Watch]
 
 
-def running_on_two(cluster: FaultCluster, alice: Any, tmp_path: Path, name: str,
+def running_on_two(cluster: Cluster, alice: Any, tmp_path: Path, name: str,
                    epochs: int) -> Job:  # fmt: skip
     """A 2-learner job on the cluster's 2 slots, 20 steps into its training."""
     data = write_cifar10(tmp_path / "data", train=TRAIN, test=64)
@@ -333,7 +66,7 @@ def went_on(job: Job, generation: int) -> bool:
 
 
 def test_redis_killed_for_ten_seconds_then_restarted_cleanly_the_job_completes(
-    cluster: FaultCluster, durable_redis: RedisServer, alice: Any, tmp_path: Path,
+    cluster: Cluster, durable_redis: RedisServer, alice: Any, tmp_path: Path,
     watch: Watcher,
 ) -> None:  # fmt: skip
     cluster.start_slots(2)
@@ -358,7 +91,7 @@ def test_redis_killed_for_ten_seconds_then_restarted_cleanly_the_job_completes(
 
 
 def test_a_killed_worker_host_is_left_by_its_job_which_grows_back_when_it_returns(
-    cluster: FaultCluster, alice: Any, tmp_path: Path, watch: Watcher
+    cluster: Cluster, alice: Any, tmp_path: Path, watch: Watcher
 ) -> None:
     """Two worker hosts of one slot each, the job on both: one host's whole process group
     is killed (its slot worker and learner with it); nobody reports the learner's end, so
@@ -386,7 +119,7 @@ def test_a_killed_worker_host_is_left_by_its_job_which_grows_back_when_it_return
 
 
 def test_a_job_whose_every_learner_died_with_their_host_resumes_from_its_checkpoint(
-    cluster: FaultCluster, alice: Any, tmp_path: Path, watch: Watcher
+    cluster: Cluster, alice: Any, tmp_path: Path, watch: Watcher
 ) -> None:
     """The one host is killed: no learner survives, so the job is suspended, and resumes by
     itself from its latest checkpoint (every epoch) when the host returns. It redoes at
@@ -409,7 +142,7 @@ def test_a_job_whose_every_learner_died_with_their_host_resumes_from_its_checkpo
 
 
 def test_a_killed_learner_is_replaced_and_the_job_completes(
-    cluster: FaultCluster, alice: Any, tmp_path: Path, watch: Watcher
+    cluster: Cluster, alice: Any, tmp_path: Path, watch: Watcher
 ) -> None:
     cluster.start_slots(2)
     cluster.start_scheduler()
@@ -427,7 +160,7 @@ def test_a_killed_learner_is_replaced_and_the_job_completes(
 
 
 def test_a_killed_slot_worker_is_restarted_and_the_job_completes(
-    cluster: FaultCluster, store: Store, alice: Any, tmp_path: Path, watch: Watcher
+    cluster: Cluster, store: Store, alice: Any, tmp_path: Path, watch: Watcher
 ) -> None:
     cluster.start_slots(2, "--restart-delay", "2")
     cluster.start_scheduler()
@@ -448,7 +181,7 @@ def test_a_killed_slot_worker_is_restarted_and_the_job_completes(
 
 
 def test_a_killed_scheduler_is_restarted_and_schedules_again(
-    cluster: FaultCluster, store: Store, alice: Any, tmp_path: Path, watch: Watcher
+    cluster: Cluster, store: Store, alice: Any, tmp_path: Path, watch: Watcher
 ) -> None:
     cluster.start_slots(2)
     stack = cluster.supervise("scheduler")  # as under `make run`
@@ -472,7 +205,7 @@ def test_a_killed_scheduler_is_restarted_and_schedules_again(
 
 
 def test_the_web_killed_comes_back_and_the_job_goes_on_meanwhile(
-    cluster: FaultCluster, alice: Any, tmp_path: Path, watch: Watcher
+    cluster: Cluster, alice: Any, tmp_path: Path, watch: Watcher
 ) -> None:
     cluster.start_slots(2)
     cluster.start_scheduler()
@@ -495,7 +228,7 @@ def test_the_web_killed_comes_back_and_the_job_goes_on_meanwhile(
 
 
 def test_a_job_that_ends_while_no_scheduler_runs_completes_and_frees_its_slots(
-    cluster: FaultCluster, alice: Any, tmp_path: Path, watch: Watcher
+    cluster: Cluster, alice: Any, tmp_path: Path, watch: Watcher
 ) -> None:
     cluster.start_slots(2)
     scheduler = cluster.start_scheduler()

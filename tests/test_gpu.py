@@ -19,7 +19,7 @@ import torch
 from edtweb.redis_server import RedisServer
 from protocol.connection import connect
 from protocol.jobstore import JobStore
-from tests.conftest import PROJECT_DIR, subprocess_env
+from tests.harness.processes import PROJECT_DIR, subprocess_env
 from workers.learner.datasets import write_cifar10
 from workers.learner.spec import JobSpec
 

@@ -34,18 +34,20 @@ from edtweb.redis_server import RedisServer
 from edtweb.training import services
 from edtweb.training.live_adapter import runner_for
 from edtweb.training.models import Job
-from protocol.connection import connect
 from protocol.keys import ALIVE
 from scheduler import elastic
 from scheduler.elastic import Action, Control, Learners, Publish, Seen
 from scheduler.phases import JobPhase
 from scheduler.store import Store
-from tests.conftest import PROJECT_DIR, Processes, wait_for
-from tests.test_faults import Watch, api_steps, completed, redone
-from tests.test_scheduler_live import live_env, workers_of
+from tests.harness.api import api_steps
+from tests.harness.cluster import Watch, live_env
+from tests.harness.jobs import completed, redone, workers_of
+from tests.harness.processes import PROJECT_DIR, Processes
+from tests.harness.waiting import wait_for
 from workers.learner.datasets import write_cifar10
 
-pytestmark = pytest.mark.django_db(transaction=True)
+# Redis on the bridge, where the namespaced hosts reach it.
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.redis("redis_on_bridge")]
 
 PREFIX = "edtn"  # namespaces and links: edtn<pid><letter>, the bridge edtn<pid>br
 TTL = int(django_settings.EDT_HEARTBEAT_TTL)
@@ -183,14 +185,6 @@ def redis_on_bridge(network: Network, tmp_path: Path) -> Iterator[RedisServer]:
                          host=network.gateway).start()  # fmt: skip
     yield server
     server.stop()
-
-
-@pytest.fixture
-def store(redis_on_bridge: RedisServer, settings: Any) -> Iterator[Store]:
-    settings.REDIS_URL = redis_on_bridge.url
-    client = connect(redis_on_bridge.url)
-    yield Store(client)
-    client.close()
 
 
 class Hosts:

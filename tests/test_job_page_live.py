@@ -1,6 +1,6 @@
 """A job page left open on a busy machine: its history is fetched once per (re)connection
 or gap in the live sequence, never in a chain, and its charts keep moving. Runs on the
-live EDT shared with tests/test_cli.py.
+run's live EDT (tests/harness/stack.py).
 
 Besides two busy loops, Chromium delays each of the page's HTTP requests (a server slow to
 answer, whatever the machine's load is at the time): live updates then keep arriving while
@@ -21,7 +21,7 @@ import pytest
 from playwright.sync_api import CDPSession, Page, WebSocket
 
 from tests.browser import browser_page, log_in, start_job, stop_job
-from tests.test_cli import LiveEdt, live_edt
+from tests.harness.stack import LiveEdt, live_edt
 
 WATCH_S = 120
 SAMPLES = 4

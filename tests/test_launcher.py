@@ -15,7 +15,8 @@ import pytest
 
 from edtweb.redis_server import RedisServer, free_port, ping_error, redis_password
 from tests.browser import browser_page
-from tests.conftest import Processes, alive_pids, subprocess_env, wait_for
+from tests.harness.processes import Processes, alive_pids, subprocess_env
+from tests.harness.waiting import wait_for
 
 
 def login_page_answers(port: int) -> bool:

@@ -20,7 +20,8 @@ from edtweb.training.metrics_consumer import MetricsConsumer
 from edtweb.training.models import Job, Metric
 from protocol.keys import ALIVE
 from scheduler.store import Store
-from tests.conftest import PROJECT_DIR, Processes, subprocess_env, wait_for
+from tests.harness.processes import PROJECT_DIR, Processes, subprocess_env
+from tests.harness.waiting import wait_for
 from workers.learner.datasets import write_cifar10
 
 pytestmark = pytest.mark.django_db(transaction=True)

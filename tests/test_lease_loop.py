@@ -19,7 +19,8 @@ from edtweb.redis_server import RedisServer
 from protocol.connection import connect
 from scheduler.lease_loop import LeaseLoop
 from scheduler.store import Store
-from tests.conftest import PROJECT_DIR, wait_for
+from tests.harness.processes import PROJECT_DIR
+from tests.harness.waiting import wait_for
 
 KEY = "edt:test:lease"
 REST = 0.05  # seconds between rounds, active or standing by

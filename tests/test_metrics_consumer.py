@@ -6,13 +6,10 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from django.conf import settings
-from django.db import connection
 
 from edtweb.redis_server import RedisServer
 from edtweb.training.live_adapter import runner_for
@@ -23,28 +20,14 @@ from protocol.jobstore import LEARNER_PATIENCE, JobStore
 from protocol.keys import WAKE_KEY
 from scheduler.phases import JobPhase
 from scheduler.store import Store
-from tests.conftest import Processes, load_factor, subprocess_env, wait_for
-from tests.test_scheduler_live import Cluster, submit, workers_of
+from tests.harness.cluster import Cluster, live_env
+from tests.harness.jobs import submit, workers_of
+from tests.harness.processes import Processes
+from tests.harness.waiting import load_factor, wait_for
 from workers.learner.datasets import write_cifar10
 
-pytestmark = pytest.mark.django_db(transaction=True)
-
-
-@pytest.fixture
-def durable_redis(tmp_path: Path, settings: Any) -> Iterator[RedisServer]:
-    """A Redis of this test's own with an append-only file (it can be killed and started
-    again with its data); this process's clients use it."""
-    server = RedisServer(tmp_path / "durable-redis", appendonly=True).start()
-    settings.REDIS_URL = server.url
-    yield server
-    server.stop()
-
-
-@pytest.fixture
-def store(durable_redis: RedisServer) -> Iterator[Store]:
-    client = connect(durable_redis.url)
-    yield Store(client)
-    client.close()
+# A Redis with an append-only file (it can be killed and started again with its data).
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.redis("durable_redis")]
 
 
 def new_job(owner: Any) -> Job:
@@ -83,9 +66,7 @@ def metrics_count(job: Job) -> int:
 
 
 def start_consumer(processes: Processes, redis: RedisServer, tmp: Path, name: str) -> Any:
-    env = subprocess_env(Path(settings.EDT_DATA_DIR), REDIS_URL=redis.url,
-                         DATABASE_URL=f"sqlite:///{connection.settings_dict['NAME']}")  # fmt: skip
-    return processes.manage("edt_metrics", env=env, log=tmp / f"{name}.log")
+    return processes.manage("edt_metrics", env=live_env(redis), log=tmp / f"{name}.log")
 
 
 def test_every_record_is_stored_once_across_kill_9_and_restarts_of_the_consumer(
@@ -208,9 +189,8 @@ def test_the_runner_stores_no_metric_and_completes_once_the_consumer_stored_them
 
 
 def test_a_steadily_training_job_wakes_the_decision_loop_only_on_the_slow_tick(
-    durable_redis: RedisServer, store: Store, processes: Processes, alice: Any, tmp_path: Path
+    cluster: Cluster, store: Store, alice: Any, tmp_path: Path
 ) -> None:
-    cluster = Cluster(durable_redis, store, processes, tmp_path)
     cluster.start_slots(1)
     cluster.start_scheduler()
     data = write_cifar10(tmp_path / "data", train=2048, test=64)

@@ -20,7 +20,8 @@ from edtweb.datasets import services as datasets
 from edtweb.datasets.models import Dataset
 from edtweb.registry import services as registry
 from edtweb.registry.models import ModelDefinition
-from tests.conftest import alive_pids, wait_for
+from tests.harness.processes import alive_pids
+from tests.harness.waiting import wait_for
 from workers.learner.datasets import write_cifar10
 
 # A valid model whose import waits while a file named "hold" lies beside it.

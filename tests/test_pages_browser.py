@@ -2,7 +2,7 @@
 admin's aside) in Chromium at 1440x900 and 390x844: nothing scrolls sideways on a phone,
 axe-core finds no serious or critical violation, and a screenshot of each lands in
 tests/artifacts/. Also: a waiting job says why, and a dataset uploads from the keyboard.
-Runs on the live EDT shared with tests/test_cli.py."""
+Runs on the run's live EDT (tests/harness/stack.py)."""
 
 from __future__ import annotations
 
@@ -15,19 +15,15 @@ import pytest
 from playwright.sync_api import Page
 
 from tests.browser import DEMO_DATASET, DEMO_MODEL, browser_page, log_in, start_job, stop_job
-from tests.conftest import PROJECT_DIR, wait_for
-from tests.test_cli import LiveEdt, live_edt
+from tests.harness.processes import PROJECT_DIR
+from tests.harness.stack import LiveEdt
+from tests.harness.waiting import wait_for
 from workers.learner.datasets import write_cifar10
 
 ARTIFACTS = PROJECT_DIR / "tests" / "artifacts"
 AXE = PROJECT_DIR / "tests" / "vendor" / "axe-core" / "axe.min.js"  # axe-core 4.14.1, MPL-2.0
 SIZES = {"desktop": (1440, 900), "phone": (390, 844)}
 BAD = ("serious", "critical")
-
-
-@pytest.fixture(scope="module")
-def live(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> LiveEdt:
-    return live_edt(request.config, tmp_path_factory)
 
 
 def link_to(page: Page, base: str, listing: str, text: str) -> str:

@@ -23,7 +23,7 @@ from edtweb.registry import services as registry
 from edtweb.registry.models import ModelDefinition
 from edtweb.training import services as jobs
 from edtweb.training.models import Job
-from tests.conftest import PROJECT_DIR
+from tests.harness.processes import PROJECT_DIR
 from workers.learner.datasets import write_cifar10
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -24,7 +24,7 @@ from scheduler.policies import (
     speedup,
     tiresias,
 )
-from tests.conftest import PROJECT_DIR
+from tests.harness.processes import PROJECT_DIR
 
 ORDERS = pytest.mark.parametrize("reverse", [False, True], ids=["given-order", "reversed"])
 

@@ -8,7 +8,7 @@ from pathlib import Path
 from edtweb.redis_server import RedisServer
 from protocol.connection import connect
 from protocol.jobstore import JobStore
-from tests.conftest import wait_for
+from tests.harness.waiting import wait_for
 from workers.learner.records import WRITE_SECONDS, RecordWriter
 
 

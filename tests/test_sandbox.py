@@ -1,5 +1,5 @@
 """Hostile model code, through the API as a non-staff user, at check time and in a training
-job, against the live EDT of tests/test_cli.py (``live_edt``).
+job, against the run's live EDT (tests/harness/stack.py).
 
 Each hostile model tries several attacks and raises with what it got (``OUTCOME: ...``):
 at check time the check fails with that message; in training (the check passes: attacks run
@@ -19,8 +19,9 @@ import psutil
 import pytest
 import requests
 
-from tests.conftest import PROJECT_DIR, wait_for
-from tests.test_cli import LiveEdt, dataset_archive, live_edt
+from tests.harness.processes import PROJECT_DIR
+from tests.harness.stack import LiveEdt, dataset_archive
+from tests.harness.waiting import wait_for
 
 pytestmark = pytest.mark.timeout(600)  # the first case also starts the stack's jobs
 ATTACKER, VICTIM = "mallory", "dave"
@@ -170,11 +171,6 @@ class Api:
 
     def job(self, pk: int) -> Any:
         return self.get(f"jobs/{pk}/")
-
-
-@pytest.fixture(scope="module")
-def live(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> LiveEdt:
-    return live_edt(request.config, tmp_path_factory)
 
 
 @pytest.fixture(scope="module")

@@ -15,7 +15,8 @@ import psutil
 import pytest
 
 from edtweb.redis_server import RedisServer, redacted, redis_password
-from tests.conftest import PROJECT_DIR, alive_pids, wait_for
+from tests.harness.processes import PROJECT_DIR, alive_pids
+from tests.harness.waiting import wait_for
 from workers import sandbox
 
 

@@ -7,89 +7,22 @@ import itertools
 import os
 import signal
 import statistics
-import subprocess
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from django.conf import settings
-from django.db import connection
 
-from edtweb.redis_server import RedisServer
 from edtweb.training import services
 from edtweb.training.models import Job, Metric
-from protocol.connection import connect
-from protocol.keys import ALIVE
-from protocol.slots import SlotInfo
 from scheduler.store import Store
-from tests.conftest import PROJECT_DIR, Processes, load_factor, subprocess_env, wait_for
+from tests.harness.cluster import Cluster
+from tests.harness.jobs import submit, workers_of
+from tests.harness.waiting import load_factor, wait_for
 from workers.learner.datasets import write_cifar10
 
-pytestmark = pytest.mark.django_db(transaction=True)
-MODEL = str(PROJECT_DIR / "tests" / "models" / "paced_mlp.py")
-
-
-def live_env(redis_server: RedisServer) -> dict[str, str]:
-    return subprocess_env(Path(settings.EDT_DATA_DIR), REDIS_URL=redis_server.url,
-                          DATABASE_URL=f"sqlite:///{connection.settings_dict['NAME']}")  # fmt: skip
-
-
-class Cluster:
-    """CPU slots on one host and scheduler processes, all real, sharing this test's DB."""
-
-    def __init__(self, redis: RedisServer, store: Store, processes: Processes, tmp: Path) -> None:
-        self.redis, self.store, self.processes, self.tmp = redis, store, processes, tmp
-        self.env = live_env(redis)
-        self.host = f"h{time.monotonic_ns() % 10_000_000}"
-        self.metrics: subprocess.Popen[str] | None = None
-
-    def start_slots(self, count: int, *extra: str) -> None:
-        self.worker = self.processes.manage(
-            "edt_worker", "--cpu-slots", str(count), "--host-name", self.host, *extra,
-            env=self.env, log=self.tmp / "worker.log",
-        )  # fmt: skip
-        wait_for(lambda: len(self.warm_slots()) == count, 180, f"{count} warm slots")
-
-    def warm_slots(self) -> list[SlotInfo]:
-        return [s for s in self.store.list_slots() if self.is_warm(s)]
-
-    def is_warm(self, slot: SlotInfo) -> bool:
-        return slot.host == self.host and slot.state == ALIVE and bool(slot.telemetry.get("warm"))
-
-    def start_scheduler(self, name: str = "scheduler") -> subprocess.Popen[str]:
-        """A scheduler process; with the first, the metrics consumer that serves them all
-        (jobs complete once their metrics are stored), as `make run` starts them."""
-        if self.metrics is None:
-            self.metrics = self.start_metrics()
-        return self.processes.manage("edt_scheduler", env=self.env, log=self.tmp / f"{name}.log")
-
-    def start_metrics(self, name: str = "metrics") -> subprocess.Popen[str]:
-        return self.processes.manage("edt_metrics", env=self.env, log=self.tmp / f"{name}.log")
-
-
-@pytest.fixture
-def store(private_redis: RedisServer, settings: Any) -> Iterator[Store]:
-    """A Redis of this test's own: no slot of another test's host counts here."""
-    settings.REDIS_URL = private_redis.url
-    client = connect(private_redis.url)
-    yield Store(client)
-    client.close()
-
-
-@pytest.fixture
-def cluster(
-    private_redis: RedisServer, store: Store, processes: Processes, tmp_path: Path
-) -> Cluster:
-    return Cluster(private_redis, store, processes, tmp_path)
-
-
-def workers_of(job: Job) -> int:
-    """Members of the job's adopted generation (0 when it holds none)."""
-    jobs = services.job_store(job.pk)
-    gen = jobs.adopted()
-    return len(jobs.members(gen)) if gen and gen == jobs.generation() else 0
+# A Redis of each test's own: no slot of another test's host counts here.
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.redis("private_redis")]
 
 
 def reach(what: str, expected: dict[Job, int], timeout: float) -> float:
@@ -101,12 +34,6 @@ def reach(what: str, expected: dict[Job, int], timeout: float) -> float:
 def scaled(job: Job) -> list[str]:
     """The job's recorded allocation changes, each with its reason after the arrow."""
     return [e.message.split(":")[0] for e in job.events.filter(kind="scaled")]
-
-
-def submit(owner: Any, name: str, data: Path, epochs: int, **fields: Any) -> Job:
-    fields.setdefault("max_workers", 8)
-    return services.submit_job(owner, name=name, model_path=MODEL, data_path=str(data),
-                               epochs=epochs, batch_size=64, **fields)  # fmt: skip
 
 
 def test_two_jobs_share_eight_slots_as_in_the_seeds(

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from edtweb import env, settings
-from tests.conftest import PROJECT_DIR, subprocess_env
+from tests.harness.processes import PROJECT_DIR, subprocess_env
 
 
 def check_deploy(tmp_path: Path, **variables: str) -> subprocess.CompletedProcess[str]:

@@ -32,7 +32,7 @@ from scheduler.simulate.pollux import (
     read_workload,
 )
 from scheduler.simulate.speedup import fit_app, speedup, usable
-from tests.conftest import PROJECT_DIR
+from tests.harness.processes import PROJECT_DIR
 
 POLICIES = ["fairshare", "priority", "fifo-gang", "tiresias"]
 

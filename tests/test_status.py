@@ -26,7 +26,7 @@ from edtweb.training.models import Job, Metric
 from edtweb.training.status import eta_text, status_of
 from scheduler.store import Allocation, AllocationRecord, Store
 from tests.browser import browser_page
-from tests.test_cli import edt_command
+from tests.harness.stack import edt_command
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -20,7 +20,7 @@ from scheduler.store import (
     read_leases,
     take_changed,
 )
-from tests.conftest import wait_for
+from tests.harness.waiting import wait_for
 
 
 def test_a_slot_is_alive_while_its_heartbeat_lasts_then_lost(store: Store) -> None:

@@ -21,7 +21,8 @@ from edtweb.registry.models import ModelDefinition
 from edtweb.training import services
 from edtweb.training.models import Job
 from edtweb.training.validation import BOUNDS, DEFAULTS, submission_errors
-from tests.conftest import PROJECT_DIR, wait_for
+from tests.harness.processes import PROJECT_DIR
+from tests.harness.waiting import wait_for
 from workers.learner import drive, submission
 from workers.learner.spec import JobSpec
 

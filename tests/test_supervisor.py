@@ -11,7 +11,8 @@ import sys
 import psutil
 import pytest
 
-from tests.conftest import PROJECT_DIR, alive_pids, wait_for
+from tests.harness.processes import PROJECT_DIR, alive_pids
+from tests.harness.waiting import wait_for
 from workers.supervisor import (
     DOUBLING,
     Child,

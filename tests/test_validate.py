@@ -16,7 +16,8 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import PROJECT_DIR, alive_pids, wait_for
+from tests.harness.processes import PROJECT_DIR, alive_pids
+from tests.harness.waiting import wait_for
 from workers.learner.datasets import write_cifar10
 from workers.learner.validate import ValidationResult, validate
 

@@ -1,6 +1,6 @@
 """The WMLA-compatible endpoints driven the way IBM's notebooks drive them (requests, HTTP
 basic auth, the model folder packed with tarfile, an ``args`` string in the query), against
-the live EDT of tests/test_cli.py."""
+the run's live EDT (tests/harness/stack.py)."""
 
 from __future__ import annotations
 
@@ -23,8 +23,9 @@ import requests
 import torch
 from requests.auth import HTTPBasicAuth
 
-from tests.conftest import PROJECT_DIR, wait_for
-from tests.test_cli import LiveEdt, dataset_archive, live_edt
+from tests.harness.processes import PROJECT_DIR
+from tests.harness.stack import LiveEdt, dataset_archive
+from tests.harness.waiting import wait_for
 
 HEADERS = {"accept": "application/json"}
 ENDED = ("FINISHED", "ERROR", "KILLED")
@@ -76,11 +77,6 @@ class Net(nn.Sequential):
     def __init__(self):
         super().__init__(nn.Flatten(), nn.Linear(3 * 32 * 32, 32), nn.ReLU(), nn.Linear(32, 10))
 """
-
-
-@pytest.fixture(scope="module")
-def live(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> LiveEdt:
-    return live_edt(request.config, tmp_path_factory)
 
 
 @pytest.fixture(scope="module")
@@ -382,7 +378,7 @@ def test_a_learner_runs_the_script_as_main_with_its_argv_and_fails_one_that_neve
 ) -> None:
     """Straight through the elastic engine (no web): the learner runs a WMLA script as
     ``__main__`` with the exec's argv and DATA_DIR; one that never calls train() fails."""
-    from tests.conftest import subprocess_env
+    from tests.harness.processes import subprocess_env
     from workers.learner.datasets import write_cifar10
 
     data = write_cifar10(tmp_path / "data", train=64, test=16)

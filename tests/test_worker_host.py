@@ -13,7 +13,8 @@ from celery import Celery
 from edtweb.redis_server import RedisServer
 from protocol.keys import ALIVE, LOST, OFFLINE
 from scheduler.store import Store
-from tests.conftest import Processes, alive_pids, subprocess_env, wait_for
+from tests.harness.processes import Processes, alive_pids, subprocess_env
+from tests.harness.waiting import wait_for
 from workers.control import CONTROL_QUEUE
 from workers.launcher import plan_slots, slot_env
 from workers.telemetry import Discovery, GpuInfo

@@ -1,0 +1,46 @@
+"""A job as the live tests submit and observe it: through the services and the job's store,
+as the scheduler and the pages see it."""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from edtweb.training import services
+from edtweb.training.models import Job
+from tests.harness.processes import PROJECT_DIR
+
+MODEL = str(PROJECT_DIR / "tests" / "models" / "paced_mlp.py")
+
+
+def submit(owner: Any, name: str, data: Path, epochs: int, **fields: Any) -> Job:
+    """A job of the paced MLP (50 ms a step), batch 64, on up to 8 workers unless said."""
+    fields.setdefault("max_workers", 8)
+    return services.submit_job(owner, name=name, model_path=MODEL, data_path=str(data),
+                               epochs=epochs, batch_size=64, **fields)  # fmt: skip
+
+
+def workers_of(job: Job) -> int:
+    """Members of the job's adopted generation (0 when it holds none)."""
+    jobs = services.job_store(job.pk)
+    gen = jobs.adopted()
+    return len(jobs.members(gen)) if gen and gen == jobs.generation() else 0
+
+
+def completed(job: Job) -> bool:
+    """The job ended COMPLETED; fails at once if it ended any other way."""
+    job.refresh_from_db()
+    assert job.state not in (Job.State.FAILED, Job.State.STOPPED), job.error
+    return job.state == Job.State.COMPLETED
+
+
+def redone(job: Job) -> int:
+    """Iterations trained twice: steps the learners recorded more than once, at different
+    times, in the job's stream (the database keeps the first; a record written twice by a
+    retry has one time; a new rank 0's copy of the last step, ``replay``, is no second
+    training). The iteration in flight at a fault, never recorded, is the one a fault may
+    cost."""
+    times = {(r["step"], r["time"]) for _, r in services.job_store(job.pk).read_metrics()
+             if r.get("type") == "train" and not r.get("replay")}  # fmt: skip
+    return sum(n - 1 for n in Counter(step for step, _ in times).values())

@@ -1,0 +1,145 @@
+"""One whole EDT for the test run (``manage.py edt_run``: web, scheduler, metrics consumer,
+2 CPU slots, a Redis of its own), started on first use and shared by every module that
+drives EDT from outside: the ``edt`` CLI, the WMLA endpoints, the browser, the sandbox."""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import signal
+import subprocess
+import sys
+import tarfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from edtweb.redis_server import RedisServer, free_port
+from tests.harness.processes import PROJECT_DIR, Processes, subprocess_env
+from tests.harness.waiting import wait_for
+from workers import sandbox
+from workers.learner.datasets import write_cifar10
+
+MAX_UPLOAD = 8 * 1024 * 1024
+USERS = ("carol", "dave", "erin", "mallory")  # non-staff; passwords are "<name>-pass-1"
+
+
+@dataclass
+class LiveEdt:
+    url: str
+    data_dir: Path
+    tmp: Path
+    redis: RedisServer
+
+    def edt(
+        self, user: str | None, *args: str, stdin: str | None = None, timeout: float = 60
+    ) -> subprocess.CompletedProcess[str]:
+        """Run `edt` as ``user`` (each user has a config directory of their own)."""
+        home = self.tmp / f"config-{user or 'nobody'}"
+        env = {k: v for k, v in os.environ.items() if not k.startswith("EDT_")}
+        env["XDG_CONFIG_HOME"] = str(home)
+        return subprocess.run(
+            [*edt_command(), *args],
+            input=stdin,
+            env=env,
+            cwd=self.tmp,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+
+    def login(self, user: str) -> None:
+        done = self.edt(
+            user,
+            "login",
+            "--url",
+            self.url,
+            "--user",
+            user,
+            "--password-stdin",
+            stdin=f"{user}-pass-1\n",
+        )
+        assert done.returncode == 0, done.stderr
+
+    def json(self, user: str, *args: str, timeout: float = 60) -> Any:
+        done = self.edt(user, "--json", *args, timeout=timeout)
+        assert done.returncode == 0, done.stderr
+        return json.loads(done.stdout)
+
+
+def edt_command() -> list[str]:
+    """The console script `make` installs beside the interpreter, else the module."""
+    script = Path(sys.executable).parent / "edt"
+    return [str(script)] if script.exists() else [sys.executable, "-m", "edtcli"]
+
+
+_live: LiveEdt | None = None
+
+
+def live_edt(config: pytest.Config, tmp_factory: pytest.TempPathFactory) -> LiveEdt:
+    """One live EDT for the whole run, started on first use and stopped at its end."""
+    global _live
+    if _live is None:
+        _live = _start(config, tmp_factory.mktemp("live-edt"))
+    return _live
+
+
+def _start(config: pytest.Config, tmp: Path) -> LiveEdt:
+    redis = RedisServer(tmp / "redis", appendonly=False, password=secrets.token_hex(16)).start()
+    processes = Processes()
+    env = subprocess_env(tmp / "data", REDIS_URL=redis.url, EDT_MAX_UPLOAD_BYTES=str(MAX_UPLOAD))
+    # User code's limits (tests/test_sandbox.py): a 4 GiB allocation and a fork loop fail.
+    env.update(EDT_LEARNER_MEMORY="3g", EDT_LEARNER_PROCESSES="128")
+    if os.geteuid() == 0:
+        # The process limit counts every task of the learners' user on the host: each
+        # test worker's EDT runs its user code as a user of its own, so that the fork loop
+        # of one leaves the learners of another their threads.
+        worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
+        env["EDT_LEARNER_USER"] = f"edt-learner-{worker}"
+        sandbox.account(env["EDT_LEARNER_USER"])
+    env.pop("DATABASE_URL", None)
+    port = free_port()
+    log = tmp / "run.log"
+
+    def stop() -> None:
+        launcher.send_signal(signal.SIGINT)
+        try:
+            launcher.wait(timeout=30)
+        finally:
+            processes.cleanup()
+            redis.stop()
+
+    launcher = processes.manage(
+        "edt_run", "--port", str(port), "--cpu-slots", "2", env=env, log=log
+    )
+    config.add_cleanup(stop)
+    wait_for(lambda: "log in as admin" in log.read_text(), 240, "the launcher")
+    users = "; ".join(f"U.objects.create_user('{u}', password='{u}-pass-1')" for u in USERS)
+    code = f"from django.contrib.auth.models import User as U; {users}"
+    subprocess.run(
+        [sys.executable, "manage.py", "shell", "-c", code],
+        cwd=PROJECT_DIR,
+        env=env,
+        check=True,
+        timeout=60,
+        capture_output=True,
+    )
+    return LiveEdt(f"http://127.0.0.1:{port}", tmp / "data", tmp, redis)
+
+
+@pytest.fixture(scope="module")
+def live(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> LiveEdt:
+    """The run's live EDT (:func:`live_edt`)."""
+    return live_edt(request.config, tmp_path_factory)
+
+
+def dataset_archive(folder: Path, train: int = 512, test: int = 64) -> Path:
+    """A CIFAR-10-shaped dataset packed as a user uploads it."""
+    source = write_cifar10(folder / "src", train=train, test=test)
+    archive = folder / "shapes.tar.gz"
+    with tarfile.open(archive, "w:gz") as tar:
+        tar.add(source, arcname="cifar-10-batches-py")
+    return archive
