@@ -130,6 +130,14 @@ class World:
             self.learners_play(**play)
         self.step()
 
+    def settle_until(self, done: Callable[[], bool], seconds: float = 20, **play: Any) -> None:
+        """Steps and plays until ``done`` (a retry's delay runs on the real clock)."""
+        deadline = time.monotonic() + seconds
+        while not done() and time.monotonic() < deadline:
+            self.step()
+            self.learners_play(**play)
+            time.sleep(0.05)
+
     def members(self) -> dict[int, int]:
         return {pk: len(r.members()) for pk, r in self.live.runners.items()}
 
@@ -158,7 +166,10 @@ def a_dead_joiners_slot_is_sent_a_learner_again(w: World) -> None:
     runner = w.live.runners[1]
     first, token = runner.state.joining[0], runner.state.learners.tokens[runner.state.joining[0]]
     died = {first}
-    w.settle(exits=lambda pk, slot: Exit.CRASHED if slot in died and not died.clear() else None)
+    crash = {"exits": lambda pk, slot: Exit.CRASHED if slot in died and not died.clear() else None}
+    w.settle(**crash)
+    assert runner.state.start_failures == 1 and runner.state.retry_at > 0  # it waits 1 s
+    w.settle_until(lambda: w.members() == {1: 2}, **crash)
     assert w.members() == {1: 2}
     assert runner.state.learners.tokens[first] != token  # a new learner, not the dead one
 
