@@ -206,6 +206,9 @@ EDT_HEARTBEAT_TTL = envint("EDT_HEARTBEAT_TTL", 6)
 # A job whose learners exit before joining this many times in a row, with no step trained
 # in between, fails with the last one's error (each retry waits 1 s, doubling to 30 s).
 EDT_START_FAILURES = envint("EDT_START_FAILURES", 5)
+# A worker host serves its Prometheus metrics at /metrics on this port (0: not at all);
+# `edt_worker --metrics-port` overrides it.
+EDT_WORKER_METRICS_PORT = envint("EDT_WORKER_METRICS_PORT", 0)
 
 LOGGING = {
     "version": 1,

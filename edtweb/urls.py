@@ -5,6 +5,7 @@ from django.contrib.auth import views as auth_views
 from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
+from edtweb import monitoring
 from edtweb.api.wmla_urls import conductor_urlpatterns
 from edtweb.dashboard import views
 from edtweb.datasets import views as datasets
@@ -42,6 +43,9 @@ urlpatterns = [
     path("accounts/login/", auth_views.LoginView.as_view(), name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("admin/", admin.site.urls),
+    path("metrics", monitoring.metrics, name="metrics"),
+    path("healthz", monitoring.healthz, name="healthz"),
+    path("readyz", monitoring.readyz, name="readyz"),
     path("api/v1/schema/", SpectacularAPIView.as_view(), name="api-schema"),
     path("api/v1/docs/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),
     path("api/v1/", include("edtweb.api.urls")),

@@ -56,6 +56,8 @@ LEASE_KEY = PREFIX + "scheduler:lease"
 METRICS_LEASE_KEY = PREFIX + "metrics:lease"  # held by the one active metrics consumer
 WAKE_KEY = PREFIX + "scheduler:wake"
 ALLOCATIONS_KEY = PREFIX + "scheduler:allocations"  # the allocation record (scheduler.store)
+# The active scheduler's own Prometheus metrics, as text (scheduler/metrics.py).
+SCHEDULER_METRICS_KEY = PREFIX + "scheduler:metrics"
 # The ids of the jobs whose learners, slot tasks or metrics consumer wrote something the
 # scheduler reads, since it last took the set (``scheduler.store.take_changed``).
 CHANGED_KEY = PREFIX + "scheduler:changed"

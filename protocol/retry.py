@@ -3,7 +3,9 @@
 Every long-running process keeps going while Redis is away (docs/architecture.md, "Sources of
 truth"): the scheduler and the slot workers retry their loops, learners keep training and
 buffer what they would have written. This module holds the timing rules they share; it
-imports no Redis itself, the callers say which errors mean "away".
+imports no Redis itself, the callers say which errors mean "away". Each failure counted by a
+:class:`Backoff` adds one to ``edt_redis_retries_total`` (registered by the processes that
+expose it: the scheduler's, ``scheduler/metrics.py``).
 """
 
 from __future__ import annotations
@@ -13,11 +15,19 @@ import time
 from collections.abc import Callable
 from typing import TypeVar
 
+from prometheus_client import Counter
+
 T = TypeVar("T")
 log = logging.getLogger("edt.retry")
 
 FIRST_DELAY = 0.2  # seconds before the first retry
 MAX_DELAY = 5.0  # never wait longer than this between attempts
+
+# In no registry here: a process that exposes its metrics registers it in its own.
+REDIS_RETRIES = Counter(
+    "edt_redis_retries", "Attempts that failed while Redis (or the database) was away and "
+    "were retried after a backoff", registry=None,
+)  # fmt: skip
 
 
 class Backoff:
@@ -32,6 +42,7 @@ class Backoff:
         """Count a failure; returns how long to wait before the next attempt."""
         delay = min(self.cap, self.first * 2.0**self.failures)
         self.failures += 1
+        REDIS_RETRIES.inc()
         self.quiet_until = time.monotonic() + delay
         return delay
 

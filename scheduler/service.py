@@ -21,6 +21,7 @@ from typing import Any
 from protocol.keys import ALIVE, LEASE_KEY, LOST
 from protocol.slots import SlotInfo
 from scheduler.lease_loop import LeaseLoop
+from scheduler.metrics import exposition
 from scheduler.store import AllocationRecord, Store
 
 log = logging.getLogger("edt.scheduler")
@@ -75,12 +76,14 @@ class SchedulerService(LeaseLoop):
     def publish_record(self, slots: list[SlotInfo], due: bool = False) -> None:
         """Write the allocation record and show the slots with their jobs to the pages,
         when the record changed, when ``due``, and at least every PUBLISH_EVERY seconds
-        (the record's TTL is renewed then)."""
+        (the record's TTL is renewed then); the scheduler's own metrics go with it, for
+        the web's ``/metrics``."""
         record = self.allocations() if self.allocations else AllocationRecord()
         stale = time.monotonic() - self.published_at >= PUBLISH_EVERY
         if not (due or stale or record != self.record):
             return
         self.store.save_allocations(record, ttl=ALLOCATIONS_TTL)
+        self.store.save_scheduler_metrics(exposition(), ttl=ALLOCATIONS_TTL)
         self.record = record
         holder = record.holder()
         self.publish([dict(s.as_dict(), job=holder.get(s.slot_id)) for s in slots])

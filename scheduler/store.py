@@ -15,7 +15,15 @@ import redis
 
 from protocol.exits import RunResult
 from protocol.jobstore import JobStore, Progress, Start, pairs, progress_from, run_results
-from protocol.keys import ALLOCATIONS_KEY, CHANGED_KEY, LEASE_KEY, PREFIX, WAKE_KEY, job_key
+from protocol.keys import (
+    ALLOCATIONS_KEY,
+    CHANGED_KEY,
+    LEASE_KEY,
+    PREFIX,
+    SCHEDULER_METRICS_KEY,
+    WAKE_KEY,
+    job_key,
+)
 from protocol.slots import SlotRegistry
 
 # Extend the lease only if we still hold it (atomic compare-and-expire).
@@ -93,6 +101,15 @@ class Store(SlotRegistry):
         """The allocation record as the active scheduler last wrote it (empty if none)."""
         raw = self.r.get(ALLOCATIONS_KEY)
         return AllocationRecord.from_json(str(raw)) if raw else AllocationRecord()
+
+    def save_scheduler_metrics(self, text: str, ttl: float) -> None:
+        """The active scheduler's own metrics (``scheduler/metrics.py``), as Prometheus
+        text; they expire with the scheduler, as the allocation record does."""
+        self.r.set(SCHEDULER_METRICS_KEY, text, px=max(1, int(ttl * 1000)))
+
+    def scheduler_metrics(self) -> str:
+        """The active scheduler's metrics as it last wrote them ('' if none)."""
+        return str(self.r.get(SCHEDULER_METRICS_KEY) or "")
 
     def acquire_lease(self, holder: str, ttl_ms: int, key: str = LEASE_KEY) -> bool:
         """Become the active scheduler (or the lease ``key``'s process) if nobody holds the

@@ -21,9 +21,11 @@ from functools import partial
 from pathlib import Path
 
 from protocol.keys import queue_for, slot_id_for
+from protocol.slots import SlotRegistry
 from workers import sandbox
 from workers.control import CONTROL_QUEUE
 from workers.learner.allocator import huge_pages
+from workers.metrics import HostCollector, serve
 from workers.supervisor import Child, RestartPolicy, Supervisor
 from workers.telemetry import Discovery
 
@@ -161,7 +163,10 @@ class WorkerHost:
         return self.supervisor.run(poll_interval=0.5, grace=10.0)
 
 
-def main(host: str, cpu_slots: int | None, restart_delay: float, discovery: Discovery) -> int:
+def main(host: str, cpu_slots: int | None, restart_delay: float, discovery: Discovery,
+         metrics_port: int = 0, registry: SlotRegistry | None = None) -> int:  # fmt: skip
+    """Run this host's workers until stopped; with ``metrics_port``, serve their metrics
+    there (``workers/metrics.py``; the slots read from ``registry``)."""
     specs = plan_slots(host, discovery, cpu_slots)
     if discovery.gpus and cpu_slots is None:
         names = ", ".join(f"{g.name} ({g.uuid})" for g in discovery.gpus)
@@ -171,6 +176,9 @@ def main(host: str, cpu_slots: int | None, restart_delay: float, discovery: Disc
         log.info("host %s: CPU mode with %d slot(s)%s", host, len(specs), why)
     if os.geteuid() == 0:
         log.warning("running as root: in production run edt_worker as an unprivileged user")
-    WorkerHost(specs, restart_delay).run()
+    workers = WorkerHost(specs, restart_delay)
+    if metrics_port and registry is not None:
+        serve(metrics_port, HostCollector(host, lambda: registry, workers.supervisor.children))
+    workers.run()
     log.info("host %s: all workers stopped", host)
     return 0

@@ -38,6 +38,7 @@ from scheduler.elastic import (
     Start,
 )
 from scheduler.live.ports import Ports
+from scheduler.metrics import LEARNER_EXITS, LEARNER_STARTS, exit_status
 from scheduler.phases import JobPhase
 
 log = logging.getLogger("edt.scheduler")
@@ -93,6 +94,8 @@ class JobRunner:
         self.launcher = launcher
         self.book = book
         seen = self.seen()
+        # Exits reported before this runner existed were counted by the one before it.
+        self.counted = {result.token for result in seen.exits.values()}
         gen_members = jobs.members(seen.generation) if resume and seen.generation else []
         state = elastic.taking_over(seen, launcher.dispatched(), gen_members, resume)
         self.state = replace(state, waiting_on_dead=collective_timeout + FAILURE_GRACE_SECONDS)
@@ -123,6 +126,14 @@ class JobRunner:
             checkpoint=j.checkpoint_step(),
             progress=j.progress(), now=time.monotonic(), wall=time.time(),
         )  # fmt: skip
+
+    def _counted(self, seen: Seen) -> Seen:
+        """``seen``, its learners' exits not seen before counted (``edt_learner_exits``)."""
+        for result in seen.exits.values():
+            if result.token not in self.counted:
+                self.counted.add(result.token)
+                LEARNER_EXITS.labels(exit_status(result.code)).inc()
+        return seen
 
     def ended(self) -> Seen:
         """The part of an observation that says which learners ended (cheap: the loop asks
@@ -186,7 +197,8 @@ class JobRunner:
         return gone
 
     def apply(self, want: int, joined: Collection[str], left: Collection[str]) -> None:
-        self.state, actions = elastic.apply(self.state, self.seen(), want, joined, left, new_token)
+        self.state, actions = elastic.apply(self.state, self._counted(self.seen()), want, joined,
+                                            left, new_token)  # fmt: skip
         self._do(actions)
 
     def tick(self, alive: Collection[str] | None = None, look: bool = True) -> str | None:
@@ -196,7 +208,8 @@ class JobRunner:
         first (the live scheduler looks at every job's at once, before its ticks)."""
         if alive is not None and look:
             self.look(alive)
-        self.state, actions, transition = elastic.tick(self.state, self.seen(), alive, new_token)
+        seen = self._counted(self.seen())
+        self.state, actions, transition = elastic.tick(self.state, seen, alive, new_token)
         if transition is not None:
             log.info("job %s: %s", self.job_id, transition)
         self._do(actions)
@@ -227,6 +240,7 @@ class JobRunner:
             match action:
                 case Start(slot, token):
                     self.launcher.start(slot, token)
+                    LEARNER_STARTS.inc()
                 case Kill(slot, sig):
                     self.launcher.kill(slot, sig)
                 case Publish(members, _gen):

@@ -22,6 +22,7 @@ from scheduler.live.job import JobRunner
 from scheduler.live.ports import RUNNING, SUSPENDED, JobRow, Ports
 from scheduler.live.snapshot import BY_SERVICE, BY_SPEEDUP, SnapshotBuilder
 from scheduler.live.speedups import Curves
+from scheduler.metrics import DECISION_SECONDS, STEP_SECONDS
 from scheduler.placement import Placement, Slot, place
 from scheduler.policies import Decision, decide
 from scheduler.store import (
@@ -77,7 +78,7 @@ class LiveScheduler:
         step soon (it changed phase, or a failure waits out its grace): otherwise the next
         comes with an event (READY, adopted, exit, failure, finished, submit...) or the
         slow tick."""
-        with collector_paused(), self.book.batched():
+        with STEP_SECONDS.time(), collector_paused(), self.book.batched():
             return self._step([s for s in alive if s.alive])
 
     def _step(self, alive: list[SlotInfo]) -> bool:
@@ -102,19 +103,31 @@ class LiveScheduler:
         # decision again, with nothing to apply (not for inputs that move with time alone).
         inputs = None if (attained or speedups) else (list(jobs.values()), usable, held)
         if inputs is None or inputs != self.decided:
-            self.decided = None
-            snapshot = self.snapshots.build(jobs.values(), self.capacity, held, speedups, attained)
-            decision = decide(snapshot, self.policy)
-            try:
-                self._apply(jobs, usable, decision, holding)
+            with DECISION_SECONDS.time():
+                applied = self._decide(jobs, usable, held, holding, speedups, attained)
+            if applied:
                 self.decided, self.unapplied = inputs, None
-            except (*REDIS_DOWN, *self.book.AWAY):
-                raise  # away: the step fails and is retried with backoff (service.py)
-            except Exception as exc:  # said, and the jobs go on
-                self._not_applied(exc)
-            finally:
-                self.dispatches.send()
         return self._advance({s.slot_id for s in alive}, look)
+
+    def _decide(self, jobs: dict[int, JobRow], usable: list[Slot], held: dict[int, int],
+                holding: dict[int, list[str]], speedups: dict[int, tuple[float, ...]],
+                attained: dict[int, float]) -> bool:  # fmt: skip
+        """Decide by the policy and carry the decision out; False when it could not be
+        (said by :meth:`_not_applied`, and tried again at the next step)."""
+        self.decided = None
+        snapshot = self.snapshots.build(jobs.values(), self.capacity, held, speedups, attained)
+        decision = decide(snapshot, self.policy)
+        assert self.dispatches is not None
+        try:
+            self._apply(jobs, usable, decision, holding)
+        except (*REDIS_DOWN, *self.book.AWAY):
+            raise  # away: the step fails and is retried with backoff (service.py)
+        except Exception as exc:  # said, and the jobs go on
+            self._not_applied(exc)
+            return False
+        finally:
+            self.dispatches.send()
+        return True
 
     def _not_applied(self, exc: Exception) -> None:
         """A decision that could not be carried out (the slots the runners hold do not

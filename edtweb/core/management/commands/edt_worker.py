@@ -7,6 +7,8 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
 from edtweb.redis_server import ping_error
+from protocol.connection import connect
+from protocol.slots import SlotRegistry
 from workers import launcher
 from workers.telemetry import discover_gpus
 
@@ -34,6 +36,11 @@ class Command(BaseCommand):
             default=10.0,
             help="seconds before a dead slot worker is started again (default 10)",
         )
+        parser.add_argument(
+            "--metrics-port", type=int, default=settings.EDT_WORKER_METRICS_PORT,
+            help="serve this host's Prometheus metrics at /metrics on this port "
+            "(default EDT_WORKER_METRICS_PORT; 0: off)",
+        )  # fmt: skip
 
     def handle(self, *args: Any, **opts: Any) -> None:
         host = opts["host_name"]
@@ -43,7 +50,9 @@ class Command(BaseCommand):
         if error:
             raise CommandError(f"Redis at {settings.REDIS_URL} does not answer ({error})")
         try:
-            code = launcher.main(host, opts["cpu_slots"], opts["restart_delay"], discover_gpus())
+            registry = SlotRegistry(connect(settings.REDIS_URL))
+            code = launcher.main(host, opts["cpu_slots"], opts["restart_delay"], discover_gpus(),
+                                 opts["metrics_port"], registry)  # fmt: skip
         except ValueError as exc:
             raise CommandError(str(exc)) from None
         if code:
