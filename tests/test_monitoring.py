@@ -17,8 +17,9 @@ from edtweb.redis_server import RedisServer
 from protocol.connection import connect
 from protocol.retry import REDIS_RETRIES, Backoff
 from protocol.slots import SlotRegistry
-from tests.conftest import PROJECT_DIR, wait_for
-from tests.test_cli import LiveEdt, dataset_archive, live  # noqa: F401 (a fixture)
+from tests.harness.processes import PROJECT_DIR
+from tests.harness.stack import LiveEdt, dataset_archive
+from tests.harness.waiting import wait_for
 from workers.metrics import HostCollector
 from workers.supervisor import Child
 
@@ -50,7 +51,7 @@ def trained(seen: Samples, job: int) -> bool:
     )
 
 
-def test_metrics_show_a_training_job_with_real_values(live: LiveEdt) -> None:  # noqa: F811
+def test_metrics_show_a_training_job_with_real_values(live: LiveEdt) -> None:
     live.login("mallory")
     archive = dataset_archive(live.tmp / "monitoring", train=256, test=32)
     upload = live.edt("mallory", "datasets", "upload", str(archive), "--name", "watched")
