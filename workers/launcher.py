@@ -21,7 +21,7 @@ from functools import partial
 from pathlib import Path
 
 from protocol.keys import queue_for, slot_id_for
-from workers import sandbox
+from workers import deployment, sandbox
 from workers.control import CONTROL_QUEUE
 from workers.learner.allocator import huge_pages
 from workers.supervisor import Child, RestartPolicy, Supervisor
@@ -157,7 +157,24 @@ class WorkerHost:
         return self.supervisor.run(poll_interval=0.5, grace=10.0)
 
 
-def main(host: str, cpu_slots: int | None, restart_delay: float, discovery: Discovery) -> int:
+def announce_user_code(host: str, redis_url: str) -> None:
+    """Say at start who user code runs as and whether this host refuses it for a Redis
+    without a password (``workers/deployment.py``): what is fine at INFO, what is not at
+    WARNING, with what to do."""
+    findings = [deployment.user_finding()]
+    if redis_url:
+        findings.append(deployment.redis_finding(redis_url))
+    for finding in findings:
+        log.log(logging.INFO if finding.ok else logging.WARNING, "host %s: %s", host, finding.text)
+
+
+def main(
+    host: str,
+    cpu_slots: int | None,
+    restart_delay: float,
+    discovery: Discovery,
+    redis_url: str = "",
+) -> int:
     specs = plan_slots(host, discovery, cpu_slots)
     if discovery.gpus and cpu_slots is None:
         names = ", ".join(f"{g.name} ({g.uuid})" for g in discovery.gpus)
@@ -165,8 +182,7 @@ def main(host: str, cpu_slots: int | None, restart_delay: float, discovery: Disc
     else:
         why = f" ({discovery.reason})" if discovery.reason else ""
         log.info("host %s: CPU mode with %d slot(s)%s", host, len(specs), why)
-    if os.geteuid() == 0:
-        log.warning("running as root: in production run edt_worker as an unprivileged user")
+    announce_user_code(host, redis_url)
     WorkerHost(specs, restart_delay).run()
     log.info("host %s: all workers stopped", host)
     return 0

@@ -43,7 +43,9 @@ class Command(BaseCommand):
         if error:
             raise CommandError(f"Redis at {settings.REDIS_URL} does not answer ({error})")
         try:
-            code = launcher.main(host, opts["cpu_slots"], opts["restart_delay"], discover_gpus())
+            code = launcher.main(
+                host, opts["cpu_slots"], opts["restart_delay"], discover_gpus(), settings.REDIS_URL
+            )
         except ValueError as exc:
             raise CommandError(str(exc)) from None
         if code:
