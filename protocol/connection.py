@@ -3,6 +3,8 @@ whether a Redis lets in clients that give no password."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import redis
 from redis.connection import parse_url
 
@@ -27,7 +29,7 @@ def lets_anyone_in(url: str, timeout: float = 2.0) -> bool | None:
     answers a client that gives no credentials at all: True when it does (its ``default``
     user needs no password, so any code that reaches it may do anything), False when it asks
     for a password, None when it does not answer (nothing can be said)."""
-    options = parse_url(url)
+    options: dict[str, Any] = parse_url(url)  # type: ignore[no-untyped-call]
     options.pop("username", None)
     options.pop("password", None)
     client = redis.Redis(**options, socket_connect_timeout=timeout, socket_timeout=timeout)

@@ -15,6 +15,7 @@ import os
 import pwd
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from redis.connection import parse_url
 
@@ -54,7 +55,7 @@ def redis_refusal(url: str, environ: Mapping[str, str] = os.environ) -> str:
 def where(url: str) -> str:
     """The Redis at ``url`` as a log names it: its socket or address and database, never
     its credentials."""
-    options = parse_url(url)
+    options: dict[str, Any] = parse_url(url)  # type: ignore[no-untyped-call]
     place = options.get("path") or f"{options.get('host', '')}:{options.get('port', 6379)}"
     return f"{place} (database {options.get('db', 0)})"
 
