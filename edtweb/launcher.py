@@ -22,6 +22,7 @@ from pathlib import Path
 from django.conf import settings
 from django.core.management import call_command
 
+from edtweb import deploycheck
 from edtweb.redis_server import (
     RedisServer,
     RedisUnavailable,
@@ -30,6 +31,7 @@ from edtweb.redis_server import (
     redacted,
     redis_password,
 )
+from protocol.connection import lets_anyone_in
 from workers.supervisor import supervise_commands
 
 ADMIN_USER = "admin"
@@ -49,7 +51,9 @@ class Options:
 
 
 def resolve_redis(data_dir: Path, probe: str) -> tuple[str, RedisServer | None]:
-    """REDIS_URL if set (it must answer); else ``probe`` if it answers; else our own."""
+    """REDIS_URL if set (it must answer); else ``probe`` if it answers and asks for a
+    password; else our own, which does. A Redis that lets anyone in is not used unless the
+    admin names it: worker hosts would refuse user code on it (``workers/deployment.py``)."""
     configured = os.environ.get("REDIS_URL", "").strip()
     if configured:
         error = ping_error(configured)
@@ -60,7 +64,14 @@ def resolve_redis(data_dir: Path, probe: str) -> tuple[str, RedisServer | None]:
             )
         return configured, None
     if ping_error(probe, timeout=0.5) is None:
-        return probe, None
+        if not lets_anyone_in(probe, timeout=0.5):
+            return probe, None
+        print(
+            f"EDT: the Redis at {redacted(probe)} lets anyone in without a password: not "
+            "using it; starting EDT's own Redis, which asks for one (to use that Redis "
+            "anyway, for development only: REDIS_URL and EDT_ALLOW_OPEN_REDIS=1)",
+            flush=True,
+        )
     try:
         password = redis_password(data_dir)  # learners get a per-job ACL user instead
         server = RedisServer(data_dir / "redis", appendonly=True, password=password).start()
@@ -166,12 +177,20 @@ def announce_when_up(url: str, password: str, timeout: float = 120) -> None:
     threading.Thread(target=wait, name="edt-announce", daemon=True).start()
 
 
+def announce_missing(redis_url: str) -> None:
+    """One line per item a production deployment still lacks (``manage.py edt_check``)."""
+    for item in deploycheck.items(redis_url):
+        if item.missing:
+            print(f"EDT: for production: {item.text}", flush=True)
+
+
 def run(opts: Options) -> int:
     data_dir = Path(settings.EDT_DATA_DIR)
     redis_url, own_redis = resolve_redis(data_dir, opts.redis_probe)
     try:
         where = "started by EDT, append-only under " + str(own_redis.directory) if own_redis else ""
         print(f"EDT: Redis at {redacted(redis_url)} {where}".rstrip(), flush=True)
+        announce_missing(redis_url)
         os.environ["REDIS_URL"] = redis_url
         os.environ["EDT_DATA_DIR"] = str(data_dir)
         call_command("migrate", interactive=False, verbosity=0)

@@ -18,6 +18,11 @@ class Exit(IntEnum):
     # Left the job: a state broadcast into it failed (a peer died mid-resize) and no
     # checkpoint exists to go back to. To the coordinator, a lost learner.
     TORN = 3
+    # Reported by a slot task, for a learner it did not start: its token was no longer
+    # current (EX_TEMPFAIL), or the slot refuses user code (EX_CONFIG: a Redis that lets
+    # anyone in, workers/deployment.py).
+    STALE = 75
+    REFUSED = 78
 
 
 class RunResult(NamedTuple):

@@ -25,6 +25,10 @@ class SlotInfo:
     state: str  # ALIVE, LOST or OFFLINE
     pid: int = 0
     telemetry: dict[str, Any] = field(default_factory=dict)
+    # Why its worker refuses user code ("" when it runs it): a Redis that lets anyone in
+    # (workers/deployment.py). The slot stays alive: a learner sent there reports the
+    # reason as its exit, and the job fails with it after a few.
+    refusing: str = ""
 
     @property
     def alive(self) -> bool:
@@ -40,7 +44,9 @@ class SlotRegistry:
     def __init__(self, client: redis.Redis) -> None:
         self.r = client
 
-    def register_slot(self, host: str, index: int, device: str, pid: int) -> str:
+    def register_slot(
+        self, host: str, index: int, device: str, pid: int, refusing: str = ""
+    ) -> str:
         """Record a slot's description; its worker calls this when it starts."""
         slot_id = slot_id_for(host, index)
         mapping: dict[Any, Any] = {
@@ -51,6 +57,7 @@ class SlotRegistry:
             "pid": str(pid),
             "state": ALIVE,
             "since": f"{time.time():.3f}",
+            "refusing": refusing,
         }
         pipe = self.r.pipeline()
         pipe.sadd(SLOTS_KEY, slot_id)
@@ -68,6 +75,10 @@ class SlotRegistry:
         pipe.sismember(SLOTS_KEY, slot_id)
         _, known = pipe.execute()
         return bool(known)
+
+    def set_refusing(self, slot_id: str, refusing: str) -> None:
+        """Why the slot's worker refuses user code now ("": it no longer does)."""
+        self.r.hset(slot_key(slot_id), "refusing", refusing)
 
     def mark_offline(self, slot_id: str) -> None:
         """A clean shutdown: the slot is gone on purpose, not lost."""
@@ -117,4 +128,5 @@ def _slot_from(slot_id: str, desc: dict[str, str], hb: str | None) -> SlotInfo:
         state=state,
         pid=int(desc.get("pid", "0")),
         telemetry=json.loads(hb) if hb is not None else {},
+        refusing=desc.get("refusing", ""),
     )

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from protocol.keys import queue_for, slot_id_for
 from protocol.slots import SlotRegistry
-from workers import sandbox
+from workers import deployment, sandbox
 from workers.control import CONTROL_QUEUE
 from workers.learner.allocator import huge_pages
 from workers.metrics import HostCollector, serve
@@ -163,8 +163,20 @@ class WorkerHost:
         return self.supervisor.run(poll_interval=0.5, grace=10.0)
 
 
+def announce_user_code(host: str, redis_url: str) -> None:
+    """Say at start who user code runs as and whether this host refuses it for a Redis
+    without a password (``workers/deployment.py``): what is fine at INFO, what is not at
+    WARNING, with what to do."""
+    findings = [deployment.user_finding()]
+    if redis_url:
+        findings.append(deployment.redis_finding(redis_url))
+    for finding in findings:
+        log.log(logging.INFO if finding.ok else logging.WARNING, "host %s: %s", host, finding.text)
+
+
 def main(host: str, cpu_slots: int | None, restart_delay: float, discovery: Discovery,
-         metrics_port: int = 0, registry: SlotRegistry | None = None) -> int:  # fmt: skip
+         redis_url: str = "", metrics_port: int = 0,
+         registry: SlotRegistry | None = None) -> int:  # fmt: skip
     """Run this host's workers until stopped; with ``metrics_port``, serve their metrics
     there (``workers/metrics.py``; the slots read from ``registry``)."""
     specs = plan_slots(host, discovery, cpu_slots)
@@ -174,8 +186,7 @@ def main(host: str, cpu_slots: int | None, restart_delay: float, discovery: Disc
     else:
         why = f" ({discovery.reason})" if discovery.reason else ""
         log.info("host %s: CPU mode with %d slot(s)%s", host, len(specs), why)
-    if os.geteuid() == 0:
-        log.warning("running as root: in production run edt_worker as an unprivileged user")
+    announce_user_code(host, redis_url)
     workers = WorkerHost(specs, restart_delay)
     if metrics_port and registry is not None:
         serve(metrics_port, HostCollector(host, lambda: registry, workers.supervisor.children))

@@ -3,7 +3,10 @@
 The launcher (``edt_worker``) sets ``EDT_SLOT_HOST``, ``EDT_SLOT_INDEX`` and
 ``EDT_SLOT_DEVICE`` for each worker it starts. The heartbeat runs in a thread of the worker
 process itself, so a killed worker stops beating and its slot is seen as lost once the TTL
-runs out. If the launcher dies, the worker shuts itself down rather than linger.
+runs out. If the launcher dies, the worker shuts itself down rather than linger. The same
+thread looks every ``REDIS_CHECK_SECONDS`` whether Redis lets anyone in without a password,
+and if so says in the slot's description that the slot refuses user code
+(``workers/deployment.py``).
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ import logging
 import os
 import signal
 import threading
+import time
 from typing import Any
 
 from celery.signals import worker_ready, worker_shutdown
@@ -20,9 +24,12 @@ from django.conf import settings
 from protocol.connection import connect
 from protocol.keys import slot_id_for
 from protocol.slots import SlotRegistry
+from workers.deployment import redis_refusal
 from workers.telemetry import Sampler, sampler_for
 
 log = logging.getLogger("edt.slot")
+
+REDIS_CHECK_SECONDS = 30.0  # how often a slot looks again whether Redis asks for a password
 
 
 class Heartbeat(threading.Thread):
@@ -31,7 +38,7 @@ class Heartbeat(threading.Thread):
     without the slot's description."""
 
     def __init__(self, store: SlotRegistry, spec: tuple[str, int, str], sampler: Sampler,
-                 parent_pid: int) -> None:  # fmt: skip
+                 parent_pid: int, redis_url: str = "") -> None:  # fmt: skip
         super().__init__(name="edt-heartbeat", daemon=True)
         self.store = store
         self.host, self.index, self.device = spec
@@ -41,6 +48,10 @@ class Heartbeat(threading.Thread):
         self.stopping = threading.Event()
         self.registered = False
         self.warm = False  # the learner fork server is up: a learner starts in well under 1 s
+        self.redis_url = redis_url  # the Redis to check for a password ("": none checked)
+        self.refusing = ""  # why this slot refuses user code now ("": it runs it)
+        self.shown: str | None = None  # the reason the slot's description holds
+        self.checked_at = -REDIS_CHECK_SECONDS
 
     def run(self) -> None:
         interval = float(settings.EDT_HEARTBEAT_SECONDS)
@@ -52,6 +63,8 @@ class Heartbeat(threading.Thread):
                 os.kill(os.getpid(), signal.SIGTERM)
                 return
             try:
+                if time.monotonic() - self.checked_at >= REDIS_CHECK_SECONDS:
+                    self.check_redis()
                 self.beat(ttl)
                 if failing:
                     log.info("slot %s: heartbeat written again", self.slot_id)
@@ -62,11 +75,26 @@ class Heartbeat(threading.Thread):
                 failing = True
             self.stopping.wait(interval)
 
+    def check_redis(self) -> None:
+        """Look whether Redis lets anyone in (a cheap PING without credentials), and say
+        so in the log when the answer changes; the next beat tells the registry."""
+        self.checked_at = time.monotonic()
+        refusing = redis_refusal(self.redis_url) if self.redis_url else ""
+        if refusing and refusing != self.refusing:
+            log.error("slot %s: %s", self.slot_id, refusing)
+        elif self.refusing and not refusing:
+            log.info("slot %s: Redis asks for a password now; running user code", self.slot_id)
+        self.refusing = refusing
+
     def beat(self, ttl: int) -> None:
         if not self.registered:
-            self.store.register_slot(self.host, self.index, self.device, os.getpid())
+            self.store.register_slot(self.host, self.index, self.device, os.getpid(), self.refusing)
             self.registered = True
+            self.shown = self.refusing
             log.info("slot %s registered on %s (pid %d)", self.slot_id, self.device, os.getpid())
+        if self.shown != self.refusing:
+            self.store.set_refusing(self.slot_id, self.refusing)
+            self.shown = self.refusing
         sample = dict(self.sampler.sample(), warm=self.warm)
         if not self.store.heartbeat(self.slot_id, sample, ttl):
             self.registered = False  # Redis lost it: describe the slot again next beat
@@ -84,7 +112,8 @@ def start_heartbeat(**_: Any) -> None:
     device = os.environ.get("EDT_SLOT_DEVICE", "cpu")
     store = SlotRegistry(connect(settings.REDIS_URL))
     parent = int(os.environ.get("EDT_SLOT_PARENT_PID", "0"))
-    _heartbeat = Heartbeat(store, (host, index, device), sampler_for(device), parent)
+    spec = (host, index, device)
+    _heartbeat = Heartbeat(store, spec, sampler_for(device), parent, settings.REDIS_URL)
     _heartbeat.start()
     threading.Thread(target=_prewarm, name="edt-prewarm", daemon=True).start()
 

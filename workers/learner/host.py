@@ -28,6 +28,7 @@ from protocol import redis_acl
 from protocol.exits import Exit
 from protocol.jobstore import JobStore
 from workers import sandbox
+from workers.deployment import redis_refusal
 from workers.learner.allocator import HUGE_PAGES, huge_pages
 
 # The last line of a Python traceback: "SomeError: what happened".
@@ -41,8 +42,9 @@ PASSED_THROUGH = (
     "OMP_NUM_THREADS", "EDT_TORCH_THREADS", "GLOO_SOCKET_IFNAME", "EDT_LEARNER_ADDRESS",
     HUGE_PAGES,
 )  # fmt: skip
-STALE = 75  # exit status reported for a task whose token is no longer current
+STALE = Exit.STALE
 NO_SANDBOX = 3  # exit status of a learner whose sandbox could not be set up
+REFUSED = Exit.REFUSED
 
 
 def learner_env(redis_url: str, base: dict[str, str]) -> dict[str, str]:
@@ -164,12 +166,17 @@ def run_learner(
 ) -> int:
     """Run one learner of the job on this slot until it exits; returns its exit status.
     With the platform's ``secret``, the learner reaches Redis as its job's ACL user only.
-    ``paths`` (from the database) bound what it can reach: required to start one."""
+    ``paths`` (from the database) bound what it can reach: required to start one. None
+    starts where Redis lets anyone in (``workers/deployment.py``): the exit reported then
+    says why, and the job fails with it after a few."""
     if jobs.dispatch_token(slot) != token:
         log.info("job %s on %s: stale dispatch token; not starting", jobs.job_id, slot)
         return STALE
     if paths is None:
         raise ValueError("a learner needs its job's paths from the database")
+    refusal = redis_refusal(redis_url)
+    if refusal:
+        return refuse(jobs, slot, token, refusal, paths.workdir / "logs" / f"{slot}.log")
     if secret:
         redis_url = redis_acl.grant(jobs.r, redis_url, jobs.job_id, secret)
     log_path = paths.workdir / "logs" / f"{slot}.log"
@@ -246,6 +253,20 @@ def cut_log(log_path: Path, cap: int) -> None:
         keep_log_under(log_path, cap)
     except OSError as exc:
         log.warning("could not keep %s under %d bytes: %s", log_path, cap, exc)
+
+
+def refuse(jobs: JobStore, slot: str, token: str, reason: str, log_path: Path) -> int:
+    """Start no learner: say why in the log, in the slot's learner log and in the exit
+    reported, so that the scheduler moves on."""
+    log.error("job %s on %s: %s", jobs.job_id, slot, reason)
+    with contextlib.suppress(OSError):  # the job's directory is its learners': follow no link
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        relative = f"{log_path.parent.name}/{log_path.name}"
+        fd = sandbox.open_beneath(log_path.parent.parent, relative, append=True)
+        with os.fdopen(fd, "a") as out:
+            out.write(f"EDT: {reason}\n")
+    jobs.report_exit(slot, REFUSED, token, reason)
+    return REFUSED
 
 
 def last_error(log_path: Path, code: int) -> str:

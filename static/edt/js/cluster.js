@@ -79,6 +79,11 @@
         tr.append(el("td", { class: "device" }, s.device === "cpu" ? "CPU" : s.device));
         const state = el("td");
         state.append(el("span", { class: "badge " + s.state }, s.state));
+        if (s.refusing && s.state === "alive") {
+          // Its worker starts no learner (a Redis without a password): say so, and why.
+          state.append(" ", el("span", { class: "badge refusing" }, "refusing user code"));
+          state.append(el("small", { class: "refusing-reason" }, s.refusing.charAt(0).toUpperCase() + s.refusing.slice(1)));
+        }
         const job = s.job ? (names.get(String(s.job)) || "job " + s.job) : s.busy ? "another user's job" : "idle";
         tr.append(state, telemetryCell(s), el("td", { class: s.job ? "" : "muted", "data-label": "job" }, job));
         tr.append(el("td", { class: "muted", "data-label": "heartbeat" }, ago((s.telemetry || {}).at)));
@@ -90,8 +95,10 @@
     }
     const alive = slots.filter((s) => s.state === "alive").length;
     const lost = slots.filter((s) => s.state === "lost").length;
+    const refusing = slots.filter((s) => s.state === "alive" && s.refusing).length;
     summaryEl.textContent = hosts.size + " host(s) · " + slots.length + " slot(s) · " +
-      alive + " alive" + (lost ? " · " + lost + " lost" : "");
+      alive + " alive" + (lost ? " · " + lost + " lost" : "") +
+      (refusing ? " · " + refusing + " refusing user code" : "");
   }
 
   function setLive(state, text) {

@@ -52,7 +52,7 @@ class Command(BaseCommand):
         try:
             registry = SlotRegistry(connect(settings.REDIS_URL))
             code = launcher.main(host, opts["cpu_slots"], opts["restart_delay"], discover_gpus(),
-                                 opts["metrics_port"], registry)  # fmt: skip
+                                 settings.REDIS_URL, opts["metrics_port"], registry)  # fmt: skip
         except ValueError as exc:
             raise CommandError(str(exc)) from None
         if code:
