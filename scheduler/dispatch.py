@@ -22,12 +22,12 @@ from typing import Any
 from protocol.exits import RunResult
 from protocol.jobstore import JobStore, Start, send_starts
 from protocol.keys import queue_for
+from protocol.learner_task import TASK, LearnerPaths, learner_args
 
 # The task stores no result (workers/tasks.py): nothing subscribes to one.
 SEND: dict[str, Any] = {"ignore_result": True}
 
 
-TASK = "edt.run_learner"
 _FIELD = re.compile(r'"@@edt:(\w+)@@"')  # a placeholder in the message template
 
 
@@ -98,9 +98,10 @@ class Dispatches:
         self.messages = LearnerMessages(celery_app)
         self.starts: list[Start] = []
 
-    def add(self, jobs: JobStore, job_pk: int, slot: str, token: str) -> None:
+    def add(self, jobs: JobStore, job_pk: int, slot: str, token: str,
+            paths: LearnerPaths) -> None:  # fmt: skip
         queue = queue_for(slot)
-        message = self.messages.message([job_pk, slot, token], queue)
+        message = self.messages.message(learner_args(job_pk, slot, token, paths), queue)
         jobs.set_dispatch(slot, token, self.starts, queue, message)
 
     def send(self) -> None:
@@ -112,21 +113,24 @@ class CeleryLauncher:
     """Starts and kills one job's learners through Celery and Redis: what the job's
     controller decided (``scheduler/elastic.py``, which also judges from their leases
     whether they are still there). With ``batch``, starts go out together at the end of the
-    caller's step; otherwise each is sent at once."""
+    caller's step; otherwise each is sent at once. ``paths``: the job's, as the platform
+    recorded them, carried by every learner task."""
 
-    def __init__(self, jobs: JobStore, celery_app: Any, job_pk: int,
+    def __init__(self, jobs: JobStore, celery_app: Any, job_pk: int, paths: LearnerPaths,
                  batch: Dispatches | None = None) -> None:  # fmt: skip
         self.jobs = jobs
         self.app = celery_app
         self.job_pk = job_pk
+        self.paths = paths
         self.batch = batch
 
     def start(self, slot: str, token: str) -> None:
         if self.batch is not None:
-            self.batch.add(self.jobs, self.job_pk, slot, token)
+            self.batch.add(self.jobs, self.job_pk, slot, token, self.paths)
             return
         self.jobs.set_dispatch(slot, token)
-        self.app.send_task(TASK, args=[self.job_pk, slot, token], queue=queue_for(slot), **SEND)
+        args = learner_args(self.job_pk, slot, token, self.paths)
+        self.app.send_task(TASK, args=args, queue=queue_for(slot), **SEND)
 
     def kill(self, slot: str, sig: int = signal.SIGKILL) -> None:
         self.jobs.request_kill(slot, sig)

@@ -18,9 +18,8 @@ UPWARD = ("edtweb", "django", "celery", "channels", "rest_framework")
 # Each adapter, with what it may import and why.
 ADAPTERS = {
     # Celery's tasks and worker signals: a slot worker is a Celery worker (README, "What
-    # runs") configured by Django's settings. The learner task still reads its job's
-    # record (the sandbox's trusted paths) from the database.
-    "workers/tasks.py": {"celery", "django", "edtweb"},
+    # runs") configured by Django's settings; the learner task's paths come in its message.
+    "workers/tasks.py": {"celery", "django"},
     "workers/slot.py": {"celery", "django"},
     # The data directory, from Django's settings where a process has them configured.
     "workers/sandbox.py": {"django"},

@@ -11,6 +11,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -22,6 +23,7 @@ from protocol.connection import REDIS_DOWN, connect
 from protocol.exits import Exit
 from protocol.jobstore import JobStore
 from protocol.keys import ALIVE, queue_for
+from protocol.learner_task import LearnerPaths
 from protocol.slots import SlotInfo
 from scheduler.live import ports as P
 from scheduler.live.loop import LiveScheduler
@@ -74,6 +76,10 @@ class InMemoryBook:
 
     def observed_rates(self, job_id: int) -> dict[int, float]:
         return {}
+
+    def paths(self, job_ids: list[int]) -> dict[int, LearnerPaths]:
+        return {pk: LearnerPaths(Path("d"), Path("m.py"), Path(f"j/{pk}"), Path(f"j/{pk}/s"))
+                for pk in job_ids}  # fmt: skip
 
 
 class World:

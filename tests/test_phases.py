@@ -4,11 +4,13 @@ Celery app that only records what it was asked to send."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from protocol.exits import RunResult
+from protocol.learner_task import LearnerPaths
 from scheduler import elastic
 from scheduler.dispatch import CeleryLauncher
 from scheduler.elastic import Control, Seen, Start
@@ -148,9 +150,11 @@ class Watch:
 
 def test_the_celery_launcher_sends_the_learner_task_with_its_token() -> None:
     jobs, app = MemoryJobs(), RecordingCelery()
-    launcher = CeleryLauncher(jobs, app, 7)  # type: ignore[arg-type]
+    paths = LearnerPaths(Path("/d"), Path("/m/model.py"), Path("/j/7"), Path("/j/7/spec.json"))
+    launcher = CeleryLauncher(jobs, app, 7, paths)  # type: ignore[arg-type]
     launcher.start("h.0", "t1")
-    assert app.sent == [("edt.run_learner", [7, "h.0", "t1"], "slot.h.0")]
+    message = {"data": "/d", "model": "/m/model.py", "workdir": "/j/7", "spec": "/j/7/spec.json"}
+    assert app.sent == [("edt.run_learner", [7, "h.0", "t1", message], "slot.h.0")]
     assert jobs.dispatch == {"h.0": "t1"}
     launcher.kill("h.0")
     assert jobs.kills == [("h.0", 9)]

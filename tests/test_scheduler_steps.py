@@ -13,6 +13,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -30,8 +31,9 @@ from protocol import redis_acl
 from protocol.connection import connect
 from protocol.jobstore import JobStore
 from protocol.keys import ALIVE, CHANGED_KEY, queue_for
+from protocol.learner_task import TASK, LearnerPaths, learner_args
 from protocol.slots import SlotInfo
-from scheduler.dispatch import SEND, TASK, LearnerMessages
+from scheduler.dispatch import SEND, LearnerMessages
 from scheduler.live import loop as scheduling
 from scheduler.live.job import JobRunner
 from scheduler.live.loop import LiveScheduler
@@ -278,7 +280,9 @@ def test_a_learner_message_is_the_one_celery_would_send(redis_server: RedisServe
     broker = connect(redis_server.url)
     queue = queue_for(f"msg-{os.getpid()}.0")
     broker.delete(queue)
-    args = [12, "h.3", "token-1"]
+    paths = LearnerPaths(Path("/d/data"), Path("/d/m/model.py"), Path("/d/jobs/12"),
+                         Path("/d/jobs/12/spec.json"))  # fmt: skip
+    args = learner_args(12, "h.3", "token-1", paths)
     with celery_app.producer_or_acquire() as producer:
         celery_app.send_task(TASK, args=args, queue=queue, producer=producer, declare=[], **SEND)
     [theirs] = [json.loads(m) for m in broker.lrange(queue, 0, -1)]

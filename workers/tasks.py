@@ -10,6 +10,7 @@ from typing import Any
 from celery import shared_task
 from celery.exceptions import Reject
 
+from protocol.learner_task import TASK
 from workers import control
 
 
@@ -26,28 +27,28 @@ def ping() -> dict[str, Any]:
 ping_task = shared_task(name="edt.ping")(ping)
 
 
-def run_learner(job_id: int, slot: str, token: str) -> dict[str, Any]:
+def run_learner(job_id: int, slot: str, token: str, paths: dict[str, str]) -> dict[str, Any]:
     """Start a learner of the job on this slot and wait for it (docs/architecture.md,
-    "Processes")."""
+    "Processes"). ``paths``: the job's, as the scheduler read them from its record
+    (``protocol/learner_task.py``): the sandbox's bounds, never taken from the job's files."""
     from django.conf import settings
 
-    import edtweb.training.services as services
-    from edtweb.training.models import Job
     from protocol.connection import connect
     from protocol.jobstore import LEARNER_PATIENCE, JobStore
+    from protocol.learner_task import LearnerPaths
     from workers.learner import host
 
     jobs = JobStore(connect(settings.REDIS_URL), str(job_id), patience=LEARNER_PATIENCE)
-    job = Job.objects.get(pk=job_id)  # the sandbox's paths: the record, not the job's files
-    paths = host.JobPaths(Path(job.data_path), Path(job.model_path), job.workdir)
-    spec = services.spec_path(job_id)
-    code = host.run_learner(jobs, slot, token, spec, settings.REDIS_URL, settings.SECRET_KEY, paths)
+    given = LearnerPaths.of(paths)
+    bounds = host.JobPaths(given.data, given.model, given.workdir)
+    code = host.run_learner(jobs, slot, token, given.spec, settings.REDIS_URL,
+                            settings.SECRET_KEY, bounds)  # fmt: skip
     return {"slot": slot, "code": code}  # the scheduler reads the exit from the job's store
 
 
 # No result is stored: nobody waits on it, and a result write must not fail a learner's
 # task while Redis is away.
-run_learner_task = shared_task(name="edt.run_learner", ignore_result=True)(run_learner)
+run_learner_task = shared_task(name=TASK, ignore_result=True)(run_learner)
 
 
 def check_model(model_id: int, log: str) -> dict[str, Any]:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import statistics
 from contextlib import AbstractContextManager
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 
 from django.conf import settings
@@ -16,6 +17,7 @@ from edtweb.celery import app as celery_app
 from edtweb.redis_access import redis_client
 from edtweb.training import services
 from edtweb.training.models import Job, Metric
+from protocol.learner_task import LearnerPaths
 from scheduler.live.job import Controlled, JobRunner
 from scheduler.live.loop import LiveScheduler
 from scheduler.live.ports import JobRow, Ports
@@ -91,6 +93,15 @@ class DjangoJobBook:
 
     def observed_rates(self, job_id: int) -> dict[int, float]:
         return observed_rates(job_id)
+
+    def paths(self, job_ids: list[int]) -> dict[int, LearnerPaths]:
+        """The record's paths (never the job's own files: its learners own its directory
+        and could rewrite its spec to name another's), in one query."""
+        rows = Job.objects.filter(pk__in=job_ids).values_list("pk", "data_path", "model_path")
+        jobs = Path(settings.EDT_DATA_DIR) / "jobs"
+        return {pk: LearnerPaths(Path(data), Path(model), jobs / str(pk),
+                                 jobs / str(pk) / "spec.json")
+                for pk, data, model in rows}  # fmt: skip
 
 
 def live_ports() -> Ports:

@@ -23,6 +23,7 @@ from typing import Any, Protocol
 
 from protocol.exits import RunResult
 from protocol.jobstore import JobStore
+from protocol.learner_task import LearnerPaths
 from scheduler import elastic
 from scheduler.dispatch import CeleryLauncher, Dispatches
 from scheduler.elastic import (
@@ -106,11 +107,13 @@ class JobRunner:
 
     @classmethod
     def celery(cls, job: Controlled, ports: Ports, resume: bool = True,
-               jobs: JobStore | None = None,
-               batch: Dispatches | None = None) -> JobRunner:  # fmt: skip
-        """The live scheduler's runner: learners are Celery tasks on the slots' queues."""
+               jobs: JobStore | None = None, batch: Dispatches | None = None,
+               paths: LearnerPaths | None = None) -> JobRunner:  # fmt: skip
+        """The live scheduler's runner: learners are Celery tasks on the slots' queues,
+        carrying the job's ``paths`` (read from the book when not given)."""
         store = jobs if jobs is not None else JobStore(ports.redis(), str(job.pk))
-        launcher = CeleryLauncher(store, ports.celery, job.pk, batch)
+        paths = paths if paths is not None else ports.book.paths([job.pk])[job.pk]
+        launcher = CeleryLauncher(store, ports.celery, job.pk, paths, batch)
         runner = cls(job.pk, store, launcher, ports.book, job.collective_timeout, resume)
         runner.state = replace(runner.state, max_start_failures=ports.start_failures)
         return runner

@@ -172,7 +172,9 @@ class LiveScheduler:
         client = self.ports.redis()
         stores = {job.pk: ObservedJobStore(client, str(job.pk)) for job in jobs}
         observe(client, list(stores.values()))
-        return {job.pk: JobRunner.celery(job, self.ports, resume, stores[job.pk], self.dispatches)
+        paths = self.book.paths([job.pk for job in jobs])
+        return {job.pk: JobRunner.celery(job, self.ports, resume, stores[job.pk],
+                                         self.dispatches, paths[job.pk])
                 for job in jobs}  # fmt: skip
 
     def _sync_runners(self, jobs: dict[int, JobRow]) -> None:

@@ -14,6 +14,7 @@ from typing import Any, NamedTuple, Protocol
 
 import redis
 
+from protocol.learner_task import LearnerPaths
 from scheduler.elastic import START_FAILURES
 
 # A job's resting states, as the job rows spell them.
@@ -66,6 +67,10 @@ class JobBook(Protocol):
 
     def observed_rates(self, job_id: int) -> dict[int, float]:
         """Worker count -> median samples/s over the job's latest iterations."""
+        ...
+
+    def paths(self, job_ids: list[int]) -> dict[int, LearnerPaths]:
+        """The jobs' paths as the platform recorded them, for their learner tasks."""
         ...
 
 
