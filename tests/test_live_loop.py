@@ -111,12 +111,13 @@ class World:
     def learners_play(self, exits: Callable[[int, str], int | None] = lambda pk, s: None) -> None:
         """Every learner does what the protocol asks of it now: a joiner takes its lease
         and says READY, the members adopt the latest generation, a learner placed
-        elsewhere leaves. ``exits`` may end a joiner with a status instead."""
+        elsewhere leaves. Only a learner whose task was sent (its token in the job's
+        dispatch hash, written with the message) runs at all. ``exits`` may end a joiner with a status instead."""
         for pk, runner in self.live.runners.items():
             jobs, c, tokens = self.store(pk), runner.state, runner.state.learners.tokens
             for slot in [*c.joining, *c.members]:
-                if runner.exited(slot):
-                    continue
+                if runner.exited(slot) or jobs.dispatch_token(slot) != tokens[slot]:
+                    continue  # ended, or its task message was never sent: it never ran
                 code = exits(pk, slot) if slot in c.joining else None
                 if code is not None:
                     jobs.report_exit(slot, code, tokens[slot])

@@ -107,7 +107,9 @@ class LiveScheduler:
                 applied = self._decide(jobs, usable, held, holding, speedups, attained)
             if applied:
                 self.decided, self.unapplied = inputs, None
-        return self._advance({s.slot_id for s in alive}, look)
+        soon = self._advance({s.slot_id for s in alive}, look)
+        self.dispatches.send()  # what the ticks started (a retry whose delay is over)
+        return soon
 
     def _decide(self, jobs: dict[int, JobRow], usable: list[Slot], held: dict[int, int],
                 holding: dict[int, list[str]], speedups: dict[int, tuple[float, ...]],
