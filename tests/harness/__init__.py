@@ -7,7 +7,9 @@
 - ``cluster``: slot workers, schedulers and a supervised web of a test's own, with fault
   injection (a host, a slot worker, a learner, a scheduler killed) and a watch on the job;
   a control worker alone (model checks, dataset preparations);
-- ``stack``: one whole EDT (``edt_run``) for the run, driven through the ``edt`` CLI;
+- ``stack``: one whole EDT (``edt_run``) for the run, driven through the ``edt`` CLI, and
+  EDTs of a test's own, configured otherwise;
+- ``accounts``: an unprivileged user to run EDT as;
 - ``jobs`` and ``api``: a job as the tests submit and observe it, and its records read back
   through the REST API.
 

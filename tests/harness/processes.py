@@ -8,7 +8,7 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import psutil
@@ -35,10 +35,14 @@ class Processes:
         self.started: list[subprocess.Popen[str]] = []
         self.seen: set[int] = set()
 
-    def manage(self, *args: str, env: dict[str, str], log: Path) -> subprocess.Popen[str]:
+    def manage(
+        self, *args: str, env: dict[str, str], log: Path, prefix: Sequence[str] = ()
+    ) -> subprocess.Popen[str]:
+        """``manage.py args`` in a session of its own, its output in ``log``; ``prefix``
+        runs it through another command (as another user: tests/harness/accounts.py)."""
         out = log.open("w")
         proc = subprocess.Popen(
-            [sys.executable, "manage.py", *args],
+            [*prefix, sys.executable, "manage.py", *args],
             cwd=PROJECT_DIR,
             env=env,
             stdout=out,

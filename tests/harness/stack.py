@@ -1,6 +1,8 @@
 """One whole EDT for the test run (``manage.py edt_run``: web, scheduler, metrics consumer,
 2 CPU slots, a Redis of its own), started on first use and shared by every module that
-drives EDT from outside: the ``edt`` CLI, the WMLA endpoints, the browser, the sandbox."""
+drives EDT from outside: the ``edt`` CLI, the WMLA endpoints, the browser, the sandbox.
+A test that needs an EDT configured otherwise (another Redis or database, another user, a
+crash loop) starts one of its own with ``edt_of_its_own``, stopped at its end."""
 
 from __future__ import annotations
 
@@ -11,6 +13,8 @@ import signal
 import subprocess
 import sys
 import tarfile
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -18,7 +22,7 @@ from typing import Any
 import pytest
 
 from edtweb.redis_server import RedisServer, free_port
-from tests.harness.processes import PROJECT_DIR, Processes, subprocess_env
+from tests.harness.processes import PROJECT_DIR, Processes, alive_pids, subprocess_env
 from tests.harness.waiting import wait_for
 from workers import sandbox
 from workers.learner.datasets import write_cifar10
@@ -32,7 +36,9 @@ class LiveEdt:
     url: str
     data_dir: Path
     tmp: Path
-    redis: RedisServer
+    redis: RedisServer | None  # the test's, stopped with the EDT (None: EDT's own or another)
+    launcher: subprocess.Popen[str] | None = None
+    processes: Processes | None = None
 
     def edt(
         self, user: str | None, *args: str, stdin: str | None = None, timeout: float = 60
@@ -69,6 +75,22 @@ class LiveEdt:
         assert done.returncode == 0, done.stderr
         return json.loads(done.stdout)
 
+    def stop(self) -> None:
+        """Ctrl-C to the launcher, as a user stops `make run`; then whatever it left (none
+        should be) is killed, and the test's Redis stopped. Every process it started is
+        gone when this returns."""
+        if self.launcher is not None and self.processes is not None:
+            seen = self.processes.remember_descendants(self.launcher)
+            self.launcher.send_signal(signal.SIGINT)
+            try:
+                self.launcher.wait(timeout=60)
+            finally:
+                self.processes.cleanup()
+                wait_for(lambda: not alive_pids(seen | {self.launcher.pid}), 30,
+                         lambda: f"the EDT's processes {alive_pids(seen)} gone")  # fmt: skip
+        if self.redis is not None:
+            self.redis.stop()
+
 
 def edt_command() -> list[str]:
     """The console script `make` installs beside the interpreter, else the module."""
@@ -89,7 +111,6 @@ def live_edt(config: pytest.Config, tmp_factory: pytest.TempPathFactory) -> Live
 
 def _start(config: pytest.Config, tmp: Path) -> LiveEdt:
     redis = RedisServer(tmp / "redis", appendonly=False, password=secrets.token_hex(16)).start()
-    processes = Processes()
     env = subprocess_env(tmp / "data", REDIS_URL=redis.url, EDT_MAX_UPLOAD_BYTES=str(MAX_UPLOAD))
     # User code's limits (tests/test_sandbox.py): a 4 GiB allocation and a fork loop fail.
     env.update(EDT_LEARNER_MEMORY="3g", EDT_LEARNER_PROCESSES="128")
@@ -101,33 +122,63 @@ def _start(config: pytest.Config, tmp: Path) -> LiveEdt:
         env["EDT_LEARNER_USER"] = f"edt-learner-{worker}"
         sandbox.account(env["EDT_LEARNER_USER"])
     env.pop("DATABASE_URL", None)
+    live = start_edt(tmp, env, redis=redis)
+    config.add_cleanup(live.stop)
+    return live
+
+
+def start_edt(
+    tmp: Path,
+    env: dict[str, str],
+    slots: int = 2,
+    redis: RedisServer | None = None,
+    prefix: Sequence[str] = (),
+    args: Sequence[str] = (),
+) -> LiveEdt:
+    """``manage.py edt_run args`` with ``env`` (its data directory is ``EDT_DATA_DIR``), once it
+    announced itself, with the users of :data:`USERS`; ``prefix`` runs it (and the command
+    creating the users) through another command, as another user say. The caller stops it
+    (``LiveEdt.stop``); a launcher that exits at start fails with its log's end."""
+    processes = Processes()
     port = free_port()
     log = tmp / "run.log"
-
-    def stop() -> None:
-        launcher.send_signal(signal.SIGINT)
-        try:
-            launcher.wait(timeout=30)
-        finally:
-            processes.cleanup()
-            redis.stop()
-
     launcher = processes.manage(
-        "edt_run", "--port", str(port), "--cpu-slots", "2", env=env, log=log
-    )
-    config.add_cleanup(stop)
-    wait_for(lambda: "log in as admin" in log.read_text(), 240, "the launcher")
-    users = "; ".join(f"U.objects.create_user('{u}', password='{u}-pass-1')" for u in USERS)
-    code = f"from django.contrib.auth.models import User as U; {users}"
-    subprocess.run(
-        [sys.executable, "manage.py", "shell", "-c", code],
-        cwd=PROJECT_DIR,
-        env=env,
-        check=True,
-        timeout=60,
-        capture_output=True,
-    )
-    return LiveEdt(f"http://127.0.0.1:{port}", tmp / "data", tmp, redis)
+        "edt_run", "--port", str(port), "--cpu-slots", str(slots), *args, env=env, log=log,
+        prefix=prefix,
+    )  # fmt: skip
+    live = LiveEdt(f"http://127.0.0.1:{port}", Path(env["EDT_DATA_DIR"]), tmp, redis, launcher,
+                   processes)  # fmt: skip
+
+    def up() -> bool:
+        text = log.read_text()
+        if launcher.poll() is not None:
+            raise AssertionError(f"edt_run exited with {launcher.returncode}: {text[-3000:]}")
+        return "log in as admin" in text
+
+    try:
+        wait_for(up, 240, lambda: f"the launcher; its log ends: {log.read_text()[-2000:]}")
+        users = "; ".join(f"U.objects.create_user('{u}', password='{u}-pass-1')" for u in USERS)
+        code = f"from django.contrib.auth.models import User as U; {users}"
+        done = subprocess.run(
+            [*prefix, sys.executable, "manage.py", "shell", "-c", code],
+            cwd=PROJECT_DIR, env=env, timeout=120, capture_output=True, text=True,
+        )  # fmt: skip
+        assert done.returncode == 0, f"creating the users: {done.stderr[-2000:]}"
+    except BaseException:
+        live.stop()
+        raise
+    return live
+
+
+@contextmanager
+def edt_of_its_own(tmp: Path, env: dict[str, str], **options: Any) -> Iterator[LiveEdt]:
+    """A live EDT for one test (:func:`start_edt`), stopped at its end with every process
+    it started."""
+    live = start_edt(tmp, env, **options)
+    try:
+        yield live
+    finally:
+        live.stop()
 
 
 @pytest.fixture(scope="module")

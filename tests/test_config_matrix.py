@@ -1,0 +1,245 @@
+"""The configurations admins run EDT in, each a live EDT of the test's own (one at a time),
+training a short job submitted through the ``edt`` CLI to COMPLETED with its metrics stored:
+
+- ``own-redis``: no ``REDIS_URL`` and nothing answering on the probe's port: the launcher
+  starts a password-protected Redis in its data directory, as `make run` does on a bare
+  machine;
+- ``redis-db-3``: a Redis the admin runs, with a password, and ``REDIS_URL`` naming database
+  3: the learners' ACL users may select that database alone (protocol/redis_acl.py);
+- ``postgresql``: ``DATABASE_URL`` naming a fresh database on the PostgreSQL server at
+  127.0.0.1:5432 (dropped at the end);
+- ``unprivileged``: EDT run as a user of its own, not root, with no ``EDT_LEARNER_USER``:
+  user code then runs as that same user.
+
+Then a crash loop: learners that exit before joining for a cause outside the user's code
+(their job's spec file is gone) end the job FAILED, with that cause in its message (the API,
+the CLI, the WMLA exec), after ``EDT_START_FAILURES`` learner starts and no more.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import psutil
+import psycopg
+import pytest
+import redis
+
+from edtweb.redis_server import RedisServer, free_port
+from tests.harness.accounts import unprivileged_account
+from tests.harness.api import http_get
+from tests.harness.processes import PROJECT_DIR, subprocess_env
+from tests.harness.stack import LiveEdt, dataset_archive, edt_of_its_own, start_edt
+from tests.harness.waiting import load_factor, wait_for
+
+# Each case starts a whole EDT (migrations, static files, torch in each slot) and trains.
+pytestmark = pytest.mark.timeout(900)
+
+MLP = PROJECT_DIR / "examples" / "mlp.py"
+POSTGRES = os.environ.get("EDT_TEST_POSTGRES", "postgres://postgres@127.0.0.1:5432")
+USER = "carol"
+
+
+def base_env(data_dir: Path, **extra: str) -> dict[str, str]:
+    """A launcher's environment: its data directory, SQLite there unless ``extra`` names
+    a database, and EDT's own Redis unless ``extra`` names one."""
+    env = subprocess_env(data_dir, **extra)
+    for name in ("REDIS_URL", "DATABASE_URL", "EDT_LEARNER_USER"):
+        if name not in extra:
+            env.pop(name, None)
+    return env
+
+
+def upload(live: LiveEdt) -> None:
+    """A small dataset and the examples' MLP, through the CLI, as a user starts."""
+    live.login(USER)
+    archive = dataset_archive(live.tmp, train=256, test=64)
+    done = live.edt(USER, "datasets", "upload", str(archive), "--name", "shapes", timeout=300)
+    assert done.returncode == 0, done.stderr
+    model = live.json(USER, "models", "upload", str(MLP), "--name", "mlp", timeout=300)
+    assert model["status"] == "VALID", model
+
+
+def submit(live: LiveEdt, name: str, epochs: int, workers: int) -> int:
+    options = {"--max-workers": workers, "--batch-size": 64, "--epochs": epochs, "--name": name}
+    flags = [str(part) for pair in options.items() for part in pair]
+    job = live.json(USER, "submit", "--model", "mlp", "--dataset", "shapes", *flags)
+    return int(job["id"])
+
+
+def show(live: LiveEdt, job_id: int) -> dict[str, Any]:
+    shown: dict[str, Any] = live.json(USER, "jobs", "show", str(job_id))
+    return shown
+
+
+def train_short_job(live: LiveEdt) -> dict[str, Any]:
+    """A job of 8 steps on two workers, followed to its end through the CLI: COMPLETED,
+    every step's training record and the test records stored. Returns the job."""
+    upload(live)
+    job_id = submit(live, "matrix", epochs=2, workers=2)
+    followed = live.edt(USER, "logs", str(job_id), "--follow", timeout=300 * load_factor())
+    shown = show(live, job_id)
+    assert shown["state"] == "COMPLETED", (shown, followed.stderr[-2000:])
+    assert followed.returncode == 0 and f"job {job_id} COMPLETED" in followed.stderr
+    metrics = live.json(USER, "jobs", "metrics", str(job_id))
+    steps = [r["step"] for r in metrics["train"]]
+    assert metrics["total"] == len(steps) == len(set(steps)) >= 8, metrics["train"]
+    assert metrics["test"] and all("loss" in r for r in metrics["train"]), metrics
+    return shown
+
+
+# The configurations ------------------------------------------------------------------------
+
+
+@contextmanager
+def own_redis(tmp: Path) -> Iterator[LiveEdt]:
+    """No REDIS_URL and nothing on the probe's port: the launcher starts Redis itself."""
+    probe = f"redis://127.0.0.1:{free_port()}/0"
+    with edt_of_its_own(tmp, base_env(tmp / "data"), args=("--redis-probe", probe)) as live:
+        yield live
+    log = (tmp / "run.log").read_text()
+    assert "started by EDT" in log, log[:2000]
+    files = [p.name for p in (tmp / "data" / "redis").iterdir()]
+    assert any(name.startswith("appendonly") for name in files), files
+
+
+@contextmanager
+def redis_database_3(tmp: Path) -> Iterator[LiveEdt]:
+    """The admin's Redis, with a password, and REDIS_URL naming database 3: everything EDT
+    writes lands there, nothing in database 0."""
+    server = RedisServer(tmp / "redis", appendonly=False, password=secrets.token_hex(16)).start()
+    url = server.url.removesuffix("/0") + "/3"
+    env = base_env(tmp / "data", REDIS_URL=url)
+    with edt_of_its_own(tmp, env, redis=server) as live:
+        yield live
+        keys = {db: keys_in(server.url.removesuffix("/0") + f"/{db}") for db in (0, 3)}
+        assert keys[3] and not keys[0], f"keys per database: {keys}"
+
+
+def keys_in(url: str) -> int:
+    client = redis.Redis.from_url(url)
+    try:
+        return int(client.dbsize())
+    finally:
+        client.close()
+
+
+@contextmanager
+def postgresql(tmp: Path) -> Iterator[LiveEdt]:
+    """A fresh database on the PostgreSQL server (trust auth, user postgres), dropped at
+    the end; the job's rows are read back from it."""
+    name = f"edt_test_{secrets.token_hex(6)}"
+    try:
+        admin = psycopg.connect(f"{POSTGRES}/postgres", autocommit=True, connect_timeout=10)
+    except psycopg.OperationalError as exc:
+        raise AssertionError(
+            f"the PostgreSQL case needs a server at {POSTGRES} that user postgres may use "
+            f"without a password (trust auth); none answered: {exc}. Install and start one "
+            "(Debian: apt-get install postgresql; pg_ctlcluster <version> main start), or "
+            "name another with EDT_TEST_POSTGRES=postgres://user@host:port"
+        ) from None
+    try:
+        admin.execute(f"CREATE DATABASE {name}")
+        env = base_env(tmp / "data", DATABASE_URL=f"{POSTGRES}/{name}")
+        with edt_of_its_own(tmp, env) as live:
+            yield live
+            with psycopg.connect(f"{POSTGRES}/{name}") as db:
+                jobs = db.execute("SELECT state FROM training_job").fetchall()
+                stored = db.execute("SELECT count(*) FROM training_metric").fetchone()
+            assert jobs == [("COMPLETED",)] and stored and stored[0] >= 8, (jobs, stored)
+    finally:
+        admin.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+        admin.close()
+
+
+@contextmanager
+def unprivileged(tmp: Path) -> Iterator[LiveEdt]:
+    """EDT run as a user of its own (not root), in a directory it owns, with its own
+    Redis; no EDT_LEARNER_USER: the learners run as that same user."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
+    with unprivileged_account(f"edt-admin-{worker}") as account:
+        env = base_env(account.home / "data", EDT_STATIC_ROOT=str(account.home / "static"),
+                       HOME=str(account.home))  # fmt: skip
+        probe = f"redis://127.0.0.1:{free_port()}/0"
+        try:
+            live = start_edt(tmp, env, args=("--redis-probe", probe), prefix=account.prefix)
+        except AssertionError as exc:
+            raise AssertionError(f"EDT as user {account.name} ({account.note}): {exc}") from None
+        try:
+            yield live
+            assert live.launcher is not None
+            processes = [psutil.Process(live.launcher.pid),
+                         *psutil.Process(live.launcher.pid).children(recursive=True)]  # fmt: skip
+            users = {p.uids().real for p in processes}
+            assert users == {account.uid}, f"EDT's processes run as {users}"
+            owners = {p.stat().st_uid for p in (live.data_dir / "jobs").rglob("*")}
+            assert owners == {account.uid}, f"the job's files belong to {owners}"
+        finally:
+            live.stop()
+
+
+CONFIGURATIONS = {
+    "own-redis": own_redis,
+    "redis-db-3": redis_database_3,
+    "postgresql": postgresql,
+    "unprivileged": unprivileged,
+}
+
+
+@pytest.mark.parametrize("config", list(CONFIGURATIONS))
+def test_a_short_job_completes_in_each_configuration(config: str, tmp_path: Path) -> None:
+    with CONFIGURATIONS[config](tmp_path) as live:
+        train_short_job(live)
+
+
+# A crash loop ------------------------------------------------------------------------------
+
+
+def test_learners_that_cannot_start_end_the_job_failed_with_the_cause(tmp_path: Path) -> None:
+    """One slot, held by a first job while a second waits; the second's spec file is then
+    removed (a cause outside the user's code) and the first stopped: each learner sent to
+    the second exits before joining with FileNotFoundError, retried after 1 s, then 2 s,
+    and after EDT_START_FAILURES (3 here) in a row the job is FAILED with that error, in
+    the API, the CLI and the WMLA exec; no fourth learner starts."""
+    failures = 3
+    server = RedisServer(tmp_path / "redis", appendonly=False, password=secrets.token_hex(16))
+    env = base_env(tmp_path / "data", REDIS_URL=server.start().url,
+                   EDT_START_FAILURES=str(failures))  # fmt: skip
+    with edt_of_its_own(tmp_path, env, slots=1, redis=server) as live:
+        upload(live)
+        holder = submit(live, "holder", epochs=1000, workers=1)
+        wait_for(lambda: show(live, holder)["state"] == "RUNNING", 180, "the first job running")
+        looping = submit(live, "looping", epochs=1, workers=1)
+        spec = live.data_dir / "jobs" / str(looping) / "spec.json"
+        assert show(live, looping)["state"] not in ("RUNNING", "FAILED")
+        spec.unlink()
+        assert live.edt(USER, "stop", str(holder)).returncode == 0
+
+        wait_for(lambda: show(live, looping)["state"] in ("FAILED", "COMPLETED"), 180,
+                 lambda: f"the second job to fail: {show(live, looping)}")  # fmt: skip
+        shown = show(live, looping)
+        assert shown["state"] == "FAILED", shown
+        error = shown["error"]
+        assert f"could not start: {failures} in a row" in error, error
+        assert "FileNotFoundError" in error and "spec.json" in error, error
+        printed = live.edt(USER, "jobs", "show", str(looping))
+        assert "FileNotFoundError" in printed.stdout, printed.stdout
+
+        port = urlsplit(live.url).port or 80
+        token = json.loads((live.tmp / f"config-{USER}" / "edt" / "credentials.json").read_text())
+        get = http_get(port, token["token"])
+        status, exec_ = get(f"/platform/rest/deeplearning/v1/execs/{looping}")
+        assert status == 200 and exec_["state"] == "ERROR", (status, exec_)
+        assert "FileNotFoundError" in exec_["error"], exec_
+
+        # Each learner start printed its error once into the slot's log; none came after.
+        logs = live.edt(USER, "logs", str(looping))
+        starts = logs.stdout.count("FileNotFoundError: ")
+        assert starts == failures, logs.stdout[-3000:]
