@@ -112,7 +112,8 @@ class World:
         """Every learner does what the protocol asks of it now: a joiner takes its lease
         and says READY, the members adopt the latest generation, a learner placed
         elsewhere leaves. Only a learner whose task was sent (its token in the job's
-        dispatch hash, written with the message) runs at all. ``exits`` may end a joiner with a status instead."""
+        dispatch hash, written with the message) runs at all. ``exits`` may end a joiner
+        with a status instead."""
         for pk, runner in self.live.runners.items():
             jobs, c, tokens = self.store(pk), runner.state, runner.state.learners.tokens
             for slot in [*c.joining, *c.members]:
