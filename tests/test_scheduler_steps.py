@@ -33,8 +33,10 @@ from protocol.jobstore import JobStore
 from protocol.keys import ALIVE, CHANGED_KEY, queue_for
 from protocol.learner_task import TASK, LearnerPaths, learner_args
 from protocol.slots import SlotInfo
+from scheduler import elastic
 from scheduler.dispatch import SEND, LearnerMessages
 from scheduler.live import loop as scheduling
+from scheduler.live import ports
 from scheduler.live.job import JobRunner
 from scheduler.live.loop import LiveScheduler
 from scheduler.live.snapshot import BY_SERVICE, BY_SPEEDUP
@@ -481,3 +483,12 @@ def test_a_new_scheduler_deletes_the_redis_users_of_jobs_that_hold_no_slot(
     assert {"998", "999"} <= set(redis_acl.job_users(client))
     live_scheduler().step(slots(1))
     assert set(redis_acl.job_users(client)) == {str(running.pk)}
+
+
+def test_the_live_schedulers_words_for_job_states_are_the_records() -> None:
+    """scheduler/live/ports.py names the job states without Django; the records' must be
+    the same words, or a transition would write a state no page knows."""
+    named = {ports.QUEUED, ports.RUNNING, ports.SUSPENDED, ports.COMPLETED, ports.FAILED,
+             ports.STOPPED}  # fmt: skip
+    assert set(Job.State.values) == named and tuple(Job.ACTIVE) == ports.ACTIVE
+    assert {elastic.RUNNING, elastic.SUSPENDED, elastic.COMPLETED, elastic.FAILED} <= named
