@@ -118,7 +118,7 @@ def test_a_watch_whose_sampling_raised_fails_at_its_stop(alice: Any) -> None:
 
     watch = Watch(job, broken)
     wait_for(lambda: not watch.is_alive(), 30, "the watch to end")
-    with pytest.raises(AssertionError, match="the watch on job .* failed") as failed:
+    with pytest.raises(AssertionError, match=r"the watch on job .* failed") as failed:
         watch.stop()
     assert isinstance(failed.value.__cause__, RuntimeError)
 
@@ -130,7 +130,7 @@ def test_a_wait_ends_before_the_tests_own_deadline_saying_what_it_waited_for() -
     try:
         waiting._test_deadline = time.monotonic() + 25 * waiting.load_factor()
         started = time.monotonic()
-        with pytest.raises(AssertionError, match="waiting for never.*own deadline came first"):
+        with pytest.raises(AssertionError, match=r"waiting for never.*own deadline came first"):
             wait_for(lambda: False, 3600, "never")
         assert time.monotonic() - started < 10 * waiting.load_factor()
     finally:
