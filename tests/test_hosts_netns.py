@@ -56,7 +56,10 @@ COLLECTIVE_TIMEOUT = 8.0  # how long a survivor waits on a peer that stopped ans
 
 
 def ip(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(["ip", *args], capture_output=True, text=True, check=check, timeout=30)
+    """`ip ARGS`; with ``check``, its failure fails the test, saying what `ip` said."""
+    done = subprocess.run(["ip", *args], capture_output=True, text=True, timeout=30)
+    assert not check or done.returncode == 0, f"ip {' '.join(args)}: {done.stderr.strip()}"
+    return done
 
 
 @dataclass
