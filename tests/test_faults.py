@@ -118,7 +118,7 @@ def test_a_killed_worker_host_is_left_by_its_job_which_grows_back_when_it_return
     assert Job.objects.get(pk=job.pk).state == Job.State.RUNNING
     cluster.start_host(f"{cluster.host}b", 1)  # the machine is back
     wait_for(lambda: workers_of(job) == 2 or completed(job), 120, "the job back on 2 slots")
-    assert workers_of(job) == 2, "the job ended before it grew back: make it longer"
+    assert workers_of(job) == 2, "the job ended and never grew back to 2 slots"
     assert_recovered(job, cluster, watching, epochs * TRAIN // BATCH)
     assert not job.events.filter(kind="restart").exists(), "the survivor did not go on"
     scaled = list(job.events.filter(kind="scaled").values_list("message", flat=True))
@@ -173,7 +173,7 @@ def test_a_killed_learner_is_replaced_and_the_job_completes(
     replaced = lambda: (workers_of(job) == 2 and jobs.generation() > generation + 1  # noqa: E731
                         and {p.pid for p in cluster.learners()} - first)  # fmt: skip
     wait_for(lambda: replaced() or completed(job), 120, "a new learner to join the survivor")
-    assert replaced(), "the job ended before a new learner joined: make it longer"
+    assert replaced(), "the job ended and no new learner ever joined the survivor"
     assert_recovered(job, cluster, watching, epochs * TRAIN // BATCH)
     assert job.events.filter(kind="failure").exists()
     assert not job.events.filter(kind="restart").exists(), "the survivor did not go on"
