@@ -7,6 +7,7 @@ Alice owns things, Bob is another user who must see none of them.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +17,7 @@ from tests.harness.cluster import cluster, control_worker, watch
 from tests.harness.processes import processes
 from tests.harness.redis import durable_redis, private_redis, redis_server, store, store_redis
 from tests.harness.stack import live
+from tests.harness.waiting import scale_test_timeout
 
 __all__ = [
     "cluster",
@@ -29,6 +31,21 @@ __all__ = [
     "store_redis",
     "watch",
 ]
+
+
+@pytest.hookimpl(hookwrapper=True, tryfirst=True)
+def pytest_runtest_protocol(item: pytest.Item) -> Iterator[None]:
+    """Each test's timeout scaled by the machine's load at its start, as its waits are
+    (tests/harness/waiting.py): set here as the test's ``timeout`` mark, before
+    pytest-timeout reads it."""
+    marker = item.get_closest_marker("timeout")
+    if marker is not None and (marker.args or "timeout" in marker.kwargs):
+        base = float(marker.args[0] if marker.args else marker.kwargs["timeout"])
+    else:
+        base = float(item.config.getoption("timeout", None) or item.config.getini("timeout") or 0)
+    if base > 0:
+        item.add_marker(pytest.mark.timeout(scale_test_timeout(base)), append=False)
+    yield
 
 
 @pytest.fixture

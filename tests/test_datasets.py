@@ -13,6 +13,7 @@ import pytest
 import torch
 from PIL import Image
 
+from tests.harness.waiting import bound
 from workers.learner.datasets import (
     CIFAR10_CLASSES,
     DatasetError,
@@ -130,7 +131,7 @@ def test_cifar_pickles_at_protocol_5_with_str_keys_load(tmp_path: Path) -> None:
 def test_writing_2000_cifar10_images_takes_under_two_seconds(tmp_path: Path) -> None:
     start = time.perf_counter()
     write_cifar10(tmp_path, train=2000, test=500)
-    assert time.perf_counter() - start < 2.0
+    assert time.perf_counter() - start < bound(2.0)  # speed itself: bench/
 
 
 def test_the_synthetic_cifar10_is_learnable(tmp_path: Path) -> None:

@@ -23,7 +23,7 @@ from edtweb.redis_server import RedisServer
 from protocol.connection import connect
 from protocol.jobstore import JobStore
 from tests.harness.processes import PROJECT_DIR, subprocess_env
-from tests.harness.waiting import wait_for
+from tests.harness.waiting import bound, wait_for
 from workers.learner import statecast
 from workers.learner.contract import load_definition
 from workers.learner.datasets import load_dataset, write_cifar10
@@ -158,7 +158,7 @@ def test_a_learner_killed_with_sigkill_costs_no_iteration(
     assert fault["signal"] == "SIGKILL"
     records = train_records(workdir)
     resumed = next(r for r in records if r["time"] > fault["time"] and r["workers"] < 3)
-    assert resumed["time"] - fault["time"] < 2.0  # the others go on within 2 s
+    assert resumed["time"] - fault["time"] < bound(2.0)  # the others go on within 2 s
     losses, params = reference_run(dataset)
     assert_same_training(workdir, losses, params)
 
@@ -194,7 +194,7 @@ def test_a_frozen_learner_is_dropped_at_the_timeout_and_reaped(
     fault = next(e for e in events if e["kind"] == "fault")
     failure = next(e for e in events if e["kind"] == "failure")
     assert failure["lost"] == fault["slots"]
-    assert failure["time"] - fault["time"] < 5 + 2  # the timeout, plus the report's grace
+    assert failure["time"] - fault["time"] < 5 + bound(2)  # the timeout, plus the report's grace
     losses, params = reference_run(dataset)
     assert_same_training(workdir, losses, params)
     # drive() returned only after every learner, the frozen one too, was killed and reaped
@@ -356,7 +356,8 @@ def test_the_generation_watch_waits_on_the_channel_not_on_a_poll(tmp_path: Path)
         started = time.monotonic()
         jobs.publish_generation(["a", "b"])
         wait_for(lambda: watch.latest == (2, False), 10, "generation 2")
-        assert time.monotonic() - started < 5.0  # announced, not found by the 30 s re-read
+        # Announced, not found by the 30 s re-read: however busy the machine, under that.
+        assert time.monotonic() - started < bound(5.0, below=25.0)
         jobs.request_stop()
         wait_for(lambda: watch.latest == (2, True), 10, "the stop flag")
         assert watch.reads - reads <= 3  # a read per announcement (a poll would make dozens)
@@ -452,16 +453,22 @@ def test_a_joiner_makes_as_many_spares_as_its_optimizer_will_keep_state(make: An
 
 
 def test_batches_slow_to_build_are_built_ahead_on_a_thread_and_cheap_ones_in_the_step() -> None:
+    """Decided on the builds' times, here a clock of the test's own that each build moves by
+    what it would take: the machine's load (a slow torch.full) decides nothing."""
     threads: list[str] = []
+    now = [0.0]
 
     def build(n: int, pause: float) -> list[tuple[Any, Any]]:
         threads.append(threading.current_thread().name)
-        time.sleep(pause)
+        now[0] += pause
         if n < 0:
             raise ValueError("a broken dataset")
         return [(torch.full((2,), float(n)), torch.tensor([n]))]
 
-    slow = Prefetcher()
+    def clock() -> float:
+        return now[0]
+
+    slow = Prefetcher(clock=clock)
     assert slow.wanted()  # nothing timed yet
     slow.build(build, 0, 2 * INLINE_SECONDS)  # in the step
     assert slow.wanted() and threads == [threading.current_thread().name]
@@ -474,12 +481,13 @@ def test_batches_slow_to_build_are_built_ahead_on_a_thread_and_cheap_ones_in_the
     slow.ahead((0, 2, 2, 0), build, -1, 0.0)
     with pytest.raises(ValueError, match="a broken dataset"):  # raised in the step
         slow.take((0, 2, 2, 0))
-    cheap = Prefetcher()
-    cheap.build(build, 0, 0.0)
+    cheap = Prefetcher(clock=clock)
+    cheap.build(build, 0, INLINE_SECONDS / 2)
     assert not cheap.wanted()  # a thread would cost more than it saves
-    always = Prefetcher(always=True)  # a GPU's: pinned memory, copies that overlap
+    always = Prefetcher(always=True, clock=clock)  # a GPU's: pinned memory, overlapped copies
     always.build(build, 0, 0.0)
     assert always.wanted()
+    assert Prefetcher().clock is time.perf_counter  # a learner's: the time builds really take
 
 
 class _Noisy(nn.Module):

@@ -1,14 +1,22 @@
 """The live harness lives in tests/harness/, not inside a test: no test module, nor the
 harness, imports a test module or conftest.py (a fixture is found through conftest.py, a
-helper is imported from tests.harness)."""
+helper is imported from tests.harness). Its checks can fail: the fault watch sees a job
+RUNNING without a learner, and fails when it stopped looking; a wait ends by the test's own
+deadline, with its message."""
 
 from __future__ import annotations
 
 import ast
+import time
+from typing import Any
 
 import pytest
 
+from edtweb.training.models import Job
+from tests.harness import waiting
+from tests.harness.cluster import Watch
 from tests.harness.processes import PROJECT_DIR
+from tests.harness.waiting import wait_for
 
 TESTS = PROJECT_DIR / "tests"
 
@@ -81,3 +89,49 @@ def test_the_check_sees_every_form_of_such_an_import(line: str, package: str) ->
 )
 def test_the_check_lets_the_harness_be_imported(line: str) -> None:
     assert not any(is_test_module(n) for n in imported_modules(line, "tests")), line
+
+
+def running_job(owner: Any) -> Job:
+    return Job.objects.create(owner=owner, name="watched", model_path="m.py", data_path="d",
+                              state=Job.State.RUNNING)  # fmt: skip
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_watch_measures_how_long_a_running_job_had_no_learner(alice: Any) -> None:
+    job = running_job(alice)
+    learners: list[object] = []
+    watch = Watch(job, lambda: learners)
+    wait_for(lambda: watch.longest >= 1.5, 30, "the watch to see a job with no learner")
+    learners.append(object())  # a learner again: the stretch ends
+    time.sleep(1.5)
+    first = watch.stop()
+    assert first >= 1.5
+    assert first < 1.5 + 2.0 * waiting.load_factor() + 1  # not counted on while learners ran
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_watch_whose_sampling_raised_fails_at_its_stop(alice: Any) -> None:
+    job = running_job(alice)
+
+    def broken() -> list[object]:
+        raise RuntimeError("the learners could not be listed")
+
+    watch = Watch(job, broken)
+    wait_for(lambda: not watch.is_alive(), 30, "the watch to end")
+    with pytest.raises(AssertionError, match=r"the watch on job .* failed") as failed:
+        watch.stop()
+    assert isinstance(failed.value.__cause__, RuntimeError)
+
+
+def test_a_wait_ends_before_the_tests_own_deadline_saying_what_it_waited_for() -> None:
+    """A wait longer than what is left of the test fails when its time is up, by its own
+    message, before pytest-timeout would stop the test."""
+    saved = waiting._test_deadline
+    try:
+        waiting._test_deadline = time.monotonic() + 25 * waiting.load_factor()
+        started = time.monotonic()
+        with pytest.raises(AssertionError, match=r"waiting for never.*own deadline came first"):
+            wait_for(lambda: False, 3600, "never")
+        assert time.monotonic() - started < 10 * waiting.load_factor()
+    finally:
+        waiting._test_deadline = saved

@@ -56,7 +56,10 @@ COLLECTIVE_TIMEOUT = 8.0  # how long a survivor waits on a peer that stopped ans
 
 
 def ip(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(["ip", *args], capture_output=True, text=True, check=check, timeout=30)
+    """`ip ARGS`; with ``check``, its failure fails the test, saying what `ip` said."""
+    done = subprocess.run(["ip", *args], capture_output=True, text=True, timeout=30)
+    assert not check or done.returncode == 0, f"ip {' '.join(args)}: {done.stderr.strip()}"
+    return done
 
 
 @dataclass
@@ -152,6 +155,20 @@ def remove_stale_networks() -> None:
             ip("netns", "del", full, check=False)
 
 
+def namespaces_refused() -> str | None:
+    """Why this machine does not let the tests create a network namespace (a container
+    without CAP_SYS_ADMIN, say), or None when it does: the one case that skips."""
+    probe = f"{PREFIX}{os.getpid()}probe"
+    ip("netns", "del", probe, check=False)  # one a run of the same pid left
+    made = ip("netns", "add", probe, check=False)
+    said = made.stderr.strip()
+    if made.returncode != 0 and re.search("not permitted|permission denied", said, re.I):
+        return f"network namespaces cannot be created here: ip netns add: {said}"
+    assert made.returncode == 0, f"ip netns add failed, not for want of permission: {said}"
+    ip("netns", "del", probe)
+    return None
+
+
 @pytest.fixture
 def network() -> Iterator[Network]:
     """Two hosts' namespaces; always removed, whatever the test did."""
@@ -160,16 +177,14 @@ def network() -> Iterator[Network]:
         why = "network namespaces cannot be created: the tests do not run as root"
     elif shutil.which("ip") is None:
         why = "network namespaces cannot be created: no `ip` (iproute2) here"
+    else:
+        why = namespaces_refused()
     if why:
         pytest.skip(why)
     remove_stale_networks()
     net = Network(hosts=2)
     try:
-        try:
-            net.create()
-        except subprocess.CalledProcessError as exc:
-            pytest.skip(f"network namespaces cannot be created here: {' '.join(exc.cmd)}: "
-                        f"{exc.stderr.strip()}")  # fmt: skip
+        net.create()  # permitted here: any command of it that fails is the test's failure
         yield net
     finally:
         net.destroy()

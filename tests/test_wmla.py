@@ -23,6 +23,7 @@ import requests
 import torch
 from requests.auth import HTTPBasicAuth
 
+from tests.harness.cluster import descendants, is_learner
 from tests.harness.processes import PROJECT_DIR
 from tests.harness.stack import LiveEdt, dataset_archive
 from tests.harness.waiting import wait_for
@@ -167,11 +168,31 @@ def test_a_notebook_submits_polls_reads_the_log_and_gets_the_model(
     assert requests.get(f"{url}/execs/{exec_id}", auth=auth).status_code == 404
 
 
-def test_an_exec_can_be_stopped(wmla: dict[str, Any]) -> None:
+def learners_of(wmla: dict[str, Any], exec_id: str) -> list[psutil.Process]:
+    """The learner processes of an exec now: on the slots the cluster API says run it."""
+    slots = wmla["api"].get(f"{wmla['live'].url}/api/v1/cluster/slots/").json()
+    return [p for s in slots if s["job"] == int(exec_id)
+            for p in descendants(s["pid"]) if is_learner(p)]  # fmt: skip
+
+
+def ended(proc: psutil.Process) -> bool:
+    try:
+        return proc.status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
+def test_a_running_exec_can_be_stopped_and_its_learners_end(wmla: dict[str, Any]) -> None:
     url, auth = wmla["url"], wmla["auth"]
     exec_id = submit(wmla, ARGS.format(epochs=500)).json()["id"]
+    state = lambda: requests.get(f"{url}/execs/{exec_id}", auth=auth).json()["state"]  # noqa: E731
+    wait_for(lambda: state() == "RUNNING", 120, lambda: f"the exec RUNNING, not {state()}")
+    learners = wait_for(lambda: learners_of(wmla, exec_id), 60, "the exec's learners")
     stopped = requests.post(f"{url}/execs/{exec_id}/stop", auth=auth, headers=HEADERS)
     assert stopped.ok and stopped.json()["state"] == "KILLED"
+    wait_for(lambda: all(map(ended, learners)), 60,
+             lambda: f"its learners {[p.pid for p in learners]} to end")  # fmt: skip
+    assert not learners_of(wmla, exec_id), "a learner started after the stop"
     busy = requests.delete(f"{url}/execs/{exec_id}", auth=auth)
     assert busy.ok  # it has ended: it can go
 

@@ -2,7 +2,8 @@
 
 - ``processes``: the project's path, a subprocess's environment, processes that never
   outlive a test;
-- ``waiting``: ``wait_for``, a deadline scaled by the machine's load;
+- ``waiting``: ``wait_for``, a deadline scaled by the machine's load and ended by the test's
+  own (its timeout, scaled alike by tests/conftest.py); ``bound``, a duration asserted, scaled;
 - ``redis``: private redis-servers and the ``store`` on the Redis a test module names;
 - ``cluster``: slot workers, schedulers and a supervised web of a test's own, with fault
   injection (a host, a slot worker, a learner, a scheduler killed) and a watch on the job;

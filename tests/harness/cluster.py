@@ -217,12 +217,16 @@ def control_worker(
 
 class Watch(threading.Thread):
     """Samples the job twice a second while a fault plays out: the longest stretch it was
-    RUNNING with no learner process alive."""
+    RUNNING with no learner process alive. A sampling that raised, or a thread that does not
+    end, fails ``stop``: a watch that stopped looking must not read as "never without a
+    learner"."""
 
     def __init__(self, job: Job, learners: Callable[[], Collection[object]]) -> None:
         super().__init__(name="fault-watch", daemon=True)
         self.job_id, self.learners = job.pk, learners
         self.longest = 0.0
+        self.samples = 0
+        self.error: BaseException | None = None
         self.stopping = threading.Event()
         self.start()
 
@@ -236,12 +240,20 @@ class Watch(threading.Thread):
                     self.longest = max(self.longest, time.monotonic() - since)
                 else:
                     since = None
+                self.samples += 1
+        except BaseException as exc:  # kept for stop(), which fails the test with it
+            self.error = exc
         finally:
             connection.close()
 
     def stop(self) -> float:
+        """The longest stretch RUNNING without a learner, in seconds."""
         self.stopping.set()
-        self.join(timeout=30)
+        self.join(timeout=30 * load_factor())
+        if self.error is not None:
+            raise AssertionError(f"the watch on job {self.job_id} failed") from self.error
+        assert not self.is_alive(), f"the watch on job {self.job_id} did not stop"
+        assert self.samples, f"the watch on job {self.job_id} never sampled"
         return self.longest
 
 
@@ -259,4 +271,5 @@ def watch(cluster: Cluster) -> Iterator[Watcher]:
 
     yield start
     for w in watches:
-        w.stop()
+        w.stopping.set()  # stopped without a check: the test's own stop() checked it
+        w.join(timeout=30)

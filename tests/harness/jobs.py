@@ -44,3 +44,18 @@ def redone(job: Job) -> int:
     times = {(r["step"], r["time"]) for _, r in services.job_store(job.pk).read_metrics()
              if r.get("type") == "train" and not r.get("replay")}  # fmt: skip
     return sum(n - 1 for n in Counter(step for step, _ in times).values())
+
+
+def stream_steps(job: Job) -> list[int]:
+    """The job's training steps as its learners recorded them, in the order they did, read
+    from the job's stream before the metrics consumer drops a step it has stored already
+    (so that a training started again from step 1 shows there, where the database keeps
+    each step once). A record written twice by a retry (one time) counts once; a new rank
+    0's copy of the last step (``replay``) is no training."""
+    seen: set[tuple[int, float]] = set()
+    steps = []
+    for _, r in services.job_store(job.pk).read_metrics():
+        if r.get("type") == "train" and not r.get("replay") and (r["step"], r["time"]) not in seen:
+            seen.add((r["step"], r["time"]))
+            steps.append(int(r["step"]))
+    return steps

@@ -1,5 +1,5 @@
 """Waiting on a condition, never a guessed sleep: deadlines are bounds on a hang, scaled by
-the machine's load."""
+the machine's load; and each test's own deadline, scaled alike, which no wait outlasts."""
 
 from __future__ import annotations
 
@@ -7,6 +7,9 @@ import os
 import time
 from collections.abc import Callable
 from typing import Any
+
+# When the running test's own time is up (time.monotonic()), set by ``scale_test_timeout``.
+_test_deadline: float | None = None
 
 
 def load_factor() -> float:
@@ -17,13 +20,40 @@ def load_factor() -> float:
     return min(6.0, max(1.0, per_core))
 
 
+def bound(seconds: float, below: float = float("inf")) -> float:
+    """A duration a test asserts, ``seconds`` on a quiet machine, scaled as waits are; kept
+    under ``below`` where the claim is being faster than that (a slower path it rules out)."""
+    return min(seconds * load_factor(), below)
+
+
+def scale_test_timeout(timeout: float) -> float:
+    """The running test's timeout, ``timeout`` s on a quiet machine (pytest-timeout's, from
+    the ini file or the test's ``pytest.mark.timeout``), scaled by the load at its start;
+    every ``wait_for`` of the test ends before it, so that a hang fails with the wait's
+    message, not with pytest-timeout's stack dump."""
+    global _test_deadline
+    scaled = timeout * load_factor()
+    _test_deadline = time.monotonic() + scaled
+    return scaled
+
+
+def _left() -> float:
+    """Seconds a wait may still take in the running test: its deadline less a reserve for
+    the test's teardown (stopping its processes), 20 s on a quiet machine."""
+    if _test_deadline is None:
+        return float("inf")
+    return _test_deadline - time.monotonic() - 20 * load_factor()
+
+
 def wait_for(
     predicate: Callable[[], Any], timeout: float, what: str | Callable[[], str], step: float = 0.1
 ) -> Any:
     """Poll ``predicate`` until it returns something truthy; fail after ``timeout`` s, scaled
-    by :func:`load_factor` when the machine is busy. ``what`` names the condition, or says
-    what was seen instead when called at the deadline."""
-    limit = timeout * load_factor()
+    by :func:`load_factor` when the machine is busy, or sooner when the test's own deadline
+    comes first. ``what`` names the condition, or says what was seen instead when called at
+    the deadline."""
+    scaled = timeout * load_factor()
+    limit = max(0.0, min(scaled, _left()))
     deadline = time.monotonic() + limit
     while True:
         value = predicate()
@@ -31,5 +61,6 @@ def wait_for(
             return value
         if time.monotonic() > deadline:
             said = what() if callable(what) else what
-            raise AssertionError(f"timed out after {limit:.0f} s waiting for {said}")
+            cut = "" if limit >= scaled else " (the test's own deadline came first)"
+            raise AssertionError(f"timed out after {limit:.0f} s waiting for {said}{cut}")
         time.sleep(step)

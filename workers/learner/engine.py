@@ -20,7 +20,7 @@ import os
 import threading
 import time
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
@@ -153,12 +153,15 @@ class Prefetcher:
     than that, about 0.25 ms of CPU a step on the small CNN (by the profile, partly its
     first layers reading a batch from another core's cache; bench/results/engine.md,
     section 10). With ``always`` (a CUDA device: pinned memory, copies that overlap) every
-    batch goes ahead.
+    batch goes ahead. ``clock`` times the builds (a test's own, to decide on known times).
     """
 
-    def __init__(self, always: bool = False) -> None:
+    def __init__(
+        self, always: bool = False, clock: Callable[[], float] = time.perf_counter
+    ) -> None:
         self.pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="edt-prefetch")
         self.always = always
+        self.clock = clock
         self.key: tuple[int, ...] | None = None
         self.future: Future[list[tuple[Any, Any]]] | None = None
         self.seconds = math.inf  # the last build's time: ahead until one shows it cheap
@@ -173,9 +176,9 @@ class Prefetcher:
 
     def build(self, build: Any, *args: Any) -> list[tuple[Any, Any]]:
         """Build (in the step, or on the thread), timed."""
-        started = time.perf_counter()
+        started = self.clock()
         batches: list[tuple[Any, Any]] = build(*args)
-        self.seconds = time.perf_counter() - started
+        self.seconds = self.clock() - started
         return batches
 
     def wanted(self) -> bool:
