@@ -48,6 +48,9 @@ class EdtCollector:
     Prometheus scrapes. A part whose store is away is left out of that scrape (said in the
     log); ``/readyz`` says which."""
 
+    def describe(self) -> list[Metric]:
+        return []  # nothing read at registration: see WEB below
+
     def collect(self) -> Iterator[Metric]:
         for part in (self.redis_parts, self.database_parts):
             try:
@@ -121,7 +124,10 @@ def latest_rate(job_id: int) -> float | None:
     return float(rate) if isinstance(rate, (int, float)) else None
 
 
-WEB = CollectorRegistry(auto_describe=True)
+# Registering describes nothing (``describe``): reading the stores at import, as an
+# auto-described collector's registration would, happens inside the web's event loop,
+# where the database may not be used (every page answered 500 while the URLs loaded).
+WEB = CollectorRegistry()
 WEB.register(EdtCollector())
 ProcessCollector(registry=WEB)
 

@@ -41,6 +41,9 @@ class HostCollector:
         self.registry = registry
         self.children = children
 
+    def describe(self) -> list[Metric]:
+        return []  # registering reads nothing (Redis may be away as the host starts)
+
     def collect(self) -> Iterator[Metric]:
         restarts = CounterMetricFamily(
             "edt_host_worker_restarts", "Slot and control workers started again after dying",
