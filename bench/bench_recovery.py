@@ -40,6 +40,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import secrets
 import signal
 import statistics
 import subprocess
@@ -353,7 +354,8 @@ def main() -> None:
     args = parser.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="edt-bench-recovery-"))
     data = write_cifar10(tmp / "data", train=1024, test=128)
-    server = RedisServer(tmp / "redis", appendonly=True).start()
+    # With a password, as any Redis that slots accept user code on (workers/deployment.py).
+    server = RedisServer(tmp / "redis", appendonly=True, password=secrets.token_hex(16)).start()
     load_before = os.getloadavg()
     started = time.monotonic()
     try:

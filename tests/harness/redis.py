@@ -58,7 +58,8 @@ def durable_redis(tmp_path: Path, settings: Any) -> Iterator[RedisServer]:
     """A Redis of this test's own with an append-only file, so it can be killed and
     started again on the same port with its data, as a production Redis would; this
     process's clients use it."""
-    server = RedisServer(tmp_path / "durable-redis", appendonly=True).start()
+    password = "test-" + secrets.token_hex(8)  # a slot refuses user code on an open Redis
+    server = RedisServer(tmp_path / "durable-redis", appendonly=True, password=password).start()
     settings.REDIS_URL = server.url
     yield server
     server.stop()
