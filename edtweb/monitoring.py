@@ -40,7 +40,7 @@ from workers.metrics import slot_counts
 
 log = logging.getLogger("edt.web")
 
-LAG_CAP = 10_000  # records counted per job and scrape at most
+LAG_CAP = 5_000  # records counted per job and scrape at most
 
 
 class EdtCollector:

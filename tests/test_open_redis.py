@@ -23,7 +23,8 @@ from protocol.exits import RunResult
 from protocol.jobstore import JobStore
 from protocol.keys import ALIVE
 from protocol.slots import SlotInfo, SlotRegistry
-from tests.conftest import Processes, alive_pids, subprocess_env, wait_for
+from tests.harness.processes import Processes, alive_pids, subprocess_env
+from tests.harness.waiting import wait_for
 from workers.deployment import OPEN_REDIS_REFUSAL, user_finding
 from workers.learner.host import REFUSED, JobPaths, run_learner
 from workers.slot import Heartbeat
