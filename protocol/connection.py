@@ -6,7 +6,9 @@ from __future__ import annotations
 from typing import Any
 
 import redis
+from redis.backoff import NoBackoff
 from redis.connection import parse_url
+from redis.retry import Retry
 
 # Errors that mean "Redis is away for now" (refused, reset, timed out, still loading its
 # append-only file after a restart), as opposed to a bug in a command.
@@ -32,7 +34,11 @@ def lets_anyone_in(url: str, timeout: float = 2.0) -> bool | None:
     options: dict[str, Any] = parse_url(url)  # type: ignore[no-untyped-call]
     options.pop("username", None)
     options.pop("password", None)
-    client = redis.Redis(**options, socket_connect_timeout=timeout, socket_timeout=timeout)
+    # No retries: redis-py retries a refused handshake with backoff by default, which made
+    # this take 3.5 s against a Redis that asks for a password; a slot asks it before each
+    # learner and from its heartbeat thread (a slot whose beat waited that long was lost).
+    client = redis.Redis(**options, socket_connect_timeout=timeout, socket_timeout=timeout,
+                         retry=Retry(NoBackoff(), 0))  # fmt: skip
     try:
         client.ping()
         return True

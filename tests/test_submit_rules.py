@@ -241,8 +241,9 @@ def values_of(job: Job) -> dict[str, Any]:
 @pytest.mark.django_db(transaction=True)  # WMLA's model check runs beside the request
 def test_with_nothing_optional_each_path_judges_once_and_stores_the_defaults(
     alice: Any, sources: dict[str, int], judgements: list[dict[str, Any]],
-    redis_server: Any, monkeypatch: pytest.MonkeyPatch,
+    redis_server: Any, monkeypatch: pytest.MonkeyPatch, control_worker: Any,
 ) -> None:  # fmt: skip
+    """WMLA's upload is checked by the control worker, as on a cluster."""
     monkeypatch.setenv("DATABASE_URL", f"sqlite:///{connection.settings_dict['NAME']}")
     for path, submit in SUBMITS.items():
         judgements.clear()
