@@ -16,6 +16,7 @@ import logging
 import os
 import socket
 import threading
+from abc import ABC, abstractmethod
 
 from protocol.retry import Backoff
 from scheduler.store import Store
@@ -23,7 +24,7 @@ from scheduler.store import Store
 BACKOFF_CAP = 2.0  # seconds: the longest wait between tries while Redis is away
 
 
-class LeaseLoop:
+class LeaseLoop(ABC):
     """Subclasses say what one round does (:meth:`work`, which calls :meth:`hold_lease`
     first) and how to rest between rounds (:meth:`rest`)."""
 
@@ -41,15 +42,15 @@ class LeaseLoop:
 
     # What subclasses say -------------------------------------------------------------------
 
+    @abstractmethod
     def work(self) -> float:
         """One round, active or standing by; returns how long to rest before the next."""
-        raise NotImplementedError
 
     def rest(self, seconds: float) -> None:
         """Wait before the next round; a stop ends the wait."""
         self.stopping.wait(seconds)
 
-    def changed(self) -> None:
+    def changed(self) -> None:  # noqa: B027 (a hook: doing nothing is its default)
         """Called when this process became active or stopped being it."""
 
     # The lease -----------------------------------------------------------------------------

@@ -233,11 +233,11 @@ class Stated:
 
 
 class StatedInteger(Stated, serializers.IntegerField):
-    pass
+    """An integer submission field stating its bound and default."""
 
 
 class StatedFloat(Stated, serializers.FloatField):
-    pass
+    """A real-valued submission field stating its bound and default."""
 
 
 def bounded(kind: Any, name: str, **kw: Any) -> Any:

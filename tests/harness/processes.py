@@ -83,9 +83,7 @@ def processes() -> Iterator[Processes]:
 def alive_pids(pids: set[int]) -> set[int]:
     alive = set()
     for pid in pids:
-        try:
+        with contextlib.suppress(psutil.NoSuchProcess):
             if psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
                 alive.add(pid)
-        except psutil.NoSuchProcess:
-            pass
     return alive
