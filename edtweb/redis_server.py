@@ -16,6 +16,7 @@ import shutil
 import socket
 import subprocess
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import redis
@@ -111,10 +112,21 @@ def free_port(host: str = "127.0.0.1") -> int:
     raise OSError(f"no free port in EDT_PORT_RANGE={span[0]}-{span[1]} on {host}")
 
 
+@dataclass(frozen=True)
+class TlsFiles:
+    """A Redis server's TLS: the CA that signed its certificate, the certificate, its key."""
+
+    ca: Path
+    cert: Path
+    key: Path
+
+
 class RedisServer:
     """A ``redis-server`` child process listening on ``host`` (127.0.0.1 unless worker hosts
     elsewhere must reach it), optionally append-only under ``dir``, requiring ``password``
-    when one is given."""
+    when one is given. ``tls``: it answers TLS alone on its port (``rediss://``);
+    ``unixsocket``: on that socket alone (``unix://``, anyone on this machine may connect,
+    the password still asked). ``binary``: another ``redis-server`` (another version)."""
 
     def __init__(
         self,
@@ -123,22 +135,30 @@ class RedisServer:
         appendonly: bool = True,
         password: str | None = None,
         host: str = "127.0.0.1",
+        tls: TlsFiles | None = None,
+        unixsocket: Path | None = None,
+        binary: str | None = None,
     ) -> None:
         self.directory = directory
         self.host = host
         self.port = port or free_port(host)
         self.appendonly = appendonly
         self.password = password
+        self.tls, self.unixsocket, self.binary = tls, unixsocket, binary
         self.proc: subprocess.Popen[bytes] | None = None
 
     @property
     def url(self) -> str:
         auth = f":{self.password}@" if self.password else ""
+        if self.unixsocket is not None:
+            return f"unix://{auth}{self.unixsocket}?db=0"
+        if self.tls is not None:
+            return f"rediss://{auth}{self.host}:{self.port}/0?ssl_ca_certs={self.tls.ca}"
         return f"redis://{auth}{self.host}:{self.port}/0"
 
     def config(self) -> str:
         lines = [
-            f"port {self.port}",
+            f"port {0 if self.tls or self.unixsocket else self.port}",
             f"bind {self.host}",
             f'dir "{self.directory}"',
             'save ""',
@@ -147,6 +167,12 @@ class RedisServer:
         ]
         if self.password:
             lines.append(f"requirepass {self.password}")
+        if self.tls is not None:
+            lines += [f"tls-port {self.port}", f'tls-cert-file "{self.tls.cert}"',
+                      f'tls-key-file "{self.tls.key}"', f'tls-ca-cert-file "{self.tls.ca}"',
+                      "tls-auth-clients no"]  # fmt: skip
+        if self.unixsocket is not None:
+            lines += [f'unixsocket "{self.unixsocket}"', "unixsocketperm 777"]
         return "\n".join(lines) + "\n"
 
     def start(self, timeout: float = 10.0) -> RedisServer:
@@ -158,7 +184,9 @@ class RedisServer:
             out.write(self.config())
         # Its own session: a Ctrl-C meant for the launcher must not kill Redis first.
         self.proc = subprocess.Popen(
-            [redis_server_binary(), str(conf)], start_new_session=True, stdout=subprocess.DEVNULL
+            [self.binary or redis_server_binary(), str(conf)],
+            start_new_session=True,
+            stdout=subprocess.DEVNULL,
         )
         self._wait_ready(timeout)
         return self

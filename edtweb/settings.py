@@ -13,6 +13,7 @@ from typing import Any
 import dj_database_url
 
 from edtweb.env import envbool, envint, envlist, envpath, envstr
+from edtweb.redis_urls import celery_options
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -189,8 +190,13 @@ CHANNEL_LAYERS = channel_layers(REDIS_URL)
 EDT_MAX_UPLOAD_BYTES = envint("EDT_MAX_UPLOAD_BYTES", 2 * 1024**3)
 DATA_UPLOAD_MAX_MEMORY_SIZE = 16 * 1024**2  # one upload chunk (4 MiB) fits well within
 
-CELERY_BROKER_URL = REDIS_URL
-CELERY_RESULT_BACKEND = REDIS_URL
+# Celery reads sockets and TLS options its own way (edtweb/redis_urls.py).
+_celery_redis = celery_options(REDIS_URL)
+CELERY_BROKER_URL = _celery_redis["BROKER_URL"]
+CELERY_RESULT_BACKEND = _celery_redis["RESULT_BACKEND"]
+if "BROKER_USE_SSL" in _celery_redis:
+    CELERY_BROKER_USE_SSL = _celery_redis["BROKER_USE_SSL"]
+    CELERY_REDIS_BACKEND_USE_SSL = _celery_redis["REDIS_BACKEND_USE_SSL"]
 CELERY_RESULT_EXPIRES = 3600
 CELERY_TASK_DEFAULT_QUEUE = "edt.default"
 # A learner task can run for hours: never redeliver it (docs/architecture.md, "Sources of truth").

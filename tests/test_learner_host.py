@@ -78,3 +78,25 @@ def test_a_log_the_learner_made_a_link_is_never_followed(tmp_path: Path) -> None
         host.keep_log_under(logs / "h.0.log", 100)
     host.cut_log(logs / "h.0.log", 100)  # the slot task's call: said, not raised
     assert secret.read_text() == "x" * 500 and not (logs / "h.0.log.1").exists()
+
+
+def test_a_learner_that_cannot_reach_redis_at_its_start_says_so_and_exits(tmp_path: Path) -> None:
+    """Its slot reached Redis a moment before: a learner that cannot (a socket its sandbox
+    does not show, a firewall) is misconfigured, not riding out an outage. It exits with
+    the error its slot reports (``last_error``), after EDT_LEARNER_FIRST_CONTACT seconds,
+    instead of retrying for LEARNER_PATIENCE (10 minutes) each start."""
+    from protocol.exits import Exit
+    from workers.learner.spec import JobSpec
+
+    spec = tmp_path / "spec.json"
+    JobSpec(job_id="7", model="m.py", data=str(tmp_path), workdir=str(tmp_path)).save(spec)
+    missing = tmp_path / "no" / "redis.sock"
+    env = dict(os.environ, REDIS_URL=f"unix://:pw@{missing}?db=0", EDT_LEARNER_FIRST_CONTACT="1")
+    log = tmp_path / "h.0.log"
+    with log.open("wb") as out:
+        argv = [sys.executable, "-m", "workers.learner", "--spec", str(spec), "--slot", "h.0"]
+        done = subprocess.run(argv, env=env, stdout=out, stderr=out, timeout=120)
+    assert done.returncode == Exit.CRASHED
+    reported = host.last_error(log, done.returncode)
+    assert reported.startswith("ConnectionError: the learner cannot reach Redis"), reported
+    assert str(missing) in reported and ":pw@" not in log.read_text()

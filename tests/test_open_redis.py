@@ -247,3 +247,21 @@ def test_edt_check_lists_what_production_lacks_and_fails(
     assert "set DEBUG=0" in warned["DEBUG"] and "EDT_HTTPS=1" in warned["HTTPS"]
     assert out.endswith("Missing for production: Redis password, learner user, DEBUG, "
                         "SECRET_KEY, HTTPS, database.\n")  # fmt: skip
+
+
+@pytest.mark.parametrize("listens", ["socket", "tls"])
+def test_an_open_redis_is_seen_on_a_socket_and_over_tls_too(tmp_path: Path, listens: str) -> None:
+    """The probe reads the URL as every client does: a socket's or TLS' connection class
+    (it raised TypeError on both before, so a slot refused every learner)."""
+    from tests.harness.tls import server_certificate
+
+    where: dict[str, object] = {"unixsocket": tmp_path / "redis.sock"} if listens == "socket" else {
+        "tls": server_certificate(tmp_path / "tls")}  # fmt: skip
+    for password, open_to_all in ((None, True), ("pw-" + os.urandom(4).hex(), False)):
+        server = RedisServer(tmp_path / f"r-{password}", appendonly=False, password=password,
+                             **where).start()  # type: ignore[arg-type]  # fmt: skip
+        try:
+            assert server.url.startswith("unix://" if listens == "socket" else "rediss://")
+            assert lets_anyone_in(server.url) is open_to_all
+        finally:
+            server.stop()

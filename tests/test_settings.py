@@ -104,3 +104,32 @@ def test_secret_key_is_generated_once_and_kept(tmp_path: Path) -> None:
     assert len(first.stdout.strip()) >= 50
     assert first.stdout == second.stdout
     assert (tmp_path / "secret_key").stat().st_mode & 0o077 == 0
+
+
+def test_celery_reads_a_socket_and_tls_url_its_own_way() -> None:
+    """Celery's broker has no ``unix://`` transport and wants ``ssl_cert_reqs`` said: the
+    one REDIS_URL is rewritten for it (the config matrix runs both against real Redis)."""
+    import ssl
+
+    from edtweb.redis_urls import celery_options
+    from protocol.connection import url_files
+
+    socket = celery_options("unix://:pw@/run/redis/redis.sock?db=2")
+    assert socket["BROKER_URL"] == "redis+socket://:pw@/run/redis/redis.sock?virtual_host=2"
+    tls = celery_options("rediss://:pw@h:6380/3?ssl_ca_certs=/etc/ca.pem")
+    assert tls["BROKER_URL"] == tls["RESULT_BACKEND"] == "rediss://:pw@h:6380/3"
+    assert tls["BROKER_USE_SSL"] == {
+        "ssl_cert_reqs": ssl.CERT_REQUIRED,
+        "ssl_ca_certs": "/etc/ca.pem",
+    }
+    none = celery_options("rediss://h:6380/0?ssl_cert_reqs=none")["BROKER_USE_SSL"]
+    assert none == {"ssl_cert_reqs": ssl.CERT_NONE}
+    with pytest.raises(ValueError, match="ssl_cert_reqs"):
+        celery_options("rediss://h/0?ssl_cert_reqs=maybe")
+    assert celery_options("redis://:pw@h:6379/3")["BROKER_URL"] == "redis://:pw@h:6379/3"
+    assert [str(p) for p in url_files("unix:///run/redis/redis.sock?db=0")] == [
+        "/run/redis/redis.sock"
+    ]
+    files = url_files("rediss://h/0?ssl_ca_certs=/a/ca.pem&ssl_certfile=/a/c.pem&ssl_keyfile=/a/k")
+    assert [str(p) for p in files] == ["/a/ca.pem", "/a/c.pem", "/a/k"]
+    assert url_files("redis://h:6379/0") == []

@@ -15,11 +15,13 @@ import time
 import traceback
 from pathlib import Path
 
+import redis
 import torch
 
-from protocol.connection import connect
+from protocol.connection import REDIS_DOWN, connect
 from protocol.exits import Exit
 from protocol.jobstore import LEARNER_PATIENCE, JobStore, LeaseKeeper
+from protocol.retry import patiently
 from workers.learner.contract import UserCodeError
 from workers.learner.engine import Learner
 from workers.learner.spec import JobSpec
@@ -39,6 +41,22 @@ def user_frame(exc: BaseException, model_path: str) -> str:
     return f'File "{Path(f.filename).name}", line {f.lineno}, in {f.name}: {f.line or ""}'.strip()
 
 
+# Seconds a learner tries to reach Redis at its start. Its slot reached Redis a moment
+# before starting it, so a learner that cannot is misconfigured (a socket or CA file it
+# cannot open, a firewall between it and Redis): it exits with the error, and the job ends
+# FAILED with it after a few starts, instead of waiting out LEARNER_PATIENCE each time.
+FIRST_CONTACT = float(os.environ.get("EDT_LEARNER_FIRST_CONTACT") or 30)
+
+
+def first_contact(client: redis.Redis) -> str:
+    """ "" when Redis answers within FIRST_CONTACT seconds, else why it does not."""
+    try:
+        patiently(client.ping, REDIS_DOWN, FIRST_CONTACT)
+    except REDIS_DOWN as exc:
+        return f"{type(exc).__name__}: the learner cannot reach Redis: {exc}"
+    return ""
+
+
 def main(argv: list[str] | None = None) -> int:
     started = time.perf_counter()
     parser = argparse.ArgumentParser(prog="python -m workers.learner")
@@ -52,7 +70,12 @@ def main(argv: list[str] | None = None) -> int:
     logging.getLogger("edt.learner").info("%s: started (%.2f s)", args.slot,
                                           time.perf_counter() - started)  # fmt: skip
     spec = JobSpec.load(args.spec)
-    jobs = JobStore(connect(os.environ["REDIS_URL"]), spec.job_id, patience=LEARNER_PATIENCE)
+    client = connect(os.environ["REDIS_URL"])
+    unreachable = first_contact(client)
+    if unreachable:
+        print(unreachable, file=sys.stderr, flush=True)  # what its slot reports (host.last_error)
+        return Exit.CRASHED
+    jobs = JobStore(client, spec.job_id, patience=LEARNER_PATIENCE)
     lease = LeaseKeeper(jobs, args.slot, jobs.dispatch_token(args.slot) or "local")
     learner = Learner(spec, args.slot, jobs, os.environ["REDIS_URL"])
     try:

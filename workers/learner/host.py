@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from protocol import redis_acl
+from protocol.connection import url_files
 from protocol.exits import Exit
 from protocol.jobstore import JobStore
 from workers import sandbox
@@ -115,20 +116,21 @@ class JobPaths:
     workdir: Path
 
 
-def learner_policy(paths: JobPaths) -> sandbox.Policy:
-    """Its dataset and model code read-only, its job directory read-write; the slot's
-    memory limit (``EDT_SLOT_INDEX`` and ``EDT_SLOT_DEVICE`` are set by the launcher)."""
+def learner_policy(paths: JobPaths, redis_url: str = "") -> sandbox.Policy:
+    """Its dataset and model code read-only, its job directory read-write, the files its
+    Redis URL names (a socket, a CA file) read-only; the slot's memory limit
+    (``EDT_SLOT_INDEX`` and ``EDT_SLOT_DEVICE`` are set by the launcher)."""
     index = os.environ.get("EDT_SLOT_INDEX", "")
     memory = sandbox.memory_limit(
         int(index) if index.isdigit() else None, os.environ.get("EDT_SLOT_DEVICE", "cpu")
     )
-    read = [paths.data, paths.model.parent]
+    read = [paths.data, paths.model.parent, *(url_files(redis_url) if redis_url else [])]
     return sandbox.policy(read=read, write=[paths.workdir], memory=memory)
 
 
 def fork_learner(spec: Path, paths: JobPaths, slot: str, redis_url: str, log_path: Path) -> Any:
     log_path.parent.mkdir(parents=True, exist_ok=True)
-    policy = learner_policy(paths)
+    policy = learner_policy(paths, redis_url)
     env = learner_env(redis_url, dict(os.environ))
     env.update(HOME=str(paths.workdir), TMPDIR="/tmp")
     env["EDT_WATCH_PID"] = str(os.getpid())  # the learner leaves if this slot worker dies
