@@ -107,8 +107,9 @@ def parse_rule(group: str, text: str) -> Rule:
         key, sep, value = item.partition("=")
         key, value = key.strip().lower(), value.strip()
         if not sep or key not in KEYS:
-            raise RuleError(f"rule {text!r}: {item!r} is not one of {', '.join(k + '=' for k in KEYS)}"
-                            " (e.g. host=gpu*,device=gpu,model=*H100*,slots=8)")  # fmt: skip
+            keys = ", ".join(k + "=" for k in KEYS)
+            raise RuleError(f"rule {text!r}: {item!r} is not one of {keys} "
+                            "(e.g. host=gpu*,device=gpu,model=*H100*,slots=8)")  # fmt: skip
         if key in parts:
             raise RuleError(f"rule {text!r}: {key}= is given twice")
         parts[key] = value

@@ -18,13 +18,11 @@ def current_slots() -> list[dict[str, Any]]:
 
 def visible_slots(slots: list[dict[str, Any]], user: Any) -> list[dict[str, Any]]:
     """``slots`` as ``user`` may see them: every slot says whether it is ``busy``; its
-    ``job`` id only when the job is the user's (staff see all), as the API does."""
-    from edtweb.training.models import Job
+    ``job`` id only when the user may see the job (their own, their teams'; staff see all),
+    as the API does."""
+    from edtweb.ownership import visible_job_ids
 
-    held = {s["job"] for s in slots if s.get("job") is not None}
-    jobs = Job.objects.filter(pk__in=held)
-    mine = set(jobs.values_list("pk", flat=True) if user.is_staff else
-               jobs.filter(owner=user).values_list("pk", flat=True))  # fmt: skip
+    mine = visible_job_ids(user, {s["job"] for s in slots if s.get("job") is not None})
     return [
         dict(s, busy=s.get("job") is not None, job=s.get("job") if s.get("job") in mine else None)
         for s in slots
