@@ -135,7 +135,8 @@ def rule_from(group: str, parts: Mapping[str, Any]) -> Rule:
             raise RuleError(f"slots={slots}: a host has at least 1 slot")
     else:
         count = None
-    host, model = str(parts.get("host") or ""), str(parts.get("model") or "")
+    host, model = (str(parts.get(k) or "").strip() for k in ("host", "model"))
+    host, model = ("" if glob == "*" else glob for glob in (host, model))  # "*": anything
     if device == "cpu" and model not in ("", "*"):
         raise RuleError(f"model={model} with device=cpu: a CPU slot has no GPU model")
     return Rule(group, host=host, device=device, model=model, slots=count)
