@@ -112,9 +112,10 @@ class Team(models.Model):
         return [str(self.resource_group_id), *others]
 
     def ancestors(self) -> list[Team]:
-        """Its parent, the parent's parent, ... (a cycle is cut where it closes)."""
+        """Its parent, the parent's parent, ... up to the top, or to where a chain of
+        parents comes back to a team already in it (itself, say: a cycle)."""
         chain: list[Team] = []
-        seen = {self.pk}
+        seen: set[int | None] = set()
         parent = self.parent
         while parent is not None and parent.pk not in seen:
             chain.append(parent)
@@ -126,11 +127,7 @@ class Team(models.Model):
         errors: dict[str, Any] = {}
         if self.limit is not None and self.guarantee > self.limit:
             errors["guarantee"] = f"a guarantee of {self.guarantee} is over the limit {self.limit}"
-        if (
-            self.parent_id is not None
-            and self.pk is not None
-            and (self.parent_id == self.pk or any(t.pk == self.pk for t in self.ancestors()))
-        ):
+        if self.pk is not None and any(t.pk == self.pk for t in self.ancestors()):
             errors["parent"] = f"{self.parent} is {self.name} or one of its sub-teams"
         if errors:
             raise ValidationError(errors)
