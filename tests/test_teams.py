@@ -341,8 +341,8 @@ def test_a_member_sees_the_teams_job_read_only_and_an_outsider_gets_404(
     assert bob.get(WMLA + f"execs/{j}").status_code == 200
     assert j in [row["id"] for row in bob.get(API + "jobs/").json()["results"]]
     assert j not in [row["id"] for row in olga.get(API + "jobs/").json()["results"]]
-    changes = [("post", f"jobs/{j}/priority/", {"priority": 9000}), ("post", f"jobs/{j}/stop/", None),
-               ("delete", f"jobs/{j}/", None)]  # fmt: skip
+    changes = [("post", f"jobs/{j}/priority/", {"priority": 9000}),
+               ("post", f"jobs/{j}/stop/", None), ("delete", f"jobs/{j}/", None)]  # fmt: skip
     for method, path, body in changes:
         reply = getattr(bob, method)(API + path, body, format="json")
         assert reply.status_code == 403, path
@@ -444,8 +444,9 @@ def timeline(job: Job, *events: tuple[float, str, int]) -> None:
     """``(hours after T0, kind, workers)`` on the job's timeline; the job made before."""
     Job.objects.filter(pk=job.pk).update(created_at=T0 - timedelta(hours=1))
     for hours, kind, workers in events:
-        JobEvent.objects.create(job=job, kind=kind, message=kind, at=T0 + timedelta(hours=hours),
-                                data={"workers": workers} if kind == "generation" else {})  # fmt: skip
+        data = {"workers": workers} if kind == "generation" else {}
+        at = T0 + timedelta(hours=hours)
+        JobEvent.objects.create(job=job, kind=kind, message=kind, at=at, data=data)
 
 
 def test_intervals_come_from_generations_until_the_job_lets_go() -> None:
@@ -534,6 +535,7 @@ def test_the_policy_reads_the_teams_tree_and_the_groups_rules(teams: dict[str, T
                                      "limit": 4})  # fmt: skip
     read = {t["name"]: t for t in tenancy.policy_teams()}
     assert read["vision-3d"] == {"id": str(child.pk), "parent": str(teams["vision"].pk),
-                                 "weight": 1, "guarantee": 2, "limit": 4, "name": "vision-3d"}  # fmt: skip
+                                 "weight": 1, "guarantee": 2, "limit": 4,
+                                 "name": "vision-3d"}  # fmt: skip
     assert read["nlp"]["parent"] == "" and read["nlp"]["weight"] == 2
     assert [(r.group, r.model) for r in tenancy.rules()] == [("a100", "*A100*"), ("h100", "*H100*")]
