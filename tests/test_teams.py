@@ -98,6 +98,24 @@ def submitted(user: Any, ready: dict[str, Any], **fields: Any) -> Any:
 # Data ------------------------------------------------------------------------------------
 
 
+def test_each_slot_says_its_resource_group_by_the_rules(
+    teams: dict[str, Team], people: dict[str, Any], store: Any
+) -> None:
+    gpu = store.register_slot("grp-gpu", 0, "GPU-1", pid=1, model="NVIDIA H100 80GB HBM3",
+                              host_slots=1)  # fmt: skip
+    cpu = store.register_slot("grp-cpu", 0, "cpu", pid=1, host_slots=1)
+    try:
+        slots = {
+            s["slot_id"]: s for s in client_of(people["bob"]).get(API + "cluster/slots/").json()
+        }
+        assert (slots[gpu]["group"], slots[gpu]["model"], slots[gpu]["host_slots"]) == (
+            "h100", "NVIDIA H100 80GB HBM3", 1)  # fmt: skip
+        assert (slots[cpu]["group"], slots[cpu]["model"]) == ("default", "")
+    finally:
+        store.forget_slot(gpu)
+        store.forget_slot(cpu)
+
+
 def test_the_default_group_always_exists_and_cannot_be_deleted(people: dict[str, Any]) -> None:
     assert ResourceGroup.objects.filter(name="default").exists()  # the data migration's
     root = client_of(people["root"])

@@ -7,13 +7,21 @@ from __future__ import annotations
 from typing import Any
 
 from edtweb.redis_access import store
+from scheduler.groups import group_of
 
 
 def current_slots() -> list[dict[str, Any]]:
-    """The slot registry now, as the pages show it."""
+    """The slot registry now, as the pages show it: each slot with the job holding it and
+    its resource group (scheduler/groups.py, by the groups' rules)."""
+    from edtweb.tenancy.services import rules
+
     registry = store()
     jobs = registry.allocations().holder()
-    return [dict(slot.as_dict(), job=jobs.get(slot.slot_id)) for slot in registry.list_slots()]
+    ordered = rules()
+    return [
+        dict(slot.as_dict(), job=jobs.get(slot.slot_id), group=group_of(slot, ordered))
+        for slot in registry.list_slots()
+    ]
 
 
 def visible_slots(slots: list[dict[str, Any]], user: Any) -> list[dict[str, Any]]:
