@@ -103,7 +103,9 @@ def usage(jobs: QuerySet[Job], since: datetime, until: datetime, by: str = "team
     who = {pk: (team or "", user) for pk, user, team in
            alive.values_list("pk", "owner__username", "team__name")}  # fmt: skip
     rows = (
-        JobEvent.objects.filter(job_id__in=list(who), kind__in=(HOLDING, *RELEASING), at__lt=until)
+        JobEvent.objects.filter(
+            job_id__in=alive.values("pk"), kind__in=(HOLDING, *RELEASING), at__lt=until
+        )
         .annotate(workers=KT("data__workers"))
         .values_list("job_id", "at", "kind", "workers")
     )
