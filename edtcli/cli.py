@@ -88,7 +88,13 @@ def parser() -> argparse.ArgumentParser:
     _datasets(add, sub)
     _models(add, sub)
     _jobs(add, sub)
-    add(sub, "cluster", commands.cluster, "slots, their jobs, and the queue")
+    add(sub, "cluster", commands.cluster, "slots, their jobs, the queue, and usage by team")
+    p = add(sub, "usage", commands.usage, "slot-hours of the jobs you may see, per team or user")
+    p.add_argument("--since", help="a date, a date and time, or 12h, 7d, 2w back (default 7d)")
+    p.add_argument("--until", help="as --since (default: now)")
+    p.add_argument("--by", choices=["team", "user"], default="team")
+    p.add_argument("--period", choices=["day", "week"], default="day")
+    _admin(add, sub)
     return top
 
 
@@ -130,6 +136,8 @@ def _jobs(add: Any, sub: Any) -> None:
         p.add_argument(flag, type=kind)
     p.add_argument("--precision", choices=["fp32", "bf16", "fp16"],
                    help="bf16: autocast on CPU or GPU; fp16: GPU only")  # fmt: skip
+    p.add_argument("--team", help="a team of yours (default: your default team); '' for none")
+    p.add_argument("--group", help="a resource group the team may use (default: the team's)")
     jobs = add(sub, "jobs", commands.jobs_list, "list jobs, or show one")
     jobs.add_argument("--state", help="only jobs in this state")
     inner = jobs.add_subparsers(dest="action", metavar="ACTION")
@@ -155,6 +163,64 @@ def _jobs(add: Any, sub: Any) -> None:
     p.add_argument("job", type=int)
     p.add_argument("--file", default="model.pt", help="model.pt (default) or a checkpoint")
     p.add_argument("-o", "--output", help="file or folder to write to")
+
+
+def _admin(add: Any, sub: Any) -> None:
+    """``edt admin``: users, teams, members and resource groups (the server says 403 to
+    anyone but staff)."""
+    admin = sub.add_parser("admin", help="staff: users, teams, resource groups")
+    rooms = admin.add_subparsers(dest="room", required=True, metavar="WHAT")
+
+    users = rooms.add_parser("users", help="make and list users").add_subparsers(
+        dest="action", required=True, metavar="ACTION")  # fmt: skip
+    p = add(users, "add", commands.admin_users_add, "make a user")
+    p.add_argument("name")
+    p.add_argument("--staff", action="store_true", help="sees everything, writes teams")
+    p.add_argument("--password-stdin", action="store_true", help="read the password from stdin")
+    add(users, "list", commands.admin_users_list, "every user and their teams")
+
+    teams = rooms.add_parser("teams", help="make, change, list teams; their members")
+    inner = teams.add_subparsers(dest="action", required=True, metavar="ACTION")
+    team_commands = (("add", commands.admin_teams_add, "make a team"),
+                     ("set", commands.admin_teams_set, "change a team"))  # fmt: skip
+    for name, handler, helptext in team_commands:
+        p = add(inner, name, handler, helptext)
+        p.add_argument("name")
+        p.add_argument("--parent", help="the team it belongs to ('' for none)")
+        p.add_argument("--weight", type=int, help="its share beside its sibling teams (1)")
+        p.add_argument("--guarantee", type=int, help="slots it is owed when it asks (0)")
+        p.add_argument("--limit", type=int, help="the most slots it may hold (none)")
+        p.add_argument("--no-limit", action="store_true", help="take its limit away")
+        p.add_argument("--group", help="its resource group (default)")
+        p.add_argument("--allow", action="append", metavar="GROUP",
+                       help="another group its jobs may use (repeat it)")  # fmt: skip
+    add(inner, "list", commands.admin_teams_list, "the teams (yours, unless you are staff)")
+    add(inner, "delete", commands.admin_teams_delete, "delete a team without jobs").add_argument(
+        "name"
+    )
+    p = add(inner, "members", commands.admin_teams_members, "list, add or remove members")
+    p.add_argument("team")
+    p.add_argument("change", nargs="?", choices=["add", "remove", "list"], default="list")
+    p.add_argument("user", nargs="?")
+    p.add_argument("--lead", action=argparse.BooleanOptionalAction, default=None,
+                   help="may change the priority of the team's jobs and stop them")  # fmt: skip
+    p.add_argument("--default", action="store_true", help="make it the user's default team")
+
+    groups = rooms.add_parser("groups", help="resource groups and their rules")
+    inner = groups.add_subparsers(dest="action", required=True, metavar="ACTION")
+    group_commands = (("add", commands.admin_groups_add, "make a group"),
+                      ("set", commands.admin_groups_set, "change a group"))  # fmt: skip
+    for name, handler, helptext in group_commands:
+        p = add(inner, name, handler, helptext)
+        p.add_argument("name")
+        p.add_argument("--rule", action="append", metavar="RULE",
+                       help="e.g. host=gpu*,device=gpu,model=*H100*,slots=8; repeat it, in "
+                       "order (set: replaces them all)")  # fmt: skip
+        p.add_argument("--position", type=int, help="groups' rules are tried in this order")
+    add(inner, "list", commands.admin_groups_list, "the groups and their rules")
+    add(inner, "delete", commands.admin_groups_delete, "delete an unused group").add_argument(
+        "name"
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -4,6 +4,7 @@ prints to stdout (JSON with ``--json``) and returns nothing; failures raise ``Cl
 from __future__ import annotations
 
 import argparse
+import getpass
 import json
 import sys
 import time
@@ -154,10 +155,12 @@ def models_delete(args: argparse.Namespace, api: Client) -> None:
 # Jobs ------------------------------------------------------------------------------------
 
 JOB_COLUMNS = [("id", "id"), ("name", "name"), ("state", "state"), ("workers", "workers"),
-               ("priority", "priority"), ("progress", "progress"), ("owner", "owner")]  # fmt: skip
-JOB_KEYS = ["id", "name", "owner", "state", "priority", "workers", "progress", "eta_seconds",
-            "waiting", "model", "dataset", "epochs", "batch_size", "lr", "checkpoints", "logs",
-            "model_ready", "error", "created_at", "started_at", "finished_at"]  # fmt: skip
+               ("priority", "priority"), ("progress", "progress"), ("owner", "owner"),
+               ("team", "team")]  # fmt: skip
+JOB_KEYS = ["id", "name", "owner", "team", "resource_group", "state", "priority", "workers",
+            "progress", "eta_seconds", "waiting", "model", "dataset", "epochs", "batch_size", "lr",
+            "checkpoints", "logs", "model_ready", "error", "created_at", "started_at",
+            "finished_at"]  # fmt: skip
 SUBMIT_FIELDS = ("name", "epochs", "batch_size", "max_workers", "min_workers", "priority",
                  "checkpoint_every", "lr", "max_micro_batch", "precision")  # fmt: skip
 
@@ -174,8 +177,13 @@ def submit(args: argparse.Namespace, api: Client) -> None:
     body = {k: getattr(args, k) for k in SUBMIT_FIELDS if getattr(args, k) is not None}
     body["model"] = _resolve(api, "models/", args.model, "model")
     body["dataset"] = _resolve(api, "datasets/", args.dataset, "dataset")
+    if args.team is not None:  # left out: the server puts it into your default team
+        body["team"] = args.team
+    if args.group:
+        body["resource_group"] = args.group
     job = api.call("POST", "jobs/", body)
-    show(args, job, f"job {job['id']} {job['state']}: {job['name']}")
+    team = f" in team {job['team']}" if job.get("team") else ""
+    show(args, job, f"job {job['id']} {job['state']}: {job['name']}{team}")
 
 
 def _resolve(api: Client, path: str, ref: str, what: str) -> int:
@@ -310,8 +318,11 @@ def emit_compact(value: Any) -> None:
 def cluster(args: argparse.Namespace, api: Client) -> None:
     slots = api.call("GET", "cluster/slots/")
     queue = api.call("GET", "cluster/queue/")
+    used = api.call("GET", "usage/", query={"by": "team", "since": "7d"})
     rows = [{**s, "job": s["job"] or ("another user's" if s["busy"] else "idle")} for s in slots]
     columns = [("slot_id", "slot"), ("device", "device"), ("state", "state"), ("job", "job")]
+
+    teams = [{**t, "team": t["team"] or "(no team)"} for t in used["totals"]]
 
     def human(_: Any) -> None:
         table(rows, columns)
@@ -319,5 +330,160 @@ def cluster(args: argparse.Namespace, api: Client) -> None:
             print()
             table(queue, [("position", "queue"), ("id", "job"), ("name", "name"),
                           ("priority", "priority")])  # fmt: skip
+        if teams:
+            print()
+            print("slot-hours in the last 7 days, of the jobs you may see:")
+            table(teams, [("team", "team"), ("slot_hours", "slot-hours")])
 
-    show(args, {"slots": slots, "queue": queue}, human)
+    usage = {"since": used["since"], "until": used["until"], "teams": used["totals"]}
+    show(args, {"slots": slots, "queue": queue, "usage": usage}, human)
+
+
+def usage(args: argparse.Namespace, api: Client) -> None:
+    query = {"since": args.since, "until": args.until, "by": args.by, "period": args.period}
+    used = api.call("GET", "usage/", query=query)
+    key = args.by
+
+    def human(u: Any) -> None:
+        named = [{**r, key: r[key] or "(no team)"} for r in u["rows"]]
+        table(named, [("period", args.period), (key, key), ("slot_hours", "slot-hours")])
+        if u["totals"]:
+            print()
+            total = [{**t, key: t[key] or "(no team)"} for t in u["totals"]]
+            print(f"from {u['since']} to {u['until']}:")
+            table(total, [(key, key), ("slot_hours", "slot-hours")])
+
+    show(args, used, human)
+
+
+# Admin (staff) ---------------------------------------------------------------------------
+
+
+def admin_users_add(args: argparse.Namespace, api: Client) -> None:
+    if args.password_stdin:
+        password = sys.stdin.readline().rstrip("\r\n")
+    else:
+        password = getpass.getpass(f"password for the new user {args.name}: ")
+    if not password:
+        raise CliError("no password given")
+    body = {"username": args.name, "password": password, "is_staff": args.staff}
+    user = api.call("POST", "users/", body)
+    staff = " (staff)" if user["is_staff"] else ""
+    show(args, user, f"user {user['username']} made{staff}")
+
+
+def admin_users_list(args: argparse.Namespace, api: Client) -> None:
+    users = api.call("GET", "users/")
+    columns = [("username", "user"), ("is_staff", "staff"), ("teams", "teams")]
+    show(args, users, lambda u: table([{**r, "teams": ", ".join(r["teams"])} for r in u], columns))
+
+
+TEAM_COLUMNS = [("name", "team"), ("parent", "parent"), ("weight", "weight"),
+                ("guarantee", "guarantee"), ("limit", "limit"), ("resource_group", "group"),
+                ("allowed", "also"), ("members", "members"), ("leads", "leads")]  # fmt: skip
+
+
+def _team_body(args: argparse.Namespace) -> dict[str, Any]:
+    body: dict[str, Any] = {}
+    for field in ("parent", "weight", "guarantee", "limit"):
+        if getattr(args, field) is not None:
+            body[field] = getattr(args, field)
+    if args.no_limit:
+        body["limit"] = None
+    if args.group:
+        body["resource_group"] = args.group
+    if args.allow is not None:
+        body["allowed_groups"] = [g for g in args.allow if g]
+    return body
+
+
+def _team_line(team: dict[str, Any]) -> str:
+    limit = team["limit"] if team["limit"] is not None else "none"
+    parent = f", in {team['parent']}" if team["parent"] else ""
+    return (f"team {team['name']}: weight {team['weight']}, guarantee {team['guarantee']}, "
+            f"limit {limit}, group {team['resource_group']}{parent}")  # fmt: skip
+
+
+def admin_teams_add(args: argparse.Namespace, api: Client) -> None:
+    team = api.call("POST", "teams/", {"name": args.name, **_team_body(args)})
+    show(args, team, _team_line(team))
+
+
+def admin_teams_set(args: argparse.Namespace, api: Client) -> None:
+    body = _team_body(args)
+    if not body:
+        raise CliError("say what to change: --parent, --weight, --guarantee, --limit, --group...")
+    team = api.call("PATCH", f"teams/{args.name}/", body)
+    show(args, team, _team_line(team))
+
+
+def admin_teams_list(args: argparse.Namespace, api: Client) -> None:
+    teams = api.call("GET", "teams/")
+    rows = [{**t, "allowed": ", ".join(t["allowed_groups"]), "leads": ", ".join(t["leads"]),
+             "members": ", ".join(m["username"] for m in t["members"])} for t in teams]  # fmt: skip
+    show(args, teams, lambda _: table(rows, TEAM_COLUMNS))
+
+
+def admin_teams_delete(args: argparse.Namespace, api: Client) -> None:
+    api.call("DELETE", f"teams/{args.name}/")
+    show(args, {"name": args.name, "deleted": True}, f"team {args.name} deleted")
+
+
+def admin_teams_members(args: argparse.Namespace, api: Client) -> None:
+    """``members TEAM`` lists them; ``members TEAM add USER [--lead] [--default]`` adds one
+    (or changes an existing member's lead and default); ``members TEAM remove USER``."""
+    path = f"teams/{args.team}/members/"
+    if args.change == "list":
+        members = api.call("GET", path)
+    elif not args.user:
+        raise CliError(f"name the user: edt admin teams members {args.team} {args.change} USER")
+    elif args.change == "add":
+        body: dict[str, Any] = {"username": args.user}
+        if args.lead is not None:
+            body["lead"] = args.lead
+        if args.default:
+            body["default"] = True
+        members = api.call("POST", path, body)
+    else:
+        members = api.call("DELETE", f"{path}{args.user}/")
+    columns = [("username", "member"), ("lead", "lead"), ("default", "default team")]
+    show(args, members, lambda m: table(m, columns))
+
+
+def _group_body(args: argparse.Namespace) -> dict[str, Any]:
+    body: dict[str, Any] = {}
+    if args.rule is not None:
+        body["rules"] = args.rule
+    if args.position is not None:
+        body["position"] = args.position
+    return body
+
+
+def _group_line(group: dict[str, Any]) -> str:
+    rules = "; ".join(group["rule_texts"]) or "no rules"
+    return f"group {group['name']} (position {group['position']}): {rules}"
+
+
+def admin_groups_add(args: argparse.Namespace, api: Client) -> None:
+    group = api.call("POST", "groups/", {"name": args.name, **_group_body(args)})
+    show(args, group, _group_line(group))
+
+
+def admin_groups_set(args: argparse.Namespace, api: Client) -> None:
+    body = _group_body(args)
+    if not body:
+        raise CliError("say what to change: --rule (repeated, in order) or --position")
+    group = api.call("PATCH", f"groups/{args.name}/", body)
+    show(args, group, _group_line(group))
+
+
+def admin_groups_list(args: argparse.Namespace, api: Client) -> None:
+    groups = api.call("GET", "groups/")
+    rows = [{**g, "rules": "; ".join(g["rule_texts"]) or "-"} for g in groups]
+    columns = [("position", "position"), ("name", "group"), ("rules", "rules")]
+    show(args, groups, lambda _: table(rows, columns))
+
+
+def admin_groups_delete(args: argparse.Namespace, api: Client) -> None:
+    api.call("DELETE", f"groups/{args.name}/")
+    show(args, {"name": args.name, "deleted": True}, f"group {args.name} deleted")

@@ -66,6 +66,7 @@ INSTALLED_APPS = [
     "edtweb.training",
     "edtweb.datasets",
     "edtweb.registry",
+    "edtweb.tenancy",
     "rest_framework",
     "rest_framework.authtoken",
     "drf_spectacular",

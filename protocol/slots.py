@@ -29,6 +29,10 @@ class SlotInfo:
     # (workers/deployment.py). The slot stays alive: a learner sent there reports the
     # reason as its exit, and the job fails with it after a few.
     refusing: str = ""
+    # What resource-group rules read (scheduler/groups.py): the GPU's model as NVML names
+    # it ("" for a CPU slot), and how many slots its host has (0: not said).
+    model: str = ""
+    host_slots: int = 0
 
     @property
     def alive(self) -> bool:
@@ -45,9 +49,18 @@ class SlotRegistry:
         self.r = client
 
     def register_slot(
-        self, host: str, index: int, device: str, pid: int, refusing: str = ""
+        self,
+        host: str,
+        index: int,
+        device: str,
+        pid: int,
+        refusing: str = "",
+        model: str = "",
+        host_slots: int = 0,
     ) -> str:
-        """Record a slot's description; its worker calls this when it starts."""
+        """Record a slot's description; its worker calls this when it starts. ``model``:
+        the GPU's model name as NVML reports it ("" for a CPU slot); ``host_slots``: the
+        slots on its host (resource groups' rules read both)."""
         slot_id = slot_id_for(host, index)
         mapping: dict[Any, Any] = {
             "host": host,
@@ -58,6 +71,8 @@ class SlotRegistry:
             "state": ALIVE,
             "since": f"{time.time():.3f}",
             "refusing": refusing,
+            "model": model,
+            "host_slots": str(host_slots),
         }
         pipe = self.r.pipeline()
         pipe.sadd(SLOTS_KEY, slot_id)
@@ -129,4 +144,6 @@ def _slot_from(slot_id: str, desc: dict[str, str], hb: str | None) -> SlotInfo:
         pid=int(desc.get("pid", "0")),
         telemetry=json.loads(hb) if hb is not None else {},
         refusing=desc.get("refusing", ""),
+        model=desc.get("model", ""),
+        host_slots=int(desc.get("host_slots") or 0),
     )

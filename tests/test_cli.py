@@ -1,6 +1,7 @@
 """The `edt` CLI against a live EDT (`manage.py edt_run`, 2 CPU slots, a Redis of its own):
-log in, upload, train, follow the logs, reprioritise, download; and exit codes scripts
-can trust. The live server is the run's (tests/harness/stack.py), shared with other modules."""
+log in, upload, train, follow the logs, reprioritise, download; staff's teams, groups and
+users, a job trained in a team; and exit codes scripts can trust. The live server is the
+run's (tests/harness/stack.py), shared with other modules."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import torch
 from edtweb.redis_server import free_port
 from tests.harness.processes import PROJECT_DIR
 from tests.harness.stack import MAX_UPLOAD, LiveEdt, dataset_archive, edt_command
+from tests.harness.waiting import wait_for
 from workers.learner.submission import DEFAULTS
 
 
@@ -162,3 +164,69 @@ def test_the_console_script_entry_point_names_the_cli() -> None:
     scripts = tomllib.loads((PROJECT_DIR / "pyproject.toml").read_text())["project"]["scripts"]
     module, _, name = scripts["edt"].partition(":")
     assert callable(getattr(__import__(module, fromlist=[name]), name))
+
+
+def test_staff_make_teams_and_groups_and_a_member_trains_in_a_team_its_lead_steers(
+    live: LiveEdt,
+) -> None:
+    live.login("sam")  # staff
+    made = live.edt(
+        "sam", "admin", "users", "add", "frank", "--password-stdin", stdin="frank-pass-1\n"
+    )
+    assert made.returncode == 0 and "user frank made" in made.stdout, made.stderr
+    rules = ("--rule", "host=gpu*,device=gpu,model=*H100*", "--rule", "device=gpu,slots=8")
+    group = live.json("sam", "admin", "groups", "add", "cli-h100", *rules)
+    assert group["rule_texts"] == ["host=gpu*,device=gpu,model=*H100*", "device=gpu,slots=8"]
+    bad = live.edt("sam", "admin", "groups", "add", "cli-odd", "--rule", "device=tpu")
+    assert bad.returncode == 1 and "a device kind is cpu or gpu" in bad.stderr
+    team = live.json("sam", "admin", "teams", "add", "cli-vision", "--weight", "3",
+                     "--guarantee", "1", "--limit", "2", "--allow", "cli-h100")  # fmt: skip
+    assert (team["weight"], team["guarantee"], team["limit"]) == (3, 1, 2)
+    assert team["allowed_groups"] == ["cli-h100"] and team["resource_group"] == "default"
+    live.json("sam", "admin", "teams", "add", "cli-other")
+    for user, flags in (("frank", ()), ("carol", ("--lead",))):
+        added = live.edt("sam", "admin", "teams", "members", "cli-vision", "add", user, *flags)
+        assert added.returncode == 0, added.stderr
+    members = live.json("sam", "admin", "teams", "members", "cli-vision")
+    assert {(m["username"], m["lead"], m["default"]) for m in members} == {
+        ("frank", False, True), ("carol", True, True)}  # fmt: skip
+
+    live.login("carol")
+    refused = live.edt("carol", "admin", "teams", "add", "mine")
+    assert refused.returncode == 1 and "only staff may make teams" in refused.stderr
+    assert [t["name"] for t in live.json("carol", "admin", "teams", "list")] == ["cli-vision"]
+
+    live.login("frank")
+    archive = dataset_archive(live.tmp / "frank", train=256, test=32)
+    live.json("frank", "datasets", "upload", str(archive), "--name", "frank-shapes")
+    live.json("frank", "models", "upload", str(PROJECT_DIR / "examples" / "mlp.py"),
+              "--name", "frank-mlp")  # fmt: skip
+    common = ("--model", "frank-mlp", "--dataset", "frank-shapes", "--batch-size", "32")
+    outside = live.edt("frank", "submit", *common, "--team", "cli-other")
+    assert outside.returncode == 1 and "you are not a member of team cli-other" in outside.stderr
+    group_refused = live.edt("frank", "submit", *common, "--group", "cli-h100", "--team", "")
+    assert group_refused.returncode == 1 and "a job without a team runs in default" in (
+        group_refused.stderr
+    )
+    job = live.json("frank", "submit", *common, "--epochs", "200", "--team", "cli-vision")
+    assert (job["team"], job["resource_group"]) == ("cli-vision", "default")
+
+    # Carol leads the team: she sees the job and steers it; Dave, in no team, gets nothing.
+    assert live.json("carol", "jobs", "show", str(job["id"]))["owner"] == "frank"
+    moved = live.edt("carol", "priority", str(job["id"]), "9000")
+    assert moved.returncode == 0, moved.stderr
+    live.login("dave")
+    hidden = live.edt("dave", "jobs", "show", str(job["id"]))
+    assert hidden.returncode == 1 and "not yours" in hidden.stderr
+    wait_for(lambda: live.json("frank", "jobs", "show", str(job["id"]))["workers"] >= 1, 120,
+             "frank's job to train on a slot")  # fmt: skip
+    wait_for(
+        lambda: any(t["team"] == "cli-vision" and t["slot_hours"] > 0
+                    for t in live.json("frank", "cluster")["usage"]["teams"]),
+        30, "the team's slot-hours in `edt cluster`",
+    )  # fmt: skip
+    assert live.edt("carol", "stop", str(job["id"])).returncode == 0
+    used = live.json("sam", "usage", "--by", "user", "--period", "week")
+    assert any(r["user"] == "frank" and r["slot_hours"] > 0 for r in used["rows"])
+    shown = live.edt("frank", "usage")
+    assert shown.returncode == 0 and "cli-vision" in shown.stdout, shown.stdout

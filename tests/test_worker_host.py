@@ -33,14 +33,30 @@ def test_one_slot_per_gpu_identified_by_uuid() -> None:
     env = slot_env(specs[1], {}, parent_pid=1)
     assert env["CUDA_VISIBLE_DEVICES"] == "GPU-bbbb"
     assert env["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID"
+    # The GPU's model as NVML named it: resource groups' rules read it from the slot.
+    assert [s.model for s in specs] == ["H100", "H100"] and env["EDT_SLOT_MODEL"] == "H100"
 
 
 def test_cpu_mode_defaults_to_four_single_threaded_slots() -> None:
     specs = plan_slots("cpu-host", Discovery([], "NVML unavailable"), None)
     assert [s.device for s in specs] == ["cpu"] * 4
     env = slot_env(specs[0], {}, parent_pid=1)
-    assert env["CUDA_VISIBLE_DEVICES"] == ""
+    assert env["CUDA_VISIBLE_DEVICES"] == "" and env["EDT_SLOT_MODEL"] == ""
     assert env["OMP_NUM_THREADS"] == "1"
+
+
+def test_a_gpu_slot_names_its_model_as_the_launcher_or_nvml_found_it() -> None:
+    from workers.slot import gpu_model
+
+    class Nvml:  # what a GPU slot's sampler knows: NVML's name for its GPU
+        name = "NVIDIA H100 80GB HBM3"
+
+        def sample(self) -> dict[str, object]:
+            return {}
+
+    assert gpu_model("GPU-aaaa", "H100", Nvml()) == "H100"
+    assert gpu_model("GPU-aaaa", "", Nvml()) == "NVIDIA H100 80GB HBM3"
+    assert gpu_model("cpu", "H100", Nvml()) == ""
 
 
 def test_cpu_slots_must_be_positive() -> None:
@@ -63,6 +79,9 @@ def test_three_slots_register_and_a_killed_one_is_lost_then_restarted(
     )  # fmt: skip
     ids = [f"{host}.{i}" for i in range(3)]
     wait_for(lambda: host_slots(store, host) == dict.fromkeys(ids, ALIVE), 10, "three alive slots")
+    # What resource groups' rules read: the host's slot count; no GPU model on a CPU slot.
+    described = {(s.host_slots, s.model) for s in store.list_slots() if s.host == host}
+    assert described == {(3, "")}
 
     # Each slot's worker consumes its own queue.
     celery = Celery(broker=redis_server.url, backend=redis_server.url)

@@ -41,6 +41,7 @@ class SlotSpec:
     host: str
     index: int
     device: str  # "cpu" or a GPU UUID
+    model: str = ""  # the GPU's model name as NVML reports it; "" for a CPU slot
 
     @property
     def slot_id(self) -> str:
@@ -92,7 +93,7 @@ class ControlSpec:
 def plan_slots(host: str, discovery: Discovery, cpu_slots: int | None) -> list[SlotSpec]:
     """One slot per GPU; ``cpu_slots`` CPU slots when asked for or when there is no GPU."""
     if cpu_slots is None and discovery.gpus:
-        return [SlotSpec(host, i, gpu.uuid) for i, gpu in enumerate(discovery.gpus)]
+        return [SlotSpec(host, i, gpu.uuid, gpu.name) for i, gpu in enumerate(discovery.gpus)]
     count = DEFAULT_CPU_SLOTS if cpu_slots is None else cpu_slots
     if count < 1:
         raise ValueError(f"--cpu-slots must be at least 1, not {count}")
@@ -106,6 +107,7 @@ def slot_env(spec: SlotSpec, base: dict[str, str], parent_pid: int) -> dict[str,
         EDT_SLOT_HOST=spec.host,
         EDT_SLOT_INDEX=str(spec.index),
         EDT_SLOT_DEVICE=spec.device,
+        EDT_SLOT_MODEL=spec.model,
         EDT_SLOT_PARENT_PID=str(parent_pid),
         CUDA_DEVICE_ORDER="PCI_BUS_ID",
         PYTHONUNBUFFERED="1",

@@ -1,12 +1,14 @@
 """Inside a slot's Celery worker: register the slot and keep its heartbeat alive.
 
-The launcher (``edt_worker``) sets ``EDT_SLOT_HOST``, ``EDT_SLOT_INDEX`` and
-``EDT_SLOT_DEVICE`` for each worker it starts. The heartbeat runs in a thread of the worker
-process itself, so a killed worker stops beating and its slot is seen as lost once the TTL
-runs out. If the launcher dies, the worker shuts itself down rather than linger. The same
-thread looks every ``REDIS_CHECK_SECONDS`` whether Redis lets anyone in without a password,
-and if so says in the slot's description that the slot refuses user code
-(``workers/deployment.py``).
+The launcher (``edt_worker``) sets ``EDT_SLOT_HOST``, ``EDT_SLOT_INDEX``,
+``EDT_SLOT_DEVICE`` and ``EDT_SLOT_MODEL`` (the GPU's model name, from NVML) for each worker
+it starts, and ``EDT_HOST_SLOTS``; the slot's description carries the model and the host's
+slot count, which resource groups' rules read (scheduler/groups.py). The heartbeat runs
+in a thread of the worker process itself, so a killed worker stops beating and its slot is
+seen as lost once the TTL runs out. If the launcher dies, the worker shuts itself down
+rather than linger. The same thread looks every ``REDIS_CHECK_SECONDS`` whether Redis lets
+anyone in without a password, and if so says in the slot's description that the slot
+refuses user code (``workers/deployment.py``).
 """
 
 from __future__ import annotations
@@ -38,10 +40,12 @@ class Heartbeat(threading.Thread):
     without the slot's description."""
 
     def __init__(self, store: SlotRegistry, spec: tuple[str, int, str], sampler: Sampler,
-                 parent_pid: int, redis_url: str = "") -> None:  # fmt: skip
+                 parent_pid: int, redis_url: str = "", model: str = "",
+                 host_slots: int = 0) -> None:  # fmt: skip
         super().__init__(name="edt-heartbeat", daemon=True)
         self.store = store
         self.host, self.index, self.device = spec
+        self.model, self.host_slots = model, host_slots
         self.slot_id = slot_id_for(self.host, self.index)
         self.sampler = sampler
         self.parent_pid = parent_pid
@@ -88,7 +92,8 @@ class Heartbeat(threading.Thread):
 
     def beat(self, ttl: int) -> None:
         if not self.registered:
-            self.store.register_slot(self.host, self.index, self.device, os.getpid(), self.refusing)
+            self.store.register_slot(self.host, self.index, self.device, os.getpid(),
+                                     self.refusing, self.model, self.host_slots)  # fmt: skip
             self.registered = True
             self.shown = self.refusing
             log.info("slot %s registered on %s (pid %d)", self.slot_id, self.device, os.getpid())
@@ -113,9 +118,20 @@ def start_heartbeat(**_: Any) -> None:
     store = SlotRegistry(connect(settings.REDIS_URL))
     parent = int(os.environ.get("EDT_SLOT_PARENT_PID", "0"))
     spec = (host, index, device)
-    _heartbeat = Heartbeat(store, spec, sampler_for(device), parent, settings.REDIS_URL)
+    sampler = sampler_for(device)
+    model = gpu_model(device, os.environ.get("EDT_SLOT_MODEL", ""), sampler)
+    host_slots = int(os.environ.get("EDT_HOST_SLOTS") or 0)
+    _heartbeat = Heartbeat(store, spec, sampler, parent, settings.REDIS_URL, model, host_slots)
     _heartbeat.start()
     threading.Thread(target=_prewarm, name="edt-prewarm", daemon=True).start()
+
+
+def gpu_model(device: str, given: str, sampler: Sampler) -> str:
+    """The slot's GPU model: as the launcher found it, else as NVML names the slot's GPU
+    (its sampler asked); "" for a CPU slot."""
+    if device == "cpu":
+        return ""
+    return given or str(getattr(sampler, "name", ""))
 
 
 def _prewarm() -> None:

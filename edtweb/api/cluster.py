@@ -67,7 +67,7 @@ class Decisions(generics.ListAPIView):
     def get_queryset(self) -> Any:
         events = JobEvent.objects.filter(kind="scaled").select_related("job").order_by("-at")
         if not self.request.user.is_staff:
-            events = events.filter(job__owner=self.request.user)
+            events = events.filter(job__in=scoped(self.request, Job))
         return events
 
     def list(self, request: Request, *args: Any, **kwargs: Any) -> Response:

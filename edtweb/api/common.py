@@ -13,20 +13,22 @@ from rest_framework.pagination import LimitOffsetPagination
 from rest_framework.request import Request
 
 from edtweb.api.errors import ApiError, not_found
-from edtweb.ownership import owned
+from edtweb.ownership import READ, may, owned, refusal
 
 # Room for the multipart envelope (boundaries, part headers, small fields) around the file.
 MULTIPART_SLACK = 64 * 1024
 
 
 def scoped(request: Request, model: type[Model]) -> QuerySet[Any]:
-    """The objects ``request``'s user may see: their own; staff see all."""
+    """The objects ``request``'s user may see: their own (jobs: and their teams'); staff
+    see all."""
     return owned(request._request, model)
 
 
 class Owned:
-    """A view's queryset and object through ``scoped``: another owner's object is a 404,
-    exactly like one that does not exist."""
+    """A view's queryset and object through ``scoped``: an object the user may not see is a
+    404, exactly like one that does not exist; a job they see (their team's) but may not do
+    what ``need`` asks with (edtweb/ownership.py) is a 403."""
 
     model: type[Model]
     noun = "object"
@@ -36,11 +38,13 @@ class Owned:
     def get_queryset(self) -> QuerySet[Any]:
         return scoped(self.request, self.model)
 
-    def get_object(self) -> Any:
+    def get_object(self, need: str = READ) -> Any:
         pk = self.kwargs["pk"]
         found = scoped(self.request, self.model).filter(pk=pk).first()
         if found is None:
             raise not_found(self.noun, pk)
+        if need != READ and not may(self.request.user, found, need):
+            raise ApiError(refusal(found, need), 403)
         return found
 
 

@@ -2,8 +2,8 @@
 
 ``error`` is one sentence naming what to fix; ``fields`` (validation errors only) maps each
 offending field to its messages. The status code is the usual one: 400 malformed, 401 no or
-bad credentials, 404 not found (or not yours), 409 a conflict with the object's state, 413
-too large.
+bad credentials, 403 seen but not yours to change (a job of your team; a staff-only write),
+404 not found (or not yours), 409 a conflict with the object's state, 413 too large.
 """
 
 from __future__ import annotations

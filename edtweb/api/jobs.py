@@ -17,12 +17,16 @@ from edtweb.api import serializers as s
 from edtweb.api.common import Owned, Pages, scoped
 from edtweb.api.errors import ApiError
 from edtweb.datasets.models import Dataset
+from edtweb.ownership import OWN, STEER
 from edtweb.registry.models import ModelDefinition
+from edtweb.tenancy import services as tenancy
 from edtweb.training import history, services
 from edtweb.training.models import Job, Metric
 
 TAGS = ["jobs"]
 NOT_FOUND = {404: s.problem("no such job, or not yours")}
+READ_ONLY = {403: s.problem("a job of your team: only its owner, the team's leads and staff may")}
+OWNER_ONLY = {403: s.problem("a job of your team: only its owner and staff may")}
 BAD = {400: s.problem("malformed request; `fields` names the field")}
 
 
@@ -61,16 +65,22 @@ class JobList(generics.ListCreateAPIView):
 
 def checked(request: Request, data: dict[str, Any]) -> dict[str, Any]:
     """The submission with its values judged by the rules (once: the serializer only read
-    them; first, as every path does), then its model and dataset resolved among the
-    user's own."""
+    them; first, as every path does), its team and resource group checked (a member's
+    team, a group it may use), then its model and dataset resolved among the user's
+    own."""
     model = scoped(request, ModelDefinition).filter(pk=data["model"]).first()
     dataset = scoped(request, Dataset).filter(pk=data["dataset"]).first()
     submission = s.judged(data, dataset)
+    team, group = tenancy.placement(
+        request.user, data.get("team", tenancy.UNSET), data.get("resource_group")
+    )
     return {
         "name": data.get("name", ""),
         "model": ready(model, "model", data["model"], ModelDefinition.Status.VALID),
         "dataset": ready(dataset, "dataset", data["dataset"], Dataset.Status.READY),
         "submission": submission,
+        "team": team,
+        "resource_group": group,
     }
 
 
@@ -98,13 +108,15 @@ class JobDetail(Owned, generics.RetrieveAPIView):
         responses={
             204: None,
             409: s.problem("the job is still active: stop it first"),
+            **OWNER_ONLY,
             **NOT_FOUND,
         },
     )
     def delete(self, request: Request, pk: int) -> Response:
         """Delete a job that has ended, with its timeline, metrics, logs, checkpoints and
-        final model. A queued, running or suspended job must be stopped first."""
-        job = self.get_object()
+        final model. A queued, running or suspended job must be stopped first. Its owner
+        and staff may."""
+        job = self.get_object(OWN)
         if not services.delete_job(job.pk):  # refuses an active job
             raise ApiError(f"job {job.pk} is {job.state}: stop it first", 409)
         return Response(status=status.HTTP_204_NO_CONTENT)
@@ -118,13 +130,13 @@ class JobPriority(Owned, generics.GenericAPIView):
     @extend_schema(
         tags=TAGS,
         responses={200: s.JobDetailSerializer, **BAD, 409: s.problem("the job has ended"),
-                   **NOT_FOUND},
+                   **READ_ONLY, **NOT_FOUND},
     )  # fmt: skip
     def post(self, request: Request, pk: int) -> Response:
         """Change the job's priority (its bounds are in the schema); the scheduler re-shares
         the slots at once, between iterations, without restarting anything. A job that has
-        ended is a 409."""
-        job = self.get_object()
+        ended is a 409. Its owner, the leads of its team and staff may."""
+        job = self.get_object(STEER)
         form = self.get_serializer(data=request.data)
         form.is_valid(raise_exception=True)
         if not services.set_priority(job, form.validated_data["priority"]):
@@ -161,12 +173,14 @@ class JobStop(Owned, generics.GenericAPIView):
         responses={
             200: s.JobDetailSerializer,
             409: s.problem("the job has already ended"),
+            **READ_ONLY,
             **NOT_FOUND,
         },
     )
     def post(self, request: Request, pk: int) -> Response:
-        """Stop the job: its learners checkpoint and exit; it ends STOPPED."""
-        job = self.get_object()
+        """Stop the job: its learners checkpoint and exit; it ends STOPPED. Its owner, the
+        leads of its team and staff may."""
+        job = self.get_object(STEER)
         if not services.stop_job(job.pk):
             job.refresh_from_db()
             raise ApiError(f"job {job.pk} has already ended ({job.state})", 409)

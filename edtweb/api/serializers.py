@@ -164,10 +164,12 @@ class JobSerializer(serializers.ModelSerializer):
     progress = serializers.SerializerMethodField(help_text="0..1, iterations done")
     eta_seconds = serializers.SerializerMethodField(help_text="estimated time left, if known")
     waiting = serializers.SerializerMethodField(help_text="why it waits; empty unless it waits")
+    team = serializers.SerializerMethodField(help_text="the team it was submitted into; '': none")
 
     class Meta:
         model = Job
-        fields = ["id", "name", "owner", "state", "priority", "workers", "max_workers",
+        fields = ["id", "name", "owner", "team", "resource_group", "state", "priority",
+                  "workers", "max_workers",
                   "min_workers", "model", "dataset", "epochs", "batch_size", "lr",
                   "checkpoint_every", "max_micro_batch", "precision", "steps_done", "total_steps",
                   "progress", "eta_seconds", "waiting", "created_at", "started_at",
@@ -185,6 +187,9 @@ class JobSerializer(serializers.ModelSerializer):
 
     def get_waiting(self, job: Job) -> str:
         return self.status(job).waiting
+
+    def get_team(self, job: Job) -> str:
+        return self.status(job).team
 
     def status(self, job: Job) -> JobStatus:
         """The job's status, read once per job of the response (in the context, which the
@@ -265,6 +270,14 @@ class JobSubmitSerializer(serializers.Serializer):
         choices=PRECISION_CHOICES, default=DEFAULTS["precision"],
         help_text="bf16: autocast on CPU or GPU; fp16: GPU only, with a gradient scaler",
     )  # fmt: skip
+    team = serializers.CharField(
+        max_length=100, required=False, allow_blank=True, allow_null=True,
+        help_text="a team of yours; left out: your default team; empty or null: no team",
+    )  # fmt: skip
+    resource_group = serializers.CharField(
+        max_length=100, required=False, allow_blank=True,
+        help_text="a group the team may use; left out: the team's own (no team: default)",
+    )  # fmt: skip
 
 
 def judged(values: dict[str, Any], dataset: Any = None) -> Submission:
@@ -341,6 +354,9 @@ class SlotSerializer(serializers.Serializer):
     host = serializers.CharField()
     index = serializers.IntegerField()
     device = serializers.CharField(help_text="'cpu', or the GPU's UUID")
+    model = serializers.CharField(help_text="the GPU's model as NVML names it; '' for a CPU slot")
+    host_slots = serializers.IntegerField(help_text="slots on its host (0: not said)")
+    group = serializers.CharField(help_text="its resource group, by the groups' rules")
     queue = serializers.CharField()
     state = serializers.CharField(help_text="ALIVE, LOST or OFFLINE")
     pid = serializers.IntegerField()
@@ -403,6 +419,9 @@ class WmlaSubmitSerializer(serializers.Serializer):
         "--epochs 5 --cs-datastore-meta type=fs,data_path=DATASET_NAME (or pass it in the query)",
     )
     data = serializers.CharField(required=False, help_text='JSON: {"args": "..."}')
+    sigName = serializers.CharField(
+        required=False, help_text="WMLA's instance group: a team of yours of that name, if any"
+    )
 
 
 class WmlaSubmittedSerializer(serializers.Serializer):
@@ -431,3 +450,105 @@ class WmlaExecSerializer(serializers.Serializer):
     progress = serializers.FloatField()
     error = serializers.CharField()
     args = serializers.CharField()
+
+
+# Teams, resource groups, users, usage ---------------------------------------------------
+
+
+class RuleSerializer(serializers.Serializer):
+    host = serializers.CharField(help_text="glob on the host name; '' or '*': any")
+    device = serializers.CharField(help_text="cpu, gpu, or '': either")
+    model = serializers.CharField(help_text="glob on the GPU's model name (NVML); '': any")
+    slots = serializers.IntegerField(allow_null=True, help_text="slots on its host; null: any")
+
+
+class ResourceGroupSerializer(serializers.Serializer):
+    name = serializers.CharField()
+    position = serializers.IntegerField(help_text="groups' rules are tried in this order")
+    rules = RuleSerializer(many=True, help_text="in order: a slot's group is its first match's")
+    rule_texts = serializers.ListField(
+        child=serializers.CharField(), help_text="the rules as written: host=gpu*,device=gpu"
+    )
+
+
+class ResourceGroupWriteSerializer(serializers.Serializer):
+    name = serializers.CharField(max_length=100, required=False, help_text="on create only")
+    position = serializers.IntegerField(min_value=0, required=False)
+    rules = serializers.ListField(
+        child=serializers.JSONField(), required=False,
+        help_text="each a text (host=gpu*,device=gpu,model=*H100*,slots=8) or an object "
+        "{host, device, model, slots}",
+    )  # fmt: skip
+
+
+class MemberSerializer(serializers.Serializer):
+    username = serializers.CharField()
+    lead = serializers.BooleanField(
+        help_text="may change the priority of the team's jobs, stop them"
+    )
+    default = serializers.BooleanField(help_text="the user's default team")
+
+
+class MemberWriteSerializer(serializers.Serializer):
+    username = serializers.CharField(required=False, help_text="on POST: the user to add")
+    lead = serializers.BooleanField(required=False, help_text="left out: unchanged (new: no)")
+    default = serializers.BooleanField(
+        required=False, help_text="make it the user's default team (their first team is)"
+    )
+
+
+class TeamSerializer(serializers.Serializer):
+    name = serializers.CharField()
+    parent = serializers.CharField(allow_null=True)
+    weight = serializers.IntegerField()
+    guarantee = serializers.IntegerField(help_text="slots it is owed when it asks")
+    limit = serializers.IntegerField(allow_null=True, help_text="the most slots; null: none")
+    resource_group = serializers.CharField(help_text="its jobs' group unless they name another")
+    allowed_groups = serializers.ListField(child=serializers.CharField())
+    members = MemberSerializer(many=True)
+    leads = serializers.ListField(child=serializers.CharField())
+
+
+class TeamWriteSerializer(serializers.Serializer):
+    name = serializers.CharField(max_length=100, required=False)
+    parent = serializers.CharField(allow_null=True, allow_blank=True, required=False,
+                                   help_text="a team's name; null or '': at the top")  # fmt: skip
+    weight = serializers.IntegerField(min_value=1, required=False)
+    guarantee = serializers.IntegerField(min_value=0, required=False)
+    limit = serializers.IntegerField(min_value=0, allow_null=True, required=False)
+    resource_group = serializers.CharField(max_length=100, required=False)
+    allowed_groups = serializers.ListField(child=serializers.CharField(), required=False)
+
+
+class NewUserSerializer(serializers.Serializer):
+    username = serializers.CharField(max_length=150)
+    password = serializers.CharField(style={"input_type": "password"}, trim_whitespace=False)
+    is_staff = serializers.BooleanField(default=False)
+
+
+class UserListSerializer(serializers.Serializer):
+    username = serializers.CharField()
+    is_staff = serializers.BooleanField()
+    teams = serializers.ListField(child=serializers.CharField())
+
+
+class UsageRowSerializer(serializers.Serializer):
+    period = serializers.DateField(help_text="the day, or the Monday of the week")
+    team = serializers.CharField(required=False, help_text="by=team: '' for jobs without one")
+    user = serializers.CharField(required=False, help_text="by=user")
+    slot_hours = serializers.FloatField()
+
+
+class UsageTotalSerializer(serializers.Serializer):
+    team = serializers.CharField(required=False)
+    user = serializers.CharField(required=False)
+    slot_hours = serializers.FloatField()
+
+
+class UsageSerializer(serializers.Serializer):
+    since = serializers.DateTimeField()
+    until = serializers.DateTimeField()
+    by = serializers.ChoiceField(choices=["team", "user"])
+    period = serializers.ChoiceField(choices=["day", "week"])
+    rows = UsageRowSerializer(many=True)
+    totals = UsageTotalSerializer(many=True)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django.urls import path, re_path
 
-from edtweb.api import auth, cluster, datasets, jobs, modeldefs
+from edtweb.api import auth, cluster, datasets, jobs, modeldefs, tenancy
 from edtweb.api.errors import unknown_endpoint
 
 app_name = "api"
@@ -53,5 +53,17 @@ urlpatterns = [
     path("cluster/allocations/", cluster.Allocations.as_view(), name="cluster-allocations"),
     path("cluster/queue/", cluster.Queue.as_view(), name="cluster-queue"),
     path("cluster/decisions/", cluster.Decisions.as_view(), name="cluster-decisions"),
+    path("groups/", tenancy.Groups.as_view(), name="groups"),
+    path("groups/<str:name>/", tenancy.GroupDetail.as_view(), name="group"),
+    path("teams/", tenancy.Teams.as_view(), name="teams"),
+    path("teams/<str:name>/", tenancy.TeamDetail.as_view(), name="team"),
+    path("teams/<str:name>/members/", tenancy.TeamMembers.as_view(), name="team-members"),
+    path(
+        "teams/<str:name>/members/<str:username>/",
+        tenancy.TeamMember.as_view(),
+        name="team-member",
+    ),
+    path("users/", tenancy.Users.as_view(), name="users"),
+    path("usage/", tenancy.Usage.as_view(), name="usage"),
     re_path(r"^.*$", unknown_endpoint, name="unknown"),
 ]

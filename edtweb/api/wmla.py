@@ -37,8 +37,11 @@ from edtweb.api import serializers as s
 from edtweb.api.common import CappedUploadView, Owned, scoped
 from edtweb.api.errors import ApiError, unknown_endpoint
 from edtweb.datasets.models import Dataset
+from edtweb.ownership import OWN, STEER
 from edtweb.registry import services as registry
 from edtweb.registry.models import ModelDefinition
+from edtweb.tenancy import services as tenancy
+from edtweb.tenancy.models import Team
 from edtweb.training import history, services
 from edtweb.training.models import Job
 from edtweb.training.status import JobStatus, status_of, statuses
@@ -198,7 +201,10 @@ class Execs(CappedUploadView, WmlaView):
 
     @extend_schema(
         tags=TAGS,
-        parameters=[OpenApiParameter("args", str, description="the WMLA args string")],
+        parameters=[
+            OpenApiParameter("args", str, description="the WMLA args string"),
+            OpenApiParameter("sigName", str, description="a team of yours of that name, if any"),
+        ],
         request={"multipart/form-data": s.WmlaSubmitSerializer},
         responses={
             200: s.WmlaSubmittedSerializer,
@@ -218,13 +224,15 @@ class Execs(CappedUploadView, WmlaView):
         form = s.JobSubmitSerializer(data={"model": 0, "dataset": dataset.pk, **wmla.fields})
         form.is_valid(raise_exception=True)  # the Train form's fields and defaults
         submission = s.judged(form.validated_data, dataset)  # and its rules
+        team, group = _team_of(request, data)
         model = _stored_model(request, upload, wmla.model_main)
         decides = [f for f in ("epochs", "batch_size", "lr") if f not in wmla.fields]
         try:
             job = services.submit_from_form(
                 request.user,
                 {"name": f"{model.entry} ({wmla.framework})", "model": model,
-                 "dataset": dataset, "submission": submission},
+                 "dataset": dataset, "submission": submission, "team": team,
+                 "resource_group": group},
                 spec_extra={"argv": wmla.argv, "script_decides": decides},
             )  # fmt: skip
         except DjangoValidationError as exc:
@@ -237,6 +245,18 @@ class Execs(CappedUploadView, WmlaView):
                               framework=wmla.framework, ignored=wmla.ignored)  # fmt: skip
         registry.start_check(model)  # in the background; the job waits for it
         return Response({**as_exec(job, status_of(job, request.user)), "ignored": wmla.ignored})
+
+
+def _team_of(request: Request, data: Any) -> tuple[Team | None, str]:
+    """The exec's team: the one its ``sigName`` (WMLA's instance group; query or form
+    field) names when a team of that name exists, else the user's default team; and that
+    team's resource group. Not being a member of it is a 400, as on every submit path."""
+    sig = request.query_params.get("sigName") or data.get("sigName") or ""
+    named = sig if sig and Team.objects.filter(name=sig).exists() else tenancy.UNSET
+    try:
+        return tenancy.placement(request.user, named)
+    except DjangoValidationError as exc:
+        raise ApiError(f"sigName: {'; '.join(exc.messages)}") from None
 
 
 def _stored_model(request: Request, upload: Any, model_main: str) -> ModelDefinition:
@@ -296,7 +316,7 @@ class ExecDetail(Owned, WmlaView):
     )
     def put(self, request: Request, pk: int) -> Response:
         """``?action=stop``: stop the exec (as ``POST execs/{id}/stop``)."""
-        job = self.get_object()
+        job = self.get_object(STEER)
         if request.query_params.get("action") != "stop":
             raise ApiError("action: the only action is 'stop' (PUT execs/{id}?action=stop)")
         services.stop_job(job.pk)
@@ -308,8 +328,9 @@ class ExecDetail(Owned, WmlaView):
         responses={200: s.WmlaExecSerializer, 409: s.problem("still active"), **NOT_FOUND},
     )
     def delete(self, request: Request, pk: int) -> Response:
-        """Delete an exec that has ended, with its logs, checkpoints and model."""
-        job = self.get_object()
+        """Delete an exec that has ended, with its logs, checkpoints and model (its owner
+        and staff may)."""
+        job = self.get_object(OWN)
         gone = as_exec(job, status_of(job, request.user))
         if not services.delete_job(job.pk):  # refuses an active job
             raise ApiError(f"exec {job.pk} is {STATES[job.state]}: stop it first", 409)
@@ -322,8 +343,9 @@ class ExecStop(Owned, WmlaView):
 
     @extend_schema(tags=TAGS, request=None, responses={200: s.WmlaExecSerializer, **NOT_FOUND})
     def post(self, request: Request, pk: int) -> Response:
-        """Stop the exec: its learners checkpoint and exit (state KILLED)."""
-        job = self.get_object()
+        """Stop the exec: its learners checkpoint and exit (state KILLED). Its owner, the
+        leads of its team and staff may."""
+        job = self.get_object(STEER)
         services.stop_job(job.pk)
         job.refresh_from_db()
         return Response(as_exec(job, status_of(job, request.user)))
@@ -411,7 +433,7 @@ def as_exec(job: Job, status: JobStatus) -> dict[str, Any]:
     return {
         "id": str(job.pk),
         "submissionId": str(job.pk),
-        "sigId": "edt",
+        "sigId": status.team or "edt",  # the instance group: its team, if it has one
         "appId": f"edt-job-{job.pk}",
         "name": job.name,
         "appName": job.name,

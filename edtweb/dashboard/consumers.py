@@ -6,6 +6,7 @@ from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
 from edtweb.dashboard.slots import current_slots, visible_slots
+from edtweb.ownership import visible_job_ids, visible_jobs
 from edtweb.training.live import CLUSTER as CLUSTER_GROUP
 from edtweb.training.live import JOBS as JOBS_GROUP
 
@@ -59,19 +60,11 @@ class ClusterConsumer(AsyncJsonWebsocketConsumer):
 
     @database_sync_to_async
     def may_see(self, job_id: int) -> bool:
-        from edtweb.training.models import Job
-
-        user = self.scope["user"]
-        return bool(user.is_staff or Job.objects.filter(pk=job_id, owner=user).exists())
+        return job_id in visible_job_ids(self.scope["user"], {job_id})
 
     @database_sync_to_async
     def may_see_all(self, job_ids: set[int]) -> set[int]:
-        from edtweb.training.models import Job
-
-        user = self.scope["user"]
-        if user.is_staff:
-            return job_ids
-        return set(Job.objects.filter(pk__in=job_ids, owner=user).values_list("pk", flat=True))
+        return visible_job_ids(self.scope["user"], job_ids)
 
 
 class JobConsumer(AsyncJsonWebsocketConsumer):
@@ -85,7 +78,7 @@ class JobConsumer(AsyncJsonWebsocketConsumer):
         job_id = int(self.scope["url_route"]["kwargs"]["pk"])
         self.group = await self.group_if_allowed(job_id)
         if self.group is None:
-            await self.close()  # not logged in, or not this user's job: refused
+            await self.close()  # not logged in, or a job this user may not see: refused
             return
         self.job_id = job_id
         await self.channel_layer.group_add(self.group, self.channel_name)
@@ -101,13 +94,12 @@ class JobConsumer(AsyncJsonWebsocketConsumer):
 
     @database_sync_to_async
     def group_if_allowed(self, job_id: int) -> str | None:
-        from edtweb.training.models import Job
-
+        """The job's group when the user may see the job (edtweb/ownership.py: their own,
+        their teams'; staff all); the page only reads, whoever it is."""
         user = self.scope.get("user")
         if user is None or not user.is_authenticated:
             return None
-        jobs = Job.objects.all() if user.is_staff else Job.objects.filter(owner=user)
-        job = jobs.filter(pk=job_id).first()
+        job = visible_jobs(user).filter(pk=job_id).first()
         return job.group_name if job else None
 
     @database_sync_to_async

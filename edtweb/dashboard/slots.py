@@ -7,24 +7,30 @@ from __future__ import annotations
 from typing import Any
 
 from edtweb.redis_access import store
+from scheduler.groups import group_of
 
 
 def current_slots() -> list[dict[str, Any]]:
-    """The slot registry now, as the pages show it."""
+    """The slot registry now, as the pages show it: each slot with the job holding it and
+    its resource group (scheduler/groups.py, by the groups' rules)."""
+    from edtweb.tenancy.services import rules
+
     registry = store()
     jobs = registry.allocations().holder()
-    return [dict(slot.as_dict(), job=jobs.get(slot.slot_id)) for slot in registry.list_slots()]
+    ordered = rules()
+    return [
+        dict(slot.as_dict(), job=jobs.get(slot.slot_id), group=group_of(slot, ordered))
+        for slot in registry.list_slots()
+    ]
 
 
 def visible_slots(slots: list[dict[str, Any]], user: Any) -> list[dict[str, Any]]:
     """``slots`` as ``user`` may see them: every slot says whether it is ``busy``; its
-    ``job`` id only when the job is the user's (staff see all), as the API does."""
-    from edtweb.training.models import Job
+    ``job`` id only when the user may see the job (their own, their teams'; staff see all),
+    as the API does."""
+    from edtweb.ownership import visible_job_ids
 
-    held = {s["job"] for s in slots if s.get("job") is not None}
-    jobs = Job.objects.filter(pk__in=held)
-    mine = set(jobs.values_list("pk", flat=True) if user.is_staff else
-               jobs.filter(owner=user).values_list("pk", flat=True))  # fmt: skip
+    mine = visible_job_ids(user, {s["job"] for s in slots if s.get("job") is not None})
     return [
         dict(s, busy=s.get("job") is not None, job=s.get("job") if s.get("job") in mine else None)
         for s in slots

@@ -52,13 +52,14 @@ def cluster_slots(request: HttpRequest) -> JsonResponse:
 @login_required
 def cluster_allocations(request: HttpRequest) -> JsonResponse:
     """Slots per job over time, from the jobs' generation events (the Cluster chart)."""
+    from edtweb.ownership import visible_jobs
     from edtweb.training.models import JobEvent
 
     events = JobEvent.objects.filter(
         kind__in=["generation", "completed", "failed", "stopped", "suspended"]
     ).select_related("job")
     if not request.user.is_staff:
-        events = events.filter(job__owner=request.user)
+        events = events.filter(job__in=visible_jobs(request.user))
     series: dict[str, list[list[float]]] = {}
     names: dict[str, str] = {}
     for e in events.order_by("at")[:20000]:
@@ -68,7 +69,7 @@ def cluster_allocations(request: HttpRequest) -> JsonResponse:
         series.setdefault(key, []).append([e.at.timestamp(), workers])
     decisions = JobEvent.objects.filter(kind="scaled").select_related("job").order_by("-at")
     if not request.user.is_staff:
-        decisions = decisions.filter(job__owner=request.user)
+        decisions = decisions.filter(job__in=visible_jobs(request.user))
     return JsonResponse(
         {
             "series": series,

@@ -6,6 +6,7 @@ from django import forms
 
 from edtweb.datasets.models import Dataset
 from edtweb.registry.models import ModelDefinition
+from edtweb.tenancy.models import Team
 from edtweb.training.models import PRECISION_CHOICES
 from edtweb.training.validation import (
     BOUNDS,
@@ -15,6 +16,7 @@ from edtweb.training.validation import (
     train_samples,
     validated,
 )
+from scheduler.groups import DEFAULT as DEFAULT_GROUP
 
 
 def bounded(kind: Any, name: str, **kw: Any) -> Any:
@@ -61,11 +63,23 @@ class TrainForm(forms.Form):
         initial=DEFAULTS["precision"],
         help_text="bf16: autocast on CPU or GPU; fp16: GPU only, with a gradient scaler",
     )
+    team = forms.ModelChoiceField(
+        queryset=Team.objects.none(), required=False, empty_label="no team",
+        to_field_name="name", help_text="its slots are shared by the team's weight and quota",
+    )  # fmt: skip
 
-    def __init__(self, *args: Any, owner_models: Any, owner_datasets: Any, **kw: Any) -> None:
+    def __init__(self, *args: Any, owner_models: Any, owner_datasets: Any,
+                 teams: Any = None, default_team: Any = None, **kw: Any) -> None:  # fmt: skip
         super().__init__(*args, **kw)
         self.fields["model"].queryset = owner_models.filter(status=ModelDefinition.Status.VALID)
         self.fields["dataset"].queryset = owner_datasets.filter(status=Dataset.Status.READY)
+        # Only the user's own teams, their default one first chosen; none: no field at all.
+        if teams is None or not teams.exists():
+            del self.fields["team"]
+        else:
+            self.fields["team"].queryset = teams
+            if not self.is_bound and not self.initial.get("team") and default_team is not None:
+                self.initial["team"] = default_team.name
         # A fresh form starts on the newest usable model and dataset (a link may name others).
         for name in ("model", "dataset"):
             if not self.is_bound and not self.initial.get(name):
@@ -76,6 +90,8 @@ class TrainForm(forms.Form):
         """The submission judged once, when each of its values could be read (a field that
         could not already says so); ``submission`` is what the job is built from."""
         data = super().clean() or {}
+        team = data.get("team")
+        data["resource_group"] = team.resource_group_id if team is not None else DEFAULT_GROUP
         if any(name not in data for name in DEFAULTS):
             return data
         try:

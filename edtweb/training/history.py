@@ -9,6 +9,7 @@ from typing import Any, BinaryIO
 
 from django.db.models import F
 
+from edtweb.ownership import Viewer
 from edtweb.training.models import Job, Metric
 from scheduler.live.snapshot import BY_SERVICE, BY_SPEEDUP, SnapshotBuilder
 from scheduler.live.speedups import Curves
@@ -133,9 +134,8 @@ def preview(job: Job, priority: int, user: Any) -> dict[str, Any]:
         active, capacity, held, speedups, attained, {job.pk: priority}
     )
     decision = decide(snapshot, record.policy)
-    names = {
-        str(j.pk): (j.name if user.is_staff or j.owner_id == user.pk else "others") for j in active
-    }
+    viewer = Viewer(user)
+    names = {str(j.pk): (j.name if viewer.may(j) else "others") for j in active}
     targets = {names[k]: v for k, v in decision.targets.items()}
     text = ", ".join(
         f"{names[k]} {v}" for k, v in sorted(decision.targets.items(), key=lambda kv: -kv[1])

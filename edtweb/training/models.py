@@ -30,6 +30,12 @@ class Job(models.Model):
         settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="jobs"
     )
     name = models.CharField(max_length=200)
+    # The team it was submitted into (null: none) and the resource group whose slots it runs
+    # on (docs/architecture.md, "Tenancy"): both checked at submit (edtweb/tenancy/services.py).
+    team = models.ForeignKey(
+        "tenancy.Team", null=True, blank=True, on_delete=models.PROTECT, related_name="jobs"
+    )
+    resource_group = models.CharField(max_length=100, default="default")
     model_definition = models.ForeignKey(
         "registry.ModelDefinition", null=True, blank=True, on_delete=models.SET_NULL,
         related_name="jobs",

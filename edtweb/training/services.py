@@ -98,14 +98,17 @@ def submit_from_form(
 ) -> Job:
     """A job from a submit path's cleaned data: ``model`` and ``dataset`` (the model's entry
     file and the dataset's directory), an optional ``name``, and the ``submission`` the path
-    judged (without it, the values in ``data`` are judged by :func:`submit_job`)."""
+    judged (without it, the values in ``data`` are judged by :func:`submit_job`), and the
+    ``team`` and ``resource_group`` it checked (``edtweb/tenancy/services.py``; none and
+    ``default`` unless given)."""
     model, dataset = data["model"], data["dataset"]
     submission = data.get("submission")
     asked = {} if submission else {k: v for k, v in data.items() if k in DEFAULTS}
     return submit_job(
         owner, submission, spec_extra, name=data.get("name") or f"{model.name} on {dataset.name}",
         model_definition=model, dataset=dataset, model_path=str(model.entry_path),
-        data_path=str(dataset.data_dir), **asked,
+        data_path=str(dataset.data_dir), team=data.get("team"),
+        resource_group=data.get("resource_group") or "default", **asked,
     )  # fmt: skip
 
 

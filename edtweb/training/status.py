@@ -2,9 +2,10 @@
 API, WMLA's execs, the CLI (through the API) and the job page's WebSocket all show a
 :class:`JobStatus` built here, so during a resize or a suspension they never disagree.
 
-Its sources: the job's row (state, iterations), the allocation record the scheduler alone
-writes (workers), the job's latest training records (the pace, for the ETA), the queue
-(why it waits) and the slot registry (telemetry of the slots it trains on).
+Its sources: the job's row (state, iterations, team and resource group), the allocation
+record the scheduler alone writes (workers), the job's latest training records (the pace,
+for the ETA), the queue (why it waits) and the slot registry (telemetry of the slots it
+trains on).
 """
 
 from __future__ import annotations
@@ -33,6 +34,8 @@ class JobStatus:
     id: int
     state: str
     priority: int
+    team: str  # the team it was submitted into; "" for none
+    resource_group: str  # the group whose slots it runs on
     workers: int  # members of its current generation (joiners do not train yet)
     max_workers: int
     steps_done: int
@@ -65,11 +68,14 @@ def statuses(jobs: Sequence[Job], user: Any) -> dict[int, JobStatus]:
     held = {slot for slots in members.values() for slot in slots}
     telemetry = slot_telemetry(held) if held else {}
     reasons = waiting.reasons(list(jobs), user)
+    teams = team_names({job.team_id for job in jobs if job.team_id is not None})
     return {
         job.pk: JobStatus(
             id=job.pk,
             state=job.state,
             priority=job.priority,
+            team=teams.get(job.team_id, "") if job.team_id is not None else "",
+            resource_group=job.resource_group,
             workers=len(members[job.pk]),
             max_workers=job.max_workers,
             steps_done=job.steps_done,
@@ -83,6 +89,13 @@ def statuses(jobs: Sequence[Job], user: Any) -> dict[int, JobStatus]:
         )
         for job in jobs
     }
+
+
+def team_names(ids: set[int]) -> dict[int, str]:
+    """Team id -> name, read once for a list's jobs."""
+    from edtweb.tenancy.models import Team
+
+    return dict(Team.objects.filter(pk__in=ids).values_list("pk", "name")) if ids else {}
 
 
 def progress(job: Job) -> float:

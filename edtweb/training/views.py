@@ -25,8 +25,9 @@ from django.utils import dateformat, timezone
 from django.views.decorators.http import require_GET, require_POST
 
 from edtweb.datasets.models import Dataset
-from edtweb.ownership import get_owned, owned
+from edtweb.ownership import OWN, STEER, Viewer, get_owned, owned
 from edtweb.registry.models import ModelDefinition
+from edtweb.tenancy import services as tenancy
 from edtweb.training import history, services
 from edtweb.training.forms import TrainForm
 from edtweb.training.models import Job, Metric
@@ -41,6 +42,8 @@ def train(request: HttpRequest) -> HttpResponse:
     sources = {
         "owner_models": owned(request, ModelDefinition),
         "owner_datasets": owned(request, Dataset),
+        "teams": tenancy.teams_of(request.user),
+        "default_team": tenancy.default_team(request.user),
     }
     form = TrainForm(request.POST or None, initial=request.GET.dict(), **sources)
     if request.method == "POST" and form.is_valid():
@@ -70,8 +73,10 @@ def job_list(request: HttpRequest) -> HttpResponse:
     best = best_accuracy([job.pk for job in jobs])
     live = statuses(jobs, request.user)
     now = timezone.now()
+    viewer = Viewer(request.user)
     for job in jobs:
         job.status = live[job.pk]
+        job.can_steer = viewer.may(job, STEER)
         job.best = best.get(job.pk)
         ran = ((job.finished_at or now) - job.started_at) if job.started_at else None
         job.seconds = int(ran.total_seconds()) if ran else 0
@@ -96,9 +101,12 @@ def best_accuracy(job_ids: list[int]) -> dict[int, float]:
 def job_detail(request: HttpRequest, pk: int) -> HttpResponse:
     job = get_owned(request, Job, pk)
     status = status_of(job, request.user)
+    viewer = Viewer(request.user)
     context = {
         "job": job,
         "status": status,
+        "can_steer": viewer.may(job, STEER),  # priority, stop: a member only reads
+        "can_own": viewer.may(job, OWN),  # resume, delete
         "nav": "jobs",
         "logs": history.log_names(job),
         "checkpoints": history.checkpoints(job),
@@ -192,7 +200,7 @@ def _csv_lines(rows: object, keys: list[str]) -> Iterator[str]:
 @login_required
 @require_POST
 def job_resume(request: HttpRequest, pk: int) -> HttpResponse:
-    job = get_owned(request, Job, pk)
+    job = get_owned(request, Job, pk, OWN)
     if not services.resume_job(job.pk):
         messages.error(request, f"Job {job.pk} is {job.get_state_display().lower()}: only a "
                        "stopped or failed job resumes.")  # fmt: skip
@@ -210,7 +218,7 @@ def job_log(request: HttpRequest, pk: int) -> JsonResponse:
 @login_required
 @require_POST
 def job_priority(request: HttpRequest, pk: int) -> JsonResponse:
-    job = get_owned(request, Job, pk)
+    job = get_owned(request, Job, pk, STEER)
     try:
         services.set_priority(job, int(request.POST.get("priority", "")))
     except (ValueError, ValidationError):
@@ -233,14 +241,14 @@ def job_priority_preview(request: HttpRequest, pk: int) -> JsonResponse:
 @login_required
 @require_POST
 def job_stop(request: HttpRequest, pk: int) -> HttpResponse:
-    services.stop_job(get_owned(request, Job, pk).pk)
+    services.stop_job(get_owned(request, Job, pk, STEER).pk)
     return redirect("job", pk)
 
 
 @login_required
 @require_POST
 def job_delete(request: HttpRequest, pk: int) -> HttpResponse:
-    job = get_owned(request, Job, pk)
+    job = get_owned(request, Job, pk, OWN)
     if not services.delete_job(job.pk):
         messages.error(
             request, f"Job {job.pk} is {job.get_state_display().lower()}: stop it first."

@@ -8,6 +8,7 @@ from typing import Any
 
 import redis
 
+from edtweb.ownership import Viewer
 from edtweb.redis_access import store
 from edtweb.training.models import Job
 
@@ -22,7 +23,7 @@ def queue_order() -> list[Job]:
 
 
 def queue_of(visible: Any, user: Any) -> tuple[list[Job], dict[int, int], dict[int, str]]:
-    """The waiting jobs among ``visible`` (a user's own; staff: all) in queue order, the
+    """The waiting jobs among ``visible`` (those the user may see) in queue order, the
     place of each in the whole queue, and why each waits (the Cluster page, the API)."""
     order = queue_order()
     positions = {job.pk: place for place, job in enumerate(order, start=1)}
@@ -44,8 +45,9 @@ def _slots() -> tuple[int, int]:
     return len(alive), len(alive) - len(held)
 
 
-def _label(job: Job, user: Any) -> str:
-    if user.is_staff or job.owner_id == user.pk:
+def _label(job: Job, viewer: Viewer) -> str:
+    """The job as the viewer may know it: named when they may see it."""
+    if viewer.may(job):
         return f"job {job.pk} ({job.name})"
     return "another user's job"
 
@@ -78,10 +80,11 @@ def reasons(jobs: list[Job], user: Any, queue: list[Job] | None = None) -> dict[
         slots = None
     if queue is None:
         queue = queue_order()
-    return {job.pk: _reason(job, user, slots, queue) for job in jobs}
+    viewer = Viewer(user)
+    return {job.pk: _reason(job, viewer, slots, queue) for job in jobs}
 
 
-def _reason(job: Job, user: Any, slots: tuple[int, int] | None, queue: list[Job]) -> str:
+def _reason(job: Job, viewer: Viewer, slots: tuple[int, int] | None, queue: list[Job]) -> str:
     need = min(job.min_workers, job.max_workers)
     parts = [f"needs {need} slot{'s' if need != 1 else ''}"]
     if slots is None:
@@ -95,7 +98,7 @@ def _reason(job: Job, user: Any, slots: tuple[int, int] | None, queue: list[Job]
         where = f"{ordinal(queue.index(job) + 1)} in the queue"
         ahead = _ahead(job, queue)
         if ahead is not None:
-            where += f", behind {_label(ahead, user)} at priority {ahead.priority}"
+            where += f", behind {_label(ahead, viewer)} at priority {ahead.priority}"
         parts.append(where)
     text = "; ".join(parts)
     last = job.events.filter(kind="scaled").order_by("-at").first()

@@ -29,6 +29,7 @@ from workers.learner.datasets import write_cifar10
 
 MAX_UPLOAD = 8 * 1024 * 1024
 USERS = ("carol", "dave", "erin", "mallory")  # non-staff; passwords are "<name>-pass-1"
+STAFF = ("sam",)  # staff (`edt admin`); the password as the others'
 
 
 @dataclass
@@ -47,6 +48,8 @@ class LiveEdt:
         home = self.tmp / f"config-{user or 'nobody'}"
         env = {k: v for k, v in os.environ.items() if not k.startswith("EDT_")}
         env["XDG_CONFIG_HOME"] = str(home)
+        # This checkout's edtcli, whichever checkout the console script was installed from.
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(PROJECT_DIR), env.get("PYTHONPATH")]))
         return subprocess.run(
             [*edt_command(), *args],
             input=stdin,
@@ -136,9 +139,10 @@ def start_edt(
     args: Sequence[str] = (),
 ) -> LiveEdt:
     """``manage.py edt_run args`` with ``env`` (its data directory is ``EDT_DATA_DIR``), once it
-    announced itself, with the users of :data:`USERS`; ``prefix`` runs it (and the command
-    creating the users) through another command, as another user say. The caller stops it
-    (``LiveEdt.stop``); a launcher that exits at start fails with its log's end."""
+    announced itself, with the users of :data:`USERS` and the staff of :data:`STAFF`;
+    ``prefix`` runs it (and the command creating the users) through another command, as
+    another user say. The caller stops it (``LiveEdt.stop``); a launcher that exits at start
+    fails with its log's end."""
     processes = Processes()
     port = free_port()
     log = tmp / "run.log"
@@ -157,7 +161,10 @@ def start_edt(
 
     try:
         wait_for(up, 240, lambda: f"the launcher; its log ends: {log.read_text()[-2000:]}")
-        users = "; ".join(f"U.objects.create_user('{u}', password='{u}-pass-1')" for u in USERS)
+        users = "; ".join(
+            f"U.objects.create_user('{u}', password='{u}-pass-1', is_staff={u in STAFF})"
+            for u in (*USERS, *STAFF)
+        )
         code = f"from django.contrib.auth.models import User as U; {users}"
         done = subprocess.run(
             [*prefix, sys.executable, "manage.py", "shell", "-c", code],

@@ -265,15 +265,19 @@
     document.getElementById("waiting")?.remove();
     JobCharts.ended(Date.now() / 1000);
     JobCharts.empty(waitingText());
-    document.getElementById("stop-form").hidden = true;
-    document.getElementById("delete-form").hidden = false;
+    // The controls a viewer may use are on the page; a team member who only reads has none.
+    const hide = (id, hidden) => { const el = document.getElementById(id); if (el) el.hidden = hidden; };
+    hide("stop-form", true);
+    hide("delete-form", false);
     // An ended job's priority cannot change: its plain value replaces the slider.
     const slider = document.getElementById("priority");
-    slider.disabled = true;
-    document.getElementById("priority-fixed").querySelector("strong").textContent = slider.value;
-    document.getElementById("priority-edit").hidden = true;
-    document.getElementById("priority-fixed").hidden = false;
-    document.getElementById("resume-form").hidden = !["STOPPED", "FAILED"].includes(state);
+    if (slider) {
+      slider.disabled = true;
+      document.getElementById("priority-fixed").querySelector("strong").textContent = slider.value;
+    }
+    hide("priority-edit", true);
+    hide("priority-fixed", false);
+    hide("resume-form", !["STOPPED", "FAILED"].includes(state));
   }
 
   // An ended job's history does not wait for the socket (a record that still comes in
