@@ -56,6 +56,13 @@ LEASE_KEY = PREFIX + "scheduler:lease"
 METRICS_LEASE_KEY = PREFIX + "metrics:lease"  # held by the one active metrics consumer
 WAKE_KEY = PREFIX + "scheduler:wake"
 ALLOCATIONS_KEY = PREFIX + "scheduler:allocations"  # the allocation record (scheduler.store)
+# The teams' shares over time, per resource group, written by the scheduler when they change
+# (at most once a second; capped): a stream whose entries have one field, ``data``, JSON
+# {"t": unix time, "groups": {group: {"capacity": slots, "teams": {team id ("" for jobs of
+# no team): {"held": slots, "entitled": slots (exact), "demand": slots}}, "queue": {team id:
+# [job ids waiting, in order]}}}}. Read by the Cluster page's chart (scheduler.store).
+SHARES_KEY = PREFIX + "scheduler:shares"
+SHARES_KEPT = 20000
 # The active scheduler's own Prometheus metrics, as text (scheduler/metrics.py).
 SCHEDULER_METRICS_KEY = PREFIX + "scheduler:metrics"
 # The ids of the jobs whose learners, slot tasks or metrics consumer wrote something the
