@@ -20,7 +20,9 @@ from scheduler.policies.model import (
     Decision,
     JobView,
     Snapshot,
+    Team,
 )
+from scheduler.policies.teams import entitlements, slots_by_team
 
 Policy = Callable[[Snapshot], Decision]
 
@@ -59,5 +61,8 @@ __all__ = [
     "JobView",
     "Policy",
     "Snapshot",
+    "Team",
     "decide",
+    "entitlements",
+    "slots_by_team",
 ]

@@ -1,17 +1,31 @@
-"""fairshare (the default): weighted max-min by priority, between each job's min and max.
+"""fairshare (the default): hierarchical fair share; among one user's jobs, weighted max-min by
+priority between each job's min and max.
 
-Each unsatisfied job's share is ``capacity * weight / Σweights`` (weight = priority), capped at
-its max; what a capped job leaves is refilled to the others. That is the same as finding the
-*water level* λ at which ``Σ clamp(λ·weight, min, max) = capacity``. The arithmetic is exact
-(integers and a rational λ), so ties are real ties and are broken the same way every time.
+A group's slots go to teams, then to each team's users, then to each user's jobs
+(:mod:`scheduler.policies.teams` divides down to users). With no teams and one user (or
+jobs that name none) the whole group is that user's: exactly the flat fair share below.
+
+Among one user's jobs: each unsatisfied job's share is ``capacity * weight / Σweights``
+(weight = priority), capped at its max; what a capped job leaves is refilled to the others.
+That is the same as finding the *water level* λ at which ``Σ clamp(λ·weight, min, max) =
+capacity``. The arithmetic is exact (integers and a rational λ), so ties are real ties and
+are broken the same way every time.
 """
 
 from __future__ import annotations
 
 from operator import attrgetter
 
-from scheduler.policies import reasons
-from scheduler.policies.model import Decision, JobView, Snapshot, by_priority, make_decision, zeros
+from scheduler.policies import reasons, teams
+from scheduler.policies.model import (
+    Decision,
+    JobView,
+    Snapshot,
+    active,
+    by_priority,
+    make_decision,
+    zeros,
+)
 
 POLICY = "fairshare"
 _MIN = attrgetter("min_workers")
@@ -21,7 +35,51 @@ Level = tuple[int, int] | None
 
 
 def decide(snapshot: Snapshot) -> Decision:
-    """Weighted max-min shares of ``snapshot.capacity`` slots; see the module docstring."""
+    """Hierarchical fair share of ``snapshot.capacity`` slots: by team, user, then job."""
+    if not snapshot.teams:
+        jobs = active(snapshot.jobs)
+        if len({job.owner for job in jobs}) <= 1:  # one user: the whole group is theirs
+            decision = flat(snapshot)
+            if not jobs:
+                return decision
+            owner, entitled = jobs[0].owner, float(min(snapshot.capacity, _demand(jobs)))
+            decision.teams[teams.NO_TEAM] = entitled
+            decision.users[teams.NO_TEAM] = {owner: entitled}
+            return decision
+    return hierarchical(snapshot)
+
+
+def _demand(jobs: list[JobView]) -> int:
+    return sum(job.max_workers for job in jobs)
+
+
+def hierarchical(snapshot: Snapshot) -> Decision:
+    """Whole slots per user by :class:`teams.Hierarchy`, each user's slots to their
+    admitted jobs as :func:`flat` shares the group's."""
+    tree = teams.Hierarchy(snapshot)
+    tree.admit()
+    tree.divide()
+    targets = zeros(tree.jobs)
+    shares: dict[str, float] = {}
+    for user in tree.users.values():
+        if not user.amount:
+            continue
+        admitted = user.admitted
+        level = water_level(admitted, user.amount)
+        parts = {job.id: split(job, level) for job in admitted}
+        targets.update(round_shares(admitted, parts, user.amount))
+        den = level[1] if level else 1
+        shares.update(
+            {job_id: whole + remainder / den for job_id, (whole, remainder) in parts.items()}
+        )
+    by_team, by_user = tree.entitlements()
+    explain = reasons.TeamsExplainer(tree, shares)
+    return make_decision(POLICY, snapshot, tree.jobs, targets, explain, shares, by_team, by_user)
+
+
+def flat(snapshot: Snapshot) -> Decision:
+    """Weighted max-min shares of ``snapshot.capacity`` slots among all its jobs, as if one
+    user's (teams and owners ignored); see the module docstring."""
     # 1. Canonical order (priority desc, submission asc, id): the answer never depends on the
     #    order the jobs came in.
     jobs = by_priority(snapshot.jobs)

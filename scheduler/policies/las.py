@@ -113,7 +113,8 @@ def _capped(job: JobView) -> JobView:
     if top == job.max_workers:
         return job
     return JobView(job.id, top, job.submitted, job.priority, job.min_workers, job.current,
-                   job.state, job.attained, job.name, job.speedup)  # fmt: skip
+                   job.state, job.attained, job.name, job.speedup, job.owner,
+                   job.team)  # fmt: skip
 
 
 def _spread(jobs: list[JobView], targets: dict[str, int], spare: int) -> dict[str, int]:

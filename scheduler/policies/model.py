@@ -7,6 +7,7 @@ touch live state (docs/architecture.md, "Scheduling contract").
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from operator import attrgetter
@@ -43,6 +44,8 @@ class JobView:
     attained: float = 0.0
     name: str = ""  # what reasons call the job (its id when empty)
     speedup: tuple[float, ...] = ()
+    owner: str = ""  # the user who submitted it; "" is a user too (the one with no name)
+    team: str = ""  # the id of its team in the snapshot's ``teams``; "" for none
 
     @property
     def label(self) -> str:
@@ -58,15 +61,119 @@ class JobView:
 
 
 @dataclass(frozen=True, slots=True)
+class Team:
+    """A team: a node of the hierarchy that fair share divides a group's slots over
+    (docs/architecture.md, "Scheduling contract").
+
+    ``parent`` is the id of the team it belongs to ("" for none: directly under the group).
+    ``weight`` (at least 1) is its part, beside its sibling teams, of the slots left after
+    guarantees. ``guarantee`` is the slots of this snapshot's group it may always claim, up
+    to what its jobs ask for (it covers its sub-teams' guarantees: where theirs add up to
+    more, that sum is its guarantee); a guarantee it does not use is lent to the others.
+    ``limit`` is the most slots its jobs may hold together (None: no limit).
+    """
+
+    id: str
+    parent: str = ""
+    weight: int = 1
+    guarantee: int = 0
+    limit: int | None = None
+    name: str = ""  # what reasons call the team (its id when empty)
+
+    @property
+    def label(self) -> str:
+        return self.name or self.id
+
+    def __post_init__(self) -> None:
+        if not self.id:
+            raise ValueError("a team needs an id")
+        if self.parent == self.id:
+            raise ValueError(f"team {self.id}: a team cannot be its own parent")
+        if self.weight < 1:
+            raise ValueError(f"team {self.id}: weight must be at least 1")
+        if self.guarantee < 0:
+            raise ValueError(f"team {self.id}: guarantee is negative")
+        if self.limit is not None:
+            if self.limit < 0:
+                raise ValueError(f"team {self.id}: limit is negative")
+            if self.guarantee > self.limit:
+                raise ValueError(
+                    f"team {self.id}: guarantee {self.guarantee} is above its limit {self.limit}"
+                )
+
+
+@dataclass(frozen=True, slots=True)
 class Snapshot:
-    """The cluster at one instant: ``capacity`` usable slots and the jobs."""
+    """The cluster at one instant: ``capacity`` usable slots, the jobs, and the teams the
+    jobs belong to (none: every job sits directly under the group)."""
 
     capacity: int
     jobs: Sequence[JobView]
+    teams: tuple[Team, ...] = ()
 
     def __post_init__(self) -> None:
         if self.capacity < 0:
             raise ValueError("capacity is negative")
+        if not isinstance(self.teams, tuple):
+            object.__setattr__(self, "teams", tuple(self.teams))
+        known = check_teams(self.teams)
+        unknown = {job.team for job in self.jobs}.difference(known)
+        unknown.discard("")
+        if unknown:
+            raise ValueError(f"jobs name teams the snapshot does not hold: {sorted(unknown)}")
+
+
+@functools.lru_cache(maxsize=64)
+def check_teams(teams: tuple[Team, ...]) -> frozenset[str]:
+    """The ids of ``teams`` once they are found to form a forest: ids unique, every parent
+    one of them, no cycle, and no team whose sub-teams' guarantees exceed its limit.
+    Raises ValueError saying which team is wrong."""
+    ids = [team.id for team in teams]
+    known = frozenset(ids)
+    if len(known) != len(ids):
+        twice = sorted({i for i in ids if ids.count(i) > 1})
+        raise ValueError(f"team ids are not unique: {twice}")
+    parent = {team.id: team.parent for team in teams}
+    for team in teams:
+        if team.parent and team.parent not in known:
+            raise ValueError(f"team {team.id}: parent {team.parent!r} is not a team here")
+    for team in teams:
+        seen, at = {team.id}, team.parent
+        while at:
+            if at in seen:
+                raise ValueError(f"teams form a cycle through {team.id!r}")
+            seen.add(at)
+            at = parent[at]
+    covered = guarantees(teams)
+    below: dict[str, int] = dict.fromkeys(ids, 0)
+    for team in teams:
+        if team.parent:
+            below[team.parent] += covered[team.id]
+    for team in teams:
+        if team.limit is not None and below[team.id] > team.limit:
+            raise ValueError(
+                f"team {team.id}: its sub-teams' guarantees ({below[team.id]}) are above its "
+                f"limit {team.limit}"
+            )
+    return known
+
+
+def guarantees(teams: Sequence[Team]) -> dict[str, int]:
+    """Each team's guarantee covering its sub-teams': the larger of its own and the sum of
+    its sub-teams' (so computed from the leaves up). ``teams`` must form a forest."""
+    children: dict[str, list[Team]] = {}
+    for team in teams:
+        children.setdefault(team.parent, []).append(team)
+    covered: dict[str, int] = {}
+
+    def visit(team: Team) -> int:
+        below = sum(visit(child) for child in children.get(team.id, ()))
+        covered[team.id] = max(team.guarantee, below)
+        return covered[team.id]
+
+    for top in children.get("", ()):
+        visit(top)
+    return covered
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,6 +183,11 @@ class Decision:
     ``targets`` holds every active job's slot count (0 = waits, or is suspended if it held
     slots); ``reasons`` a readable line for each job whose count changes; ``shares`` the exact
     (fractional) share a policy computed, where it computes one. ``snapshot`` is the input.
+
+    Where a policy divides by team and user (fairshare), ``teams`` holds each team's
+    entitlement (the exact slots hierarchical fair share gives its subtree for what its jobs
+    ask, before minimums and whole slots; "" is the jobs of no team) and ``users`` each
+    user's, by team then owner: what a page charts a team's or a user's slots against.
     """
 
     policy: str
@@ -83,6 +195,8 @@ class Decision:
     targets: dict[str, int]
     reasons: dict[str, str]
     shares: dict[str, float] = field(default_factory=dict)
+    teams: dict[str, float] = field(default_factory=dict)
+    users: dict[str, dict[str, float]] = field(default_factory=dict)
 
     def changes(self) -> dict[str, tuple[int, int]]:
         """Job id -> (slots now, slots decided), for the jobs whose count changes."""
@@ -113,6 +227,13 @@ class Decision:
         }
         if job.id in self.shares:
             data["share"] = round(self.shares[job.id], 3)
+        if job.team or job.owner:
+            data["team"], data["owner"] = job.team, job.owner
+            if job.team in self.teams:
+                data["team_entitlement"] = round(self.teams[job.team], 3)
+            user = self.users.get(job.team, {}).get(job.owner)
+            if user is not None:
+                data["user_entitlement"] = round(user, 3)
         return data
 
     def inputs(self) -> dict[str, object]:
@@ -125,6 +246,11 @@ class Decision:
             "demands": {job.id: [job.min_workers, job.max_workers] for job in jobs},
             "current": {job.id: job.current for job in jobs},
             "shares": {job_id: round(share, 3) for job_id, share in self.shares.items()},
+            **(
+                {"teams": {team: round(value, 3) for team, value in self.teams.items()}}
+                if self.snapshot.teams
+                else {}
+            ),
         }
 
 
@@ -157,6 +283,8 @@ def make_decision(
     targets: dict[str, int],
     explain: ReasonFn,
     shares: dict[str, float] | None = None,
+    teams: dict[str, float] | None = None,
+    users: dict[str, dict[str, float]] | None = None,
 ) -> Decision:
     """Bundle ``targets`` (one per job of ``jobs``, the active jobs) with a reason from
     ``explain`` for every job whose count changes."""
@@ -167,7 +295,7 @@ def make_decision(
         for job in jobs
         if targets[job.id] != job.current
     }
-    return Decision(policy, snapshot, targets, reasons, shares or {})
+    return Decision(policy, snapshot, targets, reasons, shares or {}, teams or {}, users or {})
 
 
 def zeros(jobs: Iterable[JobView]) -> dict[str, int]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from scheduler.policies.model import JobView
+from scheduler.policies.teams import MEMBERS, TEAM, USER, Hierarchy, Node
 
 # Who goes first when the minimums do not all fit, as the wait reasons say it.
 PRIORITY_AHEAD = "jobs of higher priority or earlier submission go first"
@@ -75,6 +76,98 @@ class FairshareExplainer:
         return (
             f"{_waits(job)}: minimums total {self.minimums} > {self.capacity} slots; "
             f"{self.ahead} (priority {job.priority}, min {job.min_workers})"
+        )
+
+
+class TeamsExplainer:
+    """Hierarchical fair share's reason: the levels that decided, from the team down.
+
+    "team vision at its guarantee 6 of 8 slots; alice gets 3 of team vision's 6 slots, equal
+    among 2 users; shares 3 slots with B at priority 5000 vs 5000; exact share 1.50". A level
+    that decided nothing (no teams; one user) is left out; a waiting job's line says which
+    bound kept it out (a team's limit, or its user's entitlement)."""
+
+    def __init__(self, tree: Hierarchy, shares: dict[str, float]) -> None:
+        self.tree = tree
+        self.shares = shares
+        self.named = len(tree.teams) > 1  # the snapshot has teams: say which level decided
+        # Per user, built when first asked: the team's and user's part, and its jobs' explainer.
+        self.lines: dict[int, tuple[str, FairshareExplainer]] = {}
+        self.team_lines: dict[int, str] = {}
+
+    def __call__(self, job: JobView, target: int) -> str:
+        user = self.tree.users[(job.team, job.owner)]
+        if job.id not in self.shares:
+            return self._wait(job, user)
+        known = self.lines.get(id(user))
+        if known is None:  # the team's and the user's part, once per user
+            fair = FairshareExplainer(user.amount, user.jobs, user.admitted, self.shares)
+            above = "; ".join(line for line in (self._team(user), self._user(user)) if line)
+            known = self.lines[id(user)] = (f"{above}; " if above else "", fair)
+        return known[0] + known[1](job, target)
+
+    def _where(self, node: Node) -> str:
+        """What a node's slots are part of: the group's, or its parent team's."""
+        parent = node.parent
+        while parent is not None and parent.kind == MEMBERS:
+            parent = parent.parent
+        if parent is None or parent is self.tree.root:
+            return f"{self.tree.root.amount} slots"
+        return f"team {parent.label}'s {parent.amount} slots"
+
+    def _team(self, user: Node) -> str:
+        if not self.named:
+            return ""
+        line = self.team_lines.get(id(user.parent))
+        if line is None:
+            line = self.team_lines[id(user.parent)] = self._team_line(user)
+        return line
+
+    def _team_line(self, user: Node) -> str:
+        team = user.parent
+        while team is not None and team.kind != TEAM:
+            team = team.parent
+        if team is None or team is self.tree.root:
+            return f"no team: {user.parent.amount if user.parent else 0} of {self._where(user)}"
+        for node in team.path:  # a limit that binds, here or above
+            if node.limit is not None and node.amount == node.limit < node.wanted:
+                return f"team {node.label} at its limit {node.limit}"
+        claim = team.claim(team.cap)
+        where = self._where(team)
+        if team.amount >= team.cap:
+            return f"team {team.label} gets all {team.amount} slots its jobs ask for"
+        if claim and team.amount <= claim:
+            return f"team {team.label} at its guarantee {team.amount} of {where}"
+        siblings = [c for c in (team.parent.children if team.parent else []) if c.cap]
+        if len(siblings) == 1:
+            return f"team {team.label} alone on {where}"
+        peers = sum(c.weight for c in siblings)
+        by_weight = f"by weight {team.weight} of {peers}"
+        if claim:
+            return (
+                f"team {team.label}: {team.amount} of {where}, its guarantee {claim} and "
+                f"{team.amount - claim} more {by_weight}"
+            )
+        return f"team {team.label}: {team.amount} of {where} {by_weight}"
+
+    def _user(self, user: Node) -> str:
+        parent = user.parent
+        users = [c for c in parent.children if c.kind == USER and c.cap] if parent else []
+        if len(users) < 2:
+            return ""
+        where = self._where(user)
+        if user.amount >= user.cap:
+            return f"{user.label} gets all {user.amount} slots their jobs ask for, of {where}"
+        return f"{user.label} gets {user.amount} of {where}, equal among {len(users)} users"
+
+    def _wait(self, job: JobView, user: Node) -> str:
+        for node in user.path:
+            if node.limit is not None and node.need + job.min_workers > node.limit:
+                return f"{_waits(job)}: team {node.label} at its limit {node.limit}"
+        return (
+            f"{_waits(job)}: its min {job.min_workers} does not fit in {user.label}'s "
+            f"{user.quota} entitled slots beside the {user.need_sum} their admitted jobs' "
+            f"minimums take, nor in slots the others leave"
         )
 
 
