@@ -10,6 +10,7 @@ from edtweb.api.wmla_urls import conductor_urlpatterns
 from edtweb.dashboard import views
 from edtweb.datasets import views as datasets
 from edtweb.registry import views as registry
+from edtweb.tenancy import views as tenancy
 from edtweb.training import views as training
 
 urlpatterns = [
@@ -40,6 +41,10 @@ urlpatterns = [
     path("jobs/<int:pk>/stop", training.job_stop, name="job-stop"),
     path("jobs/<int:pk>/delete", training.job_delete, name="job-delete"),
     path("jobs/<int:pk>/files/<str:name>", training.job_download, name="job-download"),
+    path("teams/", tenancy.teams_page, name="teams"),
+    path("groups/", tenancy.groups_page, name="groups"),
+    path("usage/", tenancy.usage_page, name="usage"),
+    path("usage.csv", tenancy.usage_csv, name="usage-csv"),
     path("accounts/login/", auth_views.LoginView.as_view(), name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("admin/", admin.site.urls),

@@ -21,6 +21,7 @@ from protocol.keys import (
     LEASE_KEY,
     PREFIX,
     SCHEDULER_METRICS_KEY,
+    SHARES_KEY,
     WAKE_KEY,
     job_key,
 )
@@ -110,6 +111,25 @@ class Store(SlotRegistry):
     def scheduler_metrics(self) -> str:
         """The active scheduler's metrics as it last wrote them ('' if none)."""
         return str(self.r.get(SCHEDULER_METRICS_KEY) or "")
+
+    def shares(self, after: str | None = None, since: float | None = None,
+               count: int = 5000) -> list[tuple[str, dict[str, Any]]]:  # fmt: skip
+        """The teams' shares stream (``protocol.keys.SHARES_KEY``, its format there) with
+        each entry's id, oldest first: the entries after stream id ``after``, else those
+        whose id (Redis' clock when it was added) is from unix time ``since`` on (else
+        all), at most the newest ``count``. An entry that
+        is not a JSON object is skipped."""
+        low = f"({after}" if after else (f"{max(0, int(since * 1000))}" if since else "-")
+        replies: Any = self.r.xrevrange(SHARES_KEY, "+", low, count=count)
+        out = []
+        for eid, fields in reversed(replies or []):
+            try:
+                data = json.loads(str(fields.get("data", "")))
+            except ValueError:
+                continue
+            if isinstance(data, dict):
+                out.append((str(eid), data))
+        return out
 
     def acquire_lease(self, holder: str, ttl_ms: int, key: str = LEASE_KEY) -> bool:
         """Become the active scheduler (or the lease ``key``'s process) if nobody holds the

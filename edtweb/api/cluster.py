@@ -5,8 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 from django.http import HttpResponse
-from drf_spectacular.utils import extend_schema
+from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import generics
+from rest_framework.exceptions import ValidationError
 from rest_framework.request import Request
 from rest_framework.response import Response
 
@@ -14,6 +15,7 @@ from edtweb.api import serializers as s
 from edtweb.api.common import Pages, scoped
 from edtweb.dashboard import views as dashboard
 from edtweb.dashboard.slots import current_slots
+from edtweb.tenancy import shares
 from edtweb.training import waiting
 from edtweb.training.models import Job, JobEvent
 from edtweb.training.services import allocations
@@ -48,6 +50,37 @@ class Allocations(generics.GenericAPIView):
     def get(self, request: Request) -> HttpResponse:
         """Slots per job over time (the Cluster page's chart) and the latest decisions."""
         return dashboard.cluster_allocations(request._request)
+
+
+class Shares(generics.GenericAPIView):
+    @extend_schema(
+        tags=TAGS,
+        parameters=[
+            OpenApiParameter("since", str, description="a unix time (seconds): the entries "
+                             "from then on; or the `cursor` of an earlier answer: only the "
+                             "entries after it. Left out: all that are kept, up to 5000"),
+        ],
+        responses={200: s.SharesSerializer, 400: s.problem("`since` cannot be read")},
+    )  # fmt: skip
+    def get(self, request: Request) -> Response:
+        """Each resource group's teams over time, as the scheduler wrote them: the group's
+        capacity and slots held in all, each team's slots held against its entitlement,
+        and what its jobs ask for; then each team's waiting jobs, in order. Staff see every
+        team; anyone else the teams they are in (and their own jobs in the queue)."""
+        since = request.query_params.get("since", "").strip()
+        after, moment = None, None
+        if since:
+            if shares.CURSOR.match(since):
+                after = since
+            else:
+                try:
+                    moment = float(since)
+                except ValueError:
+                    raise ValidationError({"since": [
+                        f"{since!r}: a unix time in seconds, or the cursor of an earlier "
+                        "answer (1767000000000-0)"
+                    ]}) from None  # fmt: skip
+        return Response(shares.history(request.user, after, moment))
 
 
 class Queue(generics.GenericAPIView):

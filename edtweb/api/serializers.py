@@ -552,3 +552,85 @@ class UsageSerializer(serializers.Serializer):
     period = serializers.ChoiceField(choices=["day", "week"])
     rows = UsageRowSerializer(many=True)
     totals = UsageTotalSerializer(many=True)
+
+
+# The teams' shares (the Cluster page's charts) and their preview ---------------------------
+
+
+class TeamShareSerializer(serializers.Serializer):
+    held = serializers.FloatField(help_text="slots its jobs hold (its sub-teams' counted)")
+    entitled = serializers.FloatField(help_text="its entitlement, exact, in slots")
+    demand = serializers.FloatField(help_text="slots its active jobs ask for")
+
+
+class GroupShareSerializer(serializers.Serializer):
+    capacity = serializers.FloatField(help_text="the group's slots")
+    held = serializers.FloatField(help_text="slots held in the group, all teams together")
+    teams = serializers.DictField(
+        child=TeamShareSerializer(), help_text="team id ('' for jobs of no team) -> its share"
+    )
+
+
+class SharesEntrySerializer(serializers.Serializer):
+    t = serializers.FloatField(help_text="unix time")
+    groups = serializers.DictField(child=GroupShareSerializer(), help_text="by resource group")
+
+
+class WaitingJobSerializer(serializers.Serializer):
+    id = serializers.IntegerField(allow_null=True, help_text="null: a job you may not see")
+    name = serializers.CharField()
+    state = serializers.CharField()
+    priority = serializers.IntegerField(allow_null=True)
+
+
+class TeamQueueSerializer(serializers.Serializer):
+    group = serializers.CharField()
+    team = serializers.CharField(help_text="the team's name ('no team' for jobs of none)")
+    jobs = WaitingJobSerializer(many=True, help_text="waiting, in the order they are served")
+
+
+class SharesSerializer(serializers.Serializer):
+    cursor = serializers.CharField(help_text="send as `after` to get only what comes next")
+    now = serializers.FloatField()
+    teams = serializers.DictField(child=serializers.CharField(), help_text="team id -> name")
+    entries = SharesEntrySerializer(many=True, help_text="oldest first")
+    queue = TeamQueueSerializer(many=True)
+
+
+class TeamChangeSerializer(serializers.Serializer):
+    weight = serializers.IntegerField(min_value=1, required=False)
+    guarantee = serializers.IntegerField(min_value=0, required=False)
+    limit = serializers.IntegerField(min_value=0, allow_null=True, required=False)
+    parent = serializers.CharField(allow_null=True, allow_blank=True, required=False,
+                                   help_text="a team's name; null or '': at the top")  # fmt: skip
+
+
+class SharesPreviewRequestSerializer(serializers.Serializer):
+    teams = serializers.DictField(
+        child=TeamChangeSerializer(), help_text="team name -> the changes to preview"
+    )
+
+
+class TeamPreviewSerializer(serializers.Serializer):
+    team = serializers.CharField(help_text="'' for the jobs of no team")
+    now = serializers.IntegerField(help_text="slots its jobs hold now")
+    before = serializers.IntegerField(help_text="slots the policy gives it as the teams are")
+    after = serializers.IntegerField(help_text="slots the policy would give it with the change")
+    entitled_before = serializers.FloatField()
+    entitled_after = serializers.FloatField()
+    demand = serializers.IntegerField(help_text="slots its active jobs ask for")
+    changed = serializers.BooleanField(help_text="one of the teams changed")
+
+
+class GroupPreviewSerializer(serializers.Serializer):
+    group = serializers.CharField()
+    capacity = serializers.IntegerField(help_text="its alive slots")
+    jobs = serializers.IntegerField(help_text="its active jobs")
+    teams = TeamPreviewSerializer(many=True)
+
+
+class SharesPreviewSerializer(serializers.Serializer):
+    policy = serializers.CharField(help_text="the scheduler's policy, which computed both")
+    divides_by_team = serializers.BooleanField()
+    note = serializers.CharField(help_text="what the numbers do not show, if anything")
+    groups = GroupPreviewSerializer(many=True)

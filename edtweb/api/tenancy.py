@@ -20,7 +20,7 @@ from rest_framework.response import Response
 from edtweb.api import serializers as s
 from edtweb.api.errors import ApiError
 from edtweb.ownership import visible_jobs
-from edtweb.tenancy import services, usage
+from edtweb.tenancy import preview, services, usage
 from edtweb.tenancy.models import ResourceGroup, Team
 
 TAGS = ["teams"]
@@ -231,6 +231,21 @@ class TeamMember(generics.GenericAPIView):
         return Response(services.describe_team(team)["members"])
 
 
+class SharesPreview(generics.GenericAPIView):
+    serializer_class = s.SharesPreviewRequestSerializer
+
+    @extend_schema(tags=TAGS, responses={200: s.SharesPreviewSerializer, **BAD, **STAFF})
+    def post(self, request: Request) -> Response:
+        """Staff: what changing teams' ``weight``, ``guarantee``, ``limit`` or ``parent``
+        would do, before anything is saved: per resource group, each team's slots now, the
+        slots the scheduler's policy gives it with the teams as they are and with the
+        change, and its entitlement before and after, over the active jobs and alive slots
+        now (``{"teams": {"vision": {"guarantee": 4}}}``)."""
+        staff_only(request, "preview teams' shares")
+        data = form(s.SharesPreviewRequestSerializer, request)
+        return Response(preview.preview({name: dict(v) for name, v in data["teams"].items()}))
+
+
 # Users -----------------------------------------------------------------------------------
 
 
@@ -284,20 +299,13 @@ class Usage(generics.GenericAPIView):
             OpenApiParameter("until", str, description="as since (default: now)"),
             OpenApiParameter("by", str, enum=list(usage.BY), description="default team"),
             OpenApiParameter("period", str, enum=list(usage.PERIODS), description="default day"),
+            OpenApiParameter("team", str, description="only this team's jobs ('-': of no team)"),
+            OpenApiParameter("user", str, description="only this user's jobs"),
         ],
         responses={200: s.UsageSerializer, **BAD},
     )  # fmt: skip
     def get(self, request: Request) -> Response:
         """Slot-hours of the jobs you may see (yours and your teams'; staff: all), per team
-        or per user, per day or per week, from the jobs' timelines."""
-        query = request.query_params
-        by, period = query.get("by", "team"), query.get("period", "day")
-        if by not in usage.BY:
-            raise ValidationError({"by": [f"one of {', '.join(usage.BY)}"]})
-        if period not in usage.PERIODS:
-            raise ValidationError({"period": [f"one of {', '.join(usage.PERIODS)}"]})
-        try:
-            since, until = usage.span(query.get("since"), query.get("until"), period)
-        except ValueError as exc:
-            raise ValidationError({"since": [str(exc)]}) from None
-        return Response(usage.usage(visible_jobs(request.user), since, until, by, period))
+        or per user, per day or per week, from the jobs' timelines; only one team's or one
+        user's jobs where named."""
+        return Response(usage.asked(visible_jobs(request.user), request.query_params))

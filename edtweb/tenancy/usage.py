@@ -14,11 +14,12 @@ from __future__ import annotations
 
 import re
 from collections import defaultdict
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import date, datetime, time, timedelta, tzinfo
 from typing import Any
 
+from django.core.exceptions import ValidationError
 from django.db.models import QuerySet
 from django.db.models.fields.json import KT
 from django.utils import timezone
@@ -180,3 +181,26 @@ def span(since: str | None, until: str | None, period: str,
     if (end - start) / timedelta(days=7 if period == "week" else 1) > MAX_PERIODS:
         raise ValueError(f"at most {MAX_PERIODS} {period}s at once")
     return start, end
+
+
+def asked(jobs: QuerySet[Job], query: Mapping[str, str]) -> dict[str, Any]:
+    """:func:`usage` of ``jobs`` as a request asks for it (the API, the Usage page and its
+    CSV): ``by`` (team, user), ``period`` (day, week), ``since`` and ``until`` (see
+    :func:`span`), and only the jobs of ``team`` (its name; ``-``: jobs of no team) or of
+    ``user`` (a username) where named. A ValidationError naming the field otherwise."""
+    by, period = query.get("by") or "team", query.get("period") or "day"
+    if by not in BY:
+        raise ValidationError({"by": f"one of {', '.join(BY)}"})
+    if period not in PERIODS:
+        raise ValidationError({"period": f"one of {', '.join(PERIODS)}"})
+    try:
+        since, until = span(query.get("since") or None, query.get("until") or None, period)
+    except ValueError as exc:
+        raise ValidationError({"since": str(exc)}) from None
+    team, user = (query.get("team") or "").strip(), (query.get("user") or "").strip()
+    if team:
+        jobs = jobs.filter(team__isnull=True) if team == "-" else jobs.filter(team__name=team)
+    if user:
+        jobs = jobs.filter(owner__username=user)
+    answer = usage(jobs, since, until, by, period)
+    return {**answer, "team": team, "user": user}

@@ -14,7 +14,7 @@ from edtweb.training.models import Job, Metric
 from scheduler.live.snapshot import BY_SERVICE, BY_SPEEDUP, SnapshotBuilder
 from scheduler.live.speedups import Curves
 from scheduler.policies import decide
-from scheduler.store import Store
+from scheduler.store import AllocationRecord, Store
 
 
 def metrics(job: Job, points: int = 2000) -> dict[str, Any]:
@@ -111,12 +111,29 @@ def downloadable(job: Job, name: str) -> Path | None:
     return path if path.is_file() else None
 
 
+def policy_inputs(
+    record: AllocationRecord, active: list[Job]
+) -> tuple[dict[int, int], dict[int, tuple[float, ...]], dict[int, float]]:
+    """What a preview's snapshot takes beside the jobs, as the scheduler's own: the slots
+    each job holds (members and joiners), and for the policies that read them the jobs'
+    speedup curves and attained service."""
+    from edtweb.training.live_adapter import observed_rates
+
+    held = {pk: len(a.slots) for pk, a in record.jobs.items()}
+    speedups = {}
+    if record.policy in BY_SPEEDUP:
+        curves = Curves(observed_rates)
+        speedups = {j.pk: curves.curve(j.pk, j.max_workers) for j in active}
+    attained = dict(record.attained) if record.policy in BY_SERVICE else {}
+    return held, speedups, attained
+
+
 def preview(job: Job, priority: int, user: Any) -> dict[str, Any]:
     """What the scheduler would decide if ``job`` had ``priority``: "B 5, A 3". The same
     snapshot as the scheduler's (scheduler/live/snapshot.py): its policy, its usable slots,
     joiners counted, each job's attained service and, for the speedup-aware policy, the
     same speedup curves."""
-    from edtweb.training.live_adapter import observed_rates, schedulable_jobs
+    from edtweb.training.live_adapter import schedulable_jobs
     from edtweb.training.services import allocations, redis_client
 
     record = allocations()
@@ -124,12 +141,7 @@ def preview(job: Job, priority: int, user: Any) -> dict[str, Any]:
     active = list(schedulable_jobs().order_by("created_at"))
     if not active:
         return {"targets": {}, "text": "the job is not running"}
-    held = {pk: len(a.slots) for pk, a in record.jobs.items()}
-    speedups = {}
-    if record.policy in BY_SPEEDUP:
-        curves = Curves(observed_rates)
-        speedups = {j.pk: curves.curve(j.pk, j.max_workers) for j in active}
-    attained = dict(record.attained) if record.policy in BY_SERVICE else {}
+    held, speedups, attained = policy_inputs(record, active)
     snapshot = SnapshotBuilder().build(
         active, capacity, held, speedups, attained, {job.pk: priority}
     )
