@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import csv
 from collections.abc import Callable, Iterator
+from datetime import datetime
 from functools import wraps
 from typing import Any
 
@@ -18,6 +19,7 @@ from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
 from django.shortcuts import render
+from django.utils import timezone
 
 from edtweb.ownership import team_ids, visible_jobs
 from edtweb.tenancy import services, usage
@@ -192,10 +194,29 @@ def usage_page(request: HttpRequest) -> HttpResponse:
         "teams": teams,
         "users": users,
         "total": round(sum(t["slot_hours"] for t in answer["totals"]), 4) if answer else 0,
+        "periods": _periods(answer) if answer else [],
+        "span": _span_text(answer) if answer else "",
         "csv_query": query.urlencode(),
         "nav": "usage",
     }
     return render(request, "tenancy/usage.html", context, status=400 if error else 200)
+
+
+def _periods(answer: dict[str, Any]) -> list[str]:
+    """Every period of the answer's span (the chart shows the empty ones too)."""
+    zone = timezone.get_current_timezone()
+    since, until = (datetime.fromisoformat(answer[k]) for k in ("since", "until"))
+    start, out = usage.period_start(since, answer["period"], zone), []
+    while start < until and len(out) <= usage.MAX_PERIODS:
+        out.append(start.date().isoformat())
+        start = usage.next_period(start, answer["period"])
+    return out
+
+
+def _span_text(answer: dict[str, Any]) -> str:
+    zone = timezone.get_current_timezone()
+    since, until = (datetime.fromisoformat(answer[k]).astimezone(zone) for k in ("since", "until"))
+    return f"{since:%Y-%m-%d %H:%M} to {until:%Y-%m-%d %H:%M}"
 
 
 @login_required

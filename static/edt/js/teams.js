@@ -102,7 +102,7 @@
     const d = b - a;
     return a + " → " + b + " (" + (d > 0 ? "+" : "") + (Number.isInteger(d) ? d : d.toFixed(2)) + ")";
   }
-  function exact(x) { return Number.isInteger(x) ? String(x) : x.toFixed(2); }
+  function exact(x) { return String(Number(x.toFixed(2))); } // 3.5, 2.67: slots, exact
 
   function drawPreview(data) {
     previewEl.replaceChildren();
@@ -115,7 +115,7 @@
     }
     for (const g of groups) {
       const wrap = el("div", { class: "scroll-x preview-group", "data-group": g.group });
-      const table = el("table", { class: "list preview", "aria-label": "shares in group " + g.group });
+      const table = el("table", { class: "list preview", tabindex: "0", "aria-label": "shares in group " + g.group });
       const caption = el("caption", {}, "Group " + g.group + ": " + g.capacity + " slot" + (g.capacity === 1 ? "" : "s") +
         ", " + g.jobs + " active job" + (g.jobs === 1 ? "" : "s"));
       table.append(caption);

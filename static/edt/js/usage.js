@@ -6,9 +6,9 @@
   const chart = document.getElementById("chart-usage");
   const by = data.by;
   const label = (key) => (by === "team" && !key ? "no team" : key);
-  const periods = [...new Set(data.rows.map((r) => r.period))].sort();
+  const periods = JSON.parse(document.getElementById("usage-periods").textContent); // every one, empty too
   const keys = [...new Set(data.rows.map((r) => r[by]))].sort();
-  if (!periods.length) {
+  if (!data.rows.length) {
     chart.dataset.empty = "1";
     const p = document.createElement("p");
     p.className = "chart-empty";
