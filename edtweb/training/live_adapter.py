@@ -5,6 +5,7 @@ app of this process (docs/architecture.md, "Layering")."""
 from __future__ import annotations
 
 import statistics
+import time
 from contextlib import AbstractContextManager
 from datetime import datetime
 from pathlib import Path
@@ -96,6 +97,10 @@ class DjangoJobBook:
     """``scheduler.live.ports.JobBook`` over the database."""
 
     AWAY: tuple[type[Exception], ...] = (OperationalError,)
+    TENANCY_EVERY = 1.0  # seconds an admin's change of teams or groups may wait
+
+    def __init__(self) -> None:
+        self.tenancy_read: tuple[float, Tenancy] | None = None
 
     def schedulable(self, created: dict[int, datetime]) -> list[JobRow]:
         return job_rows(schedulable_jobs(), created)
@@ -122,7 +127,11 @@ class DjangoJobBook:
         return observed_rates(job_id)
 
     def tenancy(self) -> Tenancy:
-        return tenancy()
+        """Read at most once a second (three queries; a step may run many times a second)."""
+        now = time.monotonic()
+        if self.tenancy_read is None or now - self.tenancy_read[0] >= self.TENANCY_EVERY:
+            self.tenancy_read = (now, tenancy())
+        return self.tenancy_read[1]
 
     def paths(self, job_ids: list[int]) -> dict[int, LearnerPaths]:
         """The record's paths (never the job's own files: its learners own its directory
