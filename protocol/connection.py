@@ -1,7 +1,7 @@
 """The one way a process outside the web connects to Redis, what "Redis is away" means,
 whether a Redis lets in clients that give no password, and the files a ``REDIS_URL`` names.
 
-Any URL redis-py reads is accepted (docs/architecture.md, "Configuration"): ``redis://``
+Any URL redis-py reads is accepted (README, "Configuration"): ``redis://``
 with a database index and a password (of ``default`` or a named user), ``rediss://`` with
 its TLS files as query parameters (``ssl_ca_certs``, ``ssl_certfile``, ``ssl_keyfile``), and
 ``unix://[[user]:password@]/path/to/redis.sock?db=N`` for a Redis on this machine's socket.

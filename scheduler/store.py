@@ -62,6 +62,13 @@ class AllocationRecord:
     # that order by attained service; a new scheduler goes on from it. It grows with every
     # step, so it is not part of what makes two records differ (nor of a re-publication).
     attained: dict[int, float] = field(default_factory=dict, compare=False)
+    # Usable slots per resource group (docs/architecture.md, "Tenancy"); empty: every slot
+    # in one group, the default.
+    groups: dict[str, int] = field(default_factory=dict)
+
+    def capacity_of(self, group: str) -> int:
+        """The usable slots of ``group`` at the last decision."""
+        return self.groups.get(group, 0) if self.groups else self.capacity
 
     def holder(self) -> dict[str, int]:
         """Slot id -> the job holding it."""
@@ -73,9 +80,8 @@ class AllocationRecord:
     def to_json(self) -> str:
         jobs = {str(k): {"members": a.members, "joiners": a.joiners} for k, a in self.jobs.items()}
         attained = {str(k): round(v, 1) for k, v in self.attained.items()}
-        return json.dumps(
-            {"jobs": jobs, "capacity": self.capacity, "policy": self.policy, "attained": attained}
-        )
+        return json.dumps({"jobs": jobs, "capacity": self.capacity, "policy": self.policy,
+                           "attained": attained, "groups": self.groups})  # fmt: skip
 
     @classmethod
     def from_json(cls, raw: str) -> AllocationRecord:
@@ -83,7 +89,8 @@ class AllocationRecord:
         jobs = {int(k): Allocation(tuple(v["members"]), tuple(v["joiners"]))
                 for k, v in data["jobs"].items()}  # fmt: skip
         attained = {int(k): float(v) for k, v in data.get("attained", {}).items()}
-        return cls(jobs, int(data["capacity"]), str(data["policy"]), attained)
+        groups = {str(k): int(v) for k, v in data.get("groups", {}).items()}
+        return cls(jobs, int(data["capacity"]), str(data["policy"]), attained, groups)
 
 
 class Store(SlotRegistry):

@@ -7,9 +7,10 @@ table runs forward and reversed."""
 from __future__ import annotations
 
 import contextlib
+import json
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -22,12 +23,14 @@ from edtweb.redis_server import RedisServer
 from protocol.connection import REDIS_DOWN, connect
 from protocol.exits import Exit
 from protocol.jobstore import JobStore
-from protocol.keys import ALIVE, queue_for
+from protocol.keys import ALIVE, SHARES_KEY, queue_for
 from protocol.learner_task import LearnerPaths
 from protocol.slots import SlotInfo
+from scheduler.groups import parse_rule
 from scheduler.live import ports as P
 from scheduler.live.loop import LiveScheduler
-from scheduler.live.ports import JobRow, Ports
+from scheduler.live.ports import JobRow, Ports, Tenancy
+from scheduler.policies import Team
 
 EPOCH = datetime(2026, 1, 1, tzinfo=UTC)
 MESSAGES = Celery("edt-table")  # builds learner task messages; nothing is sent through it
@@ -40,10 +43,16 @@ class InMemoryBook:
     AWAY: tuple[type[Exception], ...] = ()
     rows: dict[int, JobRow] = field(default_factory=dict)
     events: list[tuple[int, str, str]] = field(default_factory=list)
+    teams: Tenancy = field(default_factory=Tenancy)
 
-    def submit(self, pk: int, max_workers: int, priority: int = 50) -> None:
+    def submit(self, pk: int, max_workers: int, priority: int = 50, owner: str = "",
+               team: str = "", group: str = "default") -> None:  # fmt: skip
         at = EPOCH + timedelta(seconds=pk)
-        self.rows[pk] = JobRow(pk, f"job{pk}", P.QUEUED, priority, max_workers, 1, 0.0, at)
+        self.rows[pk] = JobRow(pk, f"job{pk}", P.QUEUED, priority, max_workers, 1, 0.0, at,
+                               owner, team, group)  # fmt: skip
+
+    def tenancy(self) -> Tenancy:
+        return self.teams
 
     def schedulable(self, created: dict[int, datetime]) -> list[JobRow]:
         return [r for r in self.rows.values() if r.state in P.ACTIVE]
@@ -253,8 +262,60 @@ def redis_away_fails_the_step_and_the_next_goes_on(w: World) -> None:
     assert w.members() == {1: 2} and w.store(1).generation() == before
 
 
+def each_group_s_jobs_train_on_its_own_slots(w: World) -> None:
+    """Resource groups: slots 0-2 are "big" by a rule on their host's name; a
+    job of "big" never lands elsewhere, nor a job of "default" on a big slot."""
+    w.slots[:3] = [replace(slot, host="big") for slot in w.slots[:3]]
+    w.book.teams = Tenancy(rules=(parse_rule("big", "host=big"),))
+    w.book.submit(1, max_workers=8, group="big")
+    w.book.submit(2, max_workers=8)
+    w.settle()
+    assert w.members() == {1: 3, 2: 5}
+    big = {s.slot_id for s in w.slots[:3]}
+    assert set(w.live.runners[1].members()) == big
+    assert big.isdisjoint(w.live.runners[2].members())
+    assert w.live.allocations().groups == {"big": 3, "default": 5}
+
+
+def a_guarantee_is_taken_back_from_a_borrower_in_place(w: World) -> None:
+    """Team "v" (guarantee 6) is idle: "n" borrows all 8 slots. When v's job comes, n
+    shrinks at once, in place (its remaining learner is one it had): v gets its 6 and half
+    of the 2 left by weight, n the other; the team shares stream says so."""
+    teams = (Team("v", guarantee=6, name="vision"), Team("n", name="nlp"))
+    w.book.teams = Tenancy(teams=teams)
+    w.book.submit(1, max_workers=8, owner="bob", team="n")
+    w.settle()
+    assert w.members() == {1: 8}
+    before = set(w.live.runners[1].members())
+    w.book.submit(2, max_workers=8, owner="alice", team="v")
+    w.settle()
+    assert w.members() == {1: 1, 2: 7}
+    assert set(w.live.runners[1].members()) < before
+    reason = [e[2] for e in w.book.events if e[0] == 2 and e[1] == "scaled"][-1]
+    assert "guarantee 6" in reason, reason
+    w.live.shares.at = 0.0  # the stream's one entry a second: not waited out here
+    w.step()
+    last = w.client.xrevrange(SHARES_KEY, count=1)[0][1]
+    entry = json.loads(last["data"])["groups"]["default"]
+    assert entry["capacity"] == 8 and entry["teams"]["v"]["entitled"] == 7.0, entry
+    assert entry["teams"]["n"]["held"] + entry["teams"]["v"]["held"] == 8
+
+
+def a_user_with_three_jobs_gets_one_share_not_three(w: World) -> None:
+    w.book.submit(1, max_workers=8, owner="alice")
+    w.book.submit(2, max_workers=8, owner="alice")
+    w.book.submit(3, max_workers=8, owner="alice")
+    w.book.submit(4, max_workers=8, owner="bob")
+    w.settle()
+    members = w.members()
+    assert members[4] == 4 and members[1] + members[2] + members[3] == 4, members
+
+
 ROWS = [
     one_job_alone_takes_every_slot,
+    each_group_s_jobs_train_on_its_own_slots,
+    a_guarantee_is_taken_back_from_a_borrower_in_place,
+    a_user_with_three_jobs_gets_one_share_not_three,
     the_seeds_two_jobs_share_the_slots_half_and_half,
     a_dead_joiners_slot_is_sent_a_learner_again,
     a_lost_member_is_replaced_from_the_survivors,

@@ -5,6 +5,8 @@ import signal
 import time
 from pathlib import Path
 
+import pytest
+
 from edtweb.redis_server import RedisServer
 from protocol.connection import connect
 from protocol.jobstore import JobStore, Progress
@@ -80,6 +82,7 @@ def test_scheduler_tick_publishes_the_registry(store: Store) -> None:
     assert time.monotonic() - started < bound(1)
 
 
+@pytest.mark.django_db  # the slots' groups come from the groups' rules (edtweb/tenancy)
 def test_a_page_opened_between_publishes_sees_which_job_holds_each_slot(
     store: Store,
 ) -> None:

@@ -25,8 +25,12 @@ from rest_framework.test import APIClient
 
 from edtweb.tenancy import services as tenancy
 from edtweb.tenancy.models import Team
+from edtweb.training.live_adapter import job_rows, schedulable_jobs
+from edtweb.training.live_adapter import tenancy as read_tenancy
 from edtweb.training.models import Job, JobEvent
 from protocol.keys import SHARES_KEPT, SHARES_KEY
+from scheduler.live.shares import SharesLog
+from scheduler.live.snapshot import SnapshotBuilder
 from scheduler.policies import JobView, Snapshot, decide, entitlements, slots_by_team
 from scheduler.policies import Team as PolicyTeam
 from scheduler.store import Allocation, AllocationRecord, Store
@@ -252,6 +256,31 @@ def test_a_preview_of_a_team_with_no_jobs_and_of_an_impossible_change(
         assert reply.status_code == 400 and words in reply.json()["error"], (change, reply.json())
 
 
+def test_a_teams_guarantee_counts_in_its_own_group_alone(
+    people: dict[str, Any], teams: dict[str, Team], slots: list[str], store: Store
+) -> None:
+    """In h100 (one slot at the scheduler's last decision), a job of vision's and one of
+    nlp's (weight 2): vision's guarantee counts there only once h100 is its own group."""
+    job(people["alice"], "a", teams["vision"], Job.State.QUEUED, max_workers=1, group="h100")
+    job(people["olga"], "o", teams["nlp"], Job.State.QUEUED, max_workers=1, group="h100")
+    record = AllocationRecord({}, 7, "fairshare", groups={"default": 6, "h100": 1})
+    store.save_allocations(record, ttl=60)
+    root = api_client(people["root"])
+
+    def h100(change: dict[str, Any]) -> dict[str, tuple[int, int, float]]:
+        answer = root.post(PREVIEW, {"teams": {"vision": change}}, format="json").json()
+        group = next(g for g in answer["groups"] if g["group"] == "h100")
+        assert group["capacity"] == 1  # the record's, not the alive slots'
+        assert next(g for g in answer["groups"] if g["group"] == "default")["capacity"] == 6
+        return {r["team"]: (r["before"], r["after"], r["entitled_after"]) for r in group["teams"]}
+
+    assert h100({"guarantee": 1}) == {"vision": (0, 0, 0.333), "nlp": (1, 1, 0.667)}
+    moved = h100({"guarantee": 1, "resource_group": "h100"})
+    assert moved == {"vision": (0, 1, 1.0), "nlp": (1, 0, 0.0)}
+    wrong = root.post(PREVIEW, {"teams": {"vision": {"resource_group": "tpu"}}}, format="json")
+    assert wrong.status_code == 400 and "no resource group 'tpu'" in wrong.json()["error"]
+
+
 # The teams' shares on the Cluster page ------------------------------------------------------
 
 
@@ -272,7 +301,7 @@ def test_the_shares_read_back_as_each_user_may_see_them(
     job(people["alice"], "late", teams["vision"], Job.State.QUEUED, priority=9000)
     now = time.time()
     first = write_share(store, now - 60, {"default": {"capacity": 8, "teams": {
-        ids["vision"]: {"held": 4, "entitled": 2.667, "demand": 8},
+        ids["vision"]: {"held": 3, "entitled": 2.667, "demand": 8},
         ids["vision-3d"]: {"held": 1, "entitled": 1, "demand": 1},
         ids["nlp"]: {"held": 4, "entitled": 5.333, "demand": 8},
     }, "queue": {}}})  # fmt: skip
@@ -280,8 +309,8 @@ def test_the_shares_read_back_as_each_user_may_see_them(
         ids["vision"]: {"held": 3, "entitled": 2.667, "demand": 8},
         ids["nlp"]: {"held": 5, "entitled": 5.333, "demand": 8},
         "": {"held": 0, "entitled": 0, "demand": 1},
-    }, "queue": {ids["vision"]: [waiting[1].pk, waiting[0].pk], ids["nlp"]: [theirs.pk],
-                 "": [mine.pk]}}})  # fmt: skip
+    }, "queue": {ids["vision"]: [str(waiting[1].pk), str(waiting[0].pk)],
+                 ids["nlp"]: [str(theirs.pk)], "": [str(mine.pk)]}}})  # fmt: skip
     store.r.xadd(SHARES_KEY, {"data": "not json"})  # skipped, never a 500
 
     root = api_client(people["root"]).get(SHARES).json()
@@ -289,7 +318,7 @@ def test_the_shares_read_back_as_each_user_may_see_them(
     assert root["teams"] == {"": "no team", ids["nlp"]: "nlp", ids["vision"]: "vision",
                              ids["vision-3d"]: "vision-3d"}  # fmt: skip
     group = root["entries"][0]["groups"]["default"]
-    # Held in all: vision's (its sub-team's inside) and nlp's, the sub-team not twice.
+    # Held in all: each team's own jobs' (vision's, its sub-team's, nlp's).
     assert (group["capacity"], group["held"]) == (8, 8)
     assert group["teams"][ids["nlp"]] == {"held": 4, "entitled": 5.333, "demand": 8}
     queues = {q["team"]: [j["name"] for j in q["jobs"]] for q in root["queue"]}
@@ -318,6 +347,31 @@ def test_the_shares_read_back_as_each_user_may_see_them(
     assert [e["t"] for e in recent["entries"]] == [now - 30]  # by the entries' own time
     bad = api_client(people["root"]).get(SHARES + "?since=yesterday")
     assert bad.status_code == 400 and "a unix time in seconds" in bad.json()["error"]
+
+
+def test_the_schedulers_own_entries_read_back(
+    people: dict[str, Any], teams: dict[str, Team], slots: list[str], store: Store
+) -> None:
+    """The entries the live scheduler writes (``scheduler/live/shares.py``, from its
+    decisions on the snapshots it builds) are what the chart reads."""
+    a = job(people["alice"], "a", teams["vision"])
+    o = job(people["olga"], "o", teams["nlp"])
+    job(people["olga"], "w", teams["nlp"], Job.State.QUEUED, max_workers=2)
+    snapshots = SnapshotBuilder().build_groups(
+        job_rows(schedulable_jobs()), {"default": 8, "h100": 1}, {a.pk: 4, o.pk: 4}, read_tenancy()
+    )
+    decisions = {group: decide(snapshot) for group, snapshot in snapshots.items()}
+    SharesLog(lambda: store.r).offer(decisions)
+    answer = api_client(people["root"]).get(SHARES).json()
+    vision, nlp = str(teams["vision"].pk), str(teams["nlp"].pk)
+    (entry,) = answer["entries"]
+    default = entry["groups"]["default"]
+    assert (default["capacity"], default["held"]) == (8, 8)
+    entitled = round(decisions["default"].teams[vision], 3)
+    assert default["teams"][vision] == {"held": 4, "entitled": entitled, "demand": 8}
+    assert default["teams"][nlp]["demand"] == 10
+    assert answer["teams"] == {vision: "vision", nlp: "nlp"}
+    assert [j["name"] for q in answer["queue"] if q["team"] == "nlp" for j in q["jobs"]] == ["w"]
 
 
 def test_the_queue_by_team_needs_no_stream_and_names_only_visible_jobs(

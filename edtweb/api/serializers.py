@@ -603,6 +603,9 @@ class TeamChangeSerializer(serializers.Serializer):
     limit = serializers.IntegerField(min_value=0, allow_null=True, required=False)
     parent = serializers.CharField(allow_null=True, allow_blank=True, required=False,
                                    help_text="a team's name; null or '': at the top")  # fmt: skip
+    resource_group = serializers.CharField(
+        max_length=100, required=False, help_text="its own group: where its guarantee counts"
+    )
 
 
 class SharesPreviewRequestSerializer(serializers.Serializer):

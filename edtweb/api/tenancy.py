@@ -236,11 +236,11 @@ class SharesPreview(generics.GenericAPIView):
 
     @extend_schema(tags=TAGS, responses={200: s.SharesPreviewSerializer, **BAD, **STAFF})
     def post(self, request: Request) -> Response:
-        """Staff: what changing teams' ``weight``, ``guarantee``, ``limit`` or ``parent``
-        would do, before anything is saved: per resource group, each team's slots now, the
-        slots the scheduler's policy gives it with the teams as they are and with the
-        change, and its entitlement before and after, over the active jobs and alive slots
-        now (``{"teams": {"vision": {"guarantee": 4}}}``)."""
+        """Staff: what changing teams' ``weight``, ``guarantee``, ``limit``, ``parent`` or
+        ``resource_group`` would do, before anything is saved: per resource group, each
+        team's slots now, the slots the scheduler's policy gives it with the teams as they
+        are and with the change, and its entitlement before and after, over the active jobs
+        and usable slots now (``{"teams": {"vision": {"guarantee": 4}}}``)."""
         staff_only(request, "preview teams' shares")
         data = form(s.SharesPreviewRequestSerializer, request)
         return Response(preview.preview({name: dict(v) for name, v in data["teams"].items()}))

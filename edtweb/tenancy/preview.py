@@ -3,11 +3,13 @@
 scheduler's policy gives it with the teams as they are and with the change, and its
 entitlement before and after.
 
-The snapshot is the scheduler's (``scheduler/live/snapshot.py``, as the priority preview
-builds it: ``edtweb/training/history.py``), made per resource group as "What the scheduler
-will read" says: the group's alive slots (by the groups' rules), its active jobs with their
-owners and teams, and the teams (``services.policy_teams``). The policy is the one of the
-scheduler's last decision, run as it is (``scheduler.policies.decide``); a team's slots and
+The snapshots are the scheduler's, made as "What the scheduler reads" says and by the same
+code (``SnapshotBuilder.build_groups`` over the job rows and the tenancy of
+``edtweb/training/live_adapter.py``): per resource group its usable slots at the last
+decision (``AllocationRecord.groups``; before any, its alive slots by the rules), its
+active jobs with the slots each holds, their owners and teams, and the teams as that group
+reads them (a team's guarantee and limit count in its own group alone). The policy is the
+one of the scheduler's last decision (``scheduler.policies.decide``); a team's slots and
 entitlement count its sub-teams' (``slots_by_team``, ``entitlements``). Nothing is written.
 """
 
@@ -20,25 +22,22 @@ from typing import Any
 from django.core.exceptions import ValidationError
 
 from edtweb.tenancy.models import ResourceGroup
-from edtweb.tenancy.services import policy_teams, rules
 from scheduler.groups import DEFAULT, partition
-from scheduler.live.snapshot import SnapshotBuilder
-from scheduler.policies import Snapshot, Team, decide, entitlements, slots_by_team
+from scheduler.live.ports import Tenancy
+from scheduler.live.snapshot import BY_SERVICE, BY_SPEEDUP, SnapshotBuilder
+from scheduler.live.speedups import Curves
+from scheduler.policies import Team, decide, entitlements, slots_by_team
 from scheduler.policies.model import check_teams
 
 NO_TEAM = ""  # the jobs of no team, as the policy and the shares stream name them
-CHANGEABLE = ("weight", "guarantee", "limit", "parent")
-
-
-def current_teams() -> list[Team]:
-    """The teams as the policy reads them now."""
-    return [Team(**t) for t in policy_teams()]
+CHANGEABLE = ("weight", "guarantee", "limit", "parent", "resource_group")
 
 
 def proposed(teams: list[Team], changes: dict[str, dict[str, Any]]) -> list[Team]:
     """``teams`` with ``changes`` (team name -> its new ``weight``, ``guarantee``,
-    ``limit`` (None: none) or ``parent`` (a team's name; ``""`` or None: at the top)),
-    checked as the policy checks teams; a ValidationError naming the team otherwise."""
+    ``limit`` (None: none) or ``parent`` (a team's name; ``""`` or None: at the top); its
+    ``resource_group`` is :func:`_homes`'), checked as the policy checks teams; a
+    ValidationError naming the team otherwise."""
     by_name = {t.name: t for t in teams}
     ids = {t.name: t.id for t in teams}
     names = {t.id: t.name for t in teams}
@@ -52,7 +51,7 @@ def proposed(teams: list[Team], changes: dict[str, dict[str, Any]]) -> list[Team
         if unknown:
             allowed, given = ", ".join(CHANGEABLE), ", ".join(unknown)
             raise ValidationError({f"teams.{name}": f"a preview changes {allowed}, not {given}"})
-        values = {k: v for k, v in fields.items() if k != "parent"}
+        values = {k: v for k, v in fields.items() if k not in ("parent", "resource_group")}
         if "parent" in fields:
             parent = fields["parent"] or ""
             if parent and parent not in ids:
@@ -84,43 +83,50 @@ def preview(changes: dict[str, dict[str, Any]]) -> dict[str, Any]:
     """Per resource group, each team's slots now, before and after ``changes`` (see
     :func:`proposed`), with its entitlement before and after and what its jobs ask for."""
     from edtweb.redis_access import store
-    from edtweb.training.history import policy_inputs
-    from edtweb.training.live_adapter import schedulable_jobs
+    from edtweb.training.live_adapter import job_rows, observed_rates, schedulable_jobs, tenancy
 
-    before_teams = current_teams()
-    after_teams = proposed(before_teams, changes)
-    names = {t.id: t.name for t in before_teams}
-    edited = {t.id for t in before_teams if t.name in changes}
+    now = tenancy()
+    names = {t.id: t.name for t in now.teams}
+    after = replace(now, teams=tuple(proposed(list(now.teams), changes)),
+                    homes=_homes(now, changes))  # fmt: skip
+    edited = {t.id for t in now.teams if t.name in changes}
     registry = store()
     record = registry.allocations()
-    slots = partition(registry.alive_slots(), rules())
-    active = list(schedulable_jobs().order_by("created_at"))
-    held, speedups, attained = policy_inputs(record, active)
-    groups = [g.name for g in ResourceGroup.objects.all()]
-    groups += sorted({j.resource_group for j in active} - set(groups))
+    rows = job_rows(schedulable_jobs().order_by("created_at"))
+    held = {pk: len(a.slots) for pk, a in record.jobs.items()}
+    speedups = {}
+    if record.policy in BY_SPEEDUP:
+        curves = Curves(observed_rates)
+        speedups = {j.pk: curves.curve(j.pk, j.max_workers) for j in rows}
+    attained = dict(record.attained) if record.policy in BY_SERVICE else {}
+    capacities: dict[str, int] = dict.fromkeys(
+        ResourceGroup.objects.values_list("name", flat=True), 0
+    )
+    if record.groups:  # the usable slots per group at the scheduler's last decision
+        capacities.update(record.groups)
+    else:  # none yet: the alive slots, by the rules
+        for group, slots in partition(registry.alive_slots(), now.rules).items():
+            capacities[group] = len(slots)
+    builder = SnapshotBuilder()
+    firsts = builder.build_groups(rows, capacities, held, now, speedups, attained)
+    thens = builder.build_groups(rows, capacities, held, after, speedups, attained)
     out, divides = [], False
-    for group in groups:
-        jobs = [j for j in active if j.resource_group == group]
-        capacity = len(slots.get(group, []))
-        if not jobs and not capacity and group != DEFAULT:
+    for group in sorted(firsts, key=lambda g: (g != DEFAULT, g)):
+        before, then = firsts[group], thens[group]
+        if not before.jobs and not before.capacity and group != DEFAULT:
             continue
-        built = SnapshotBuilder().build(jobs, capacity, held, speedups, attained)
-        views = [replace(view, owner=str(job.owner_id), team=str(job.team_id or ""))
-                 for view, job in zip(built.jobs, jobs, strict=True)]  # fmt: skip
-        before = Snapshot(capacity, views, tuple(before_teams))
-        after = Snapshot(capacity, views, tuple(after_teams))
-        first, then = decide(before, record.policy), decide(after, record.policy)
+        first, second = decide(before, record.policy), decide(then, record.policy)
         divides = divides or bool(first.teams)
-        now = slots_by_team(before, {v.id: v.current for v in views})
+        current = slots_by_team(before, {v.id: v.current for v in before.jobs})
         slots_before = slots_by_team(before, first.targets)
-        slots_after = slots_by_team(after, then.targets)
-        entitled_before, entitled_after = entitlements(before)[0], entitlements(after)[0]
-        demand = slots_by_team(after, {v.id: v.max_workers for v in views})
-        rows = []
-        for team in [*[t.id for t in before_teams], NO_TEAM]:
+        slots_after = slots_by_team(then, second.targets)
+        entitled_before, entitled_after = entitlements(before)[0], entitlements(then)[0]
+        demand = slots_by_team(then, {v.id: v.max_workers for v in then.jobs})
+        teams = []
+        for team in [*[t.id for t in now.teams], NO_TEAM]:
             row = {
                 "team": names.get(team, ""),
-                "now": now.get(team, 0),
+                "now": current.get(team, 0),
                 "before": slots_before.get(team, 0),
                 "after": slots_after.get(team, 0),
                 "entitled_before": round(entitled_before.get(team, 0.0), 3),
@@ -129,14 +135,27 @@ def preview(changes: dict[str, dict[str, Any]]) -> dict[str, Any]:
                 "changed": team in edited,
             }
             if team in edited or any(row[k] for k in ("now", "before", "after", "demand")):
-                rows.append(row)
-        out.append({"group": group, "capacity": capacity, "jobs": len(jobs), "teams": rows})
+                teams.append(row)
+        jobs = len(before.jobs)
+        out.append({"group": group, "capacity": before.capacity, "jobs": jobs, "teams": teams})
     return {
         "policy": record.policy,
         "divides_by_team": divides,
-        "note": "" if divides or not active else _not_by_team(record.policy),
+        "note": "" if divides or not rows else _not_by_team(record.policy),
         "groups": out,
     }
+
+
+def _homes(now: Tenancy, changes: dict[str, dict[str, Any]]) -> tuple[tuple[str, str], ...]:
+    """Each team's own group, with the groups ``changes`` give (where a team's guarantee
+    and limit count)."""
+    ids = {t.name: t.id for t in now.teams}
+    moved = {ids[name]: str(c["resource_group"]) for name, c in changes.items()
+             if "resource_group" in c and name in ids}  # fmt: skip
+    for group in moved.values():
+        if group != DEFAULT and not ResourceGroup.objects.filter(name=group).exists():
+            raise ValidationError({"teams": f"no resource group {group!r}"})
+    return tuple((team, moved.get(team, group)) for team, group in now.homes)
 
 
 def _not_by_team(policy: str) -> str:

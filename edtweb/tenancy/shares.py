@@ -37,27 +37,14 @@ def _whole(value: Any) -> float | int:
 
 
 class Scope:
-    """The teams one user may see by name (None: all, for staff) and the teams' tree."""
+    """The teams one user may see (None: all, for staff), and every team's name."""
 
     def __init__(self, user: Any) -> None:
-        rows = Team.objects.values_list("pk", "name", "parent_id")
-        self.names = {str(pk): name for pk, name, _ in rows}
-        self.parents = {str(pk): str(parent or "") for pk, _, parent in rows}
+        self.names = {str(pk): name for pk, name in Team.objects.values_list("pk", "name")}
         self.mine: set[str] | None = None if user.is_staff else {str(pk) for pk in team_ids(user)}
 
     def sees(self, team: str) -> bool:
         return self.mine is None or team in self.mine
-
-    def outermost(self, team: str, present: set[str]) -> bool:
-        """Whether none of ``team``'s ancestors is among ``present`` (so its slots are not
-        already counted in a parent's)."""
-        seen, parent = {team}, self.parents.get(team, "")
-        while parent and parent not in seen:
-            if parent in present:
-                return False
-            seen.add(parent)
-            parent = self.parents.get(parent, "")
-        return True
 
     def name(self, team: str) -> str:
         return NO_TEAM_NAME if team == NO_TEAM else self.names.get(team, f"team {team}")
@@ -74,8 +61,7 @@ def entry(data: dict[str, Any], scope: Scope) -> dict[str, Any]:
         raw = body.get("teams")
         teams = {str(k): v for k, v in (raw if isinstance(raw, dict) else {}).items()
                  if isinstance(v, dict)}  # fmt: skip
-        present = set(teams)
-        held = sum(_number(v.get("held")) for k, v in teams.items() if scope.outermost(k, present))
+        held = sum(_number(v.get("held")) for v in teams.values())  # each team's own jobs'
         groups[str(group)] = {
             "capacity": _whole(body.get("capacity")),
             "held": _whole(held),
@@ -138,7 +124,7 @@ def queues(user: Any, latest: dict[str, Any] | None = None,
         queue = body.get("queue") if isinstance(body, dict) else None
         for team, ids in (queue if isinstance(queue, dict) else {}).items():
             for pk in ids if isinstance(ids, list) else []:
-                job = by_pk.get(pk) if isinstance(pk, int) else None
+                job = by_pk.get(int(pk)) if str(pk).isdigit() else None  # ids as text
                 if job is not None and job.pk not in listed:
                     ordered.setdefault((str(group), str(team)), []).append(job)
                     listed.add(job.pk)

@@ -206,7 +206,7 @@ def _periods(answer: dict[str, Any]) -> list[str]:
     """Every period of the answer's span (the chart shows the empty ones too)."""
     zone = timezone.get_current_timezone()
     since, until = (datetime.fromisoformat(answer[k]) for k in ("since", "until"))
-    start, out = usage.period_start(since, answer["period"], zone), []
+    start, out = usage.period_start(since, answer["period"], zone), list[str]()
     while start < until and len(out) <= usage.MAX_PERIODS:
         out.append(start.date().isoformat())
         start = usage.next_period(start, answer["period"])

@@ -9,12 +9,12 @@ from typing import Any, BinaryIO
 
 from django.db.models import F
 
-from edtweb.ownership import Viewer
+from edtweb.ownership import visible_job_ids
 from edtweb.training.models import Job, Metric
 from scheduler.live.snapshot import BY_SERVICE, BY_SPEEDUP, SnapshotBuilder
 from scheduler.live.speedups import Curves
 from scheduler.policies import decide
-from scheduler.store import AllocationRecord, Store
+from scheduler.store import Store
 
 
 def metrics(job: Job, points: int = 2000) -> dict[str, Any]:
@@ -111,43 +111,34 @@ def downloadable(job: Job, name: str) -> Path | None:
     return path if path.is_file() else None
 
 
-def policy_inputs(
-    record: AllocationRecord, active: list[Job]
-) -> tuple[dict[int, int], dict[int, tuple[float, ...]], dict[int, float]]:
-    """What a preview's snapshot takes beside the jobs, as the scheduler's own: the slots
-    each job holds (members and joiners), and for the policies that read them the jobs'
-    speedup curves and attained service."""
-    from edtweb.training.live_adapter import observed_rates
-
-    held = {pk: len(a.slots) for pk, a in record.jobs.items()}
-    speedups = {}
-    if record.policy in BY_SPEEDUP:
-        curves = Curves(observed_rates)
-        speedups = {j.pk: curves.curve(j.pk, j.max_workers) for j in active}
-    attained = dict(record.attained) if record.policy in BY_SERVICE else {}
-    return held, speedups, attained
-
-
 def preview(job: Job, priority: int, user: Any) -> dict[str, Any]:
     """What the scheduler would decide if ``job`` had ``priority``: "B 5, A 3". The same
     snapshot as the scheduler's (scheduler/live/snapshot.py): its policy, its usable slots,
     joiners counted, each job's attained service and, for the speedup-aware policy, the
     same speedup curves."""
-    from edtweb.training.live_adapter import schedulable_jobs
+    from edtweb.training.live_adapter import job_rows, observed_rates, schedulable_jobs, tenancy
     from edtweb.training.services import allocations, redis_client
 
     record = allocations()
-    capacity = record.capacity or len(Store(redis_client()).alive_slots())
-    active = list(schedulable_jobs().order_by("created_at"))
-    if not active:
+    rows = job_rows(schedulable_jobs().filter(resource_group=job.resource_group))
+    if not any(row.pk == job.pk for row in rows):
         return {"targets": {}, "text": "the job is not running"}
-    held, speedups, attained = policy_inputs(record, active)
+    capacity = record.capacity_of(job.resource_group)
+    if not record.groups and not record.capacity:  # no decision yet: every alive slot
+        capacity = len(Store(redis_client()).alive_slots())
+    held = {pk: len(a.slots) for pk, a in record.jobs.items()}
+    speedups = {}
+    if record.policy in BY_SPEEDUP:
+        curves = Curves(observed_rates)
+        speedups = {j.pk: curves.curve(j.pk, j.max_workers) for j in rows}
+    attained = dict(record.attained) if record.policy in BY_SERVICE else {}
     snapshot = SnapshotBuilder().build(
-        active, capacity, held, speedups, attained, {job.pk: priority}
-    )
+        rows, capacity, held, speedups, attained, {job.pk: priority},
+        tenancy().teams_in(job.resource_group),
+    )  # fmt: skip
     decision = decide(snapshot, record.policy)
-    viewer = Viewer(user)
-    names = {str(j.pk): (j.name if viewer.may(j) else "others") for j in active}
+    visible = visible_job_ids(user, [row.pk for row in rows])
+    names = {str(j.pk): (j.name if j.pk in visible else "others") for j in rows}
     targets = {names[k]: v for k, v in decision.targets.items()}
     text = ", ".join(
         f"{names[k]} {v}" for k, v in sorted(decision.targets.items(), key=lambda kv: -kv[1])

@@ -5,6 +5,7 @@ app of this process (docs/architecture.md, "Layering")."""
 from __future__ import annotations
 
 import statistics
+import time
 from contextlib import AbstractContextManager
 from datetime import datetime
 from pathlib import Path
@@ -18,28 +19,55 @@ from edtweb.redis_access import redis_client
 from edtweb.training import services
 from edtweb.training.models import Job, Metric
 from protocol.learner_task import LearnerPaths
+from scheduler.groups import DEFAULT as DEFAULT_GROUP
 from scheduler.live.job import Controlled, JobRunner
 from scheduler.live.loop import LiveScheduler
-from scheduler.live.ports import JobRow, Ports
+from scheduler.live.ports import JobRow, Ports, Tenancy
 from scheduler.live.speedups import WINDOW
+from scheduler.policies import Team
 
 NEW_BY_ID = 500  # at most this many new jobs' times are read by id; more: every job's
+
+
+# A row's columns as the database names them: JobRow's fields, its owner's name, its team.
+HEAD = ("pk", "name", "state", "priority", "max_workers", "min_workers", "collective_timeout")
+TAIL = ("owner__username", "team_id", "resource_group")
+
+
+def _row(head: tuple[Any, ...], created_at: datetime, tail: tuple[Any, ...]) -> JobRow:
+    pk, name, state, priority, max_workers, min_workers, timeout = head
+    owner, team, group = tail
+    return JobRow(pk, name, state, priority, max_workers, min_workers, timeout, created_at,
+                  owner or "", str(team or ""), group or DEFAULT_GROUP)  # fmt: skip
 
 
 def job_rows(jobs: Any, created: dict[int, datetime] | None = None) -> list[JobRow]:
     """The rows of the queryset ``jobs``. With ``created`` (a cache kept between calls:
     a job's submission time never changes), only the times of the jobs not in it yet are
     read, and parsed; those of jobs no longer in ``jobs`` are dropped now and then."""
+    width = len(HEAD)
     if created is None:
-        return [JobRow(*row) for row in jobs.values_list(*JobRow._fields)]
-    rows = list(jobs.values_list(*JobRow._fields[:-1]))
+        rows = jobs.values_list(*HEAD, "created_at", *TAIL)
+        return [_row(row[:width], row[width], row[width + 1 :]) for row in rows]
+    rows = list(jobs.values_list(*HEAD, *TAIL))
     new = [row[0] for row in rows if row[0] not in created]
     if len(new) > NEW_BY_ID or len(created) > 2 * len(rows) + NEW_BY_ID:
         created.clear()  # every active job's, afresh
         created.update(jobs.values_list("pk", "created_at"))
     elif new:
         created.update(jobs.filter(pk__in=new).values_list("pk", "created_at"))
-    return [JobRow(*row, created[row[0]]) for row in rows if row[0] in created]  # type: ignore[call-arg]
+    return [_row(row[:width], created[row[0]], row[width:]) for row in rows if row[0] in created]
+
+
+def tenancy() -> Tenancy:
+    """The groups' rules and the teams, as the scheduler reads them (edtweb/tenancy)."""
+    from edtweb.tenancy import services as tenancy_services
+    from edtweb.tenancy.models import Team as TeamRow
+
+    teams = tuple(Team(**fields) for fields in tenancy_services.policy_teams())
+    homes = tuple((str(pk), str(group)) for pk, group in
+                  TeamRow.objects.values_list("pk", "resource_group"))  # fmt: skip
+    return Tenancy(tuple(tenancy_services.rules()), teams, homes)
 
 
 def schedulable_jobs() -> Any:
@@ -69,6 +97,10 @@ class DjangoJobBook:
     """``scheduler.live.ports.JobBook`` over the database."""
 
     AWAY: tuple[type[Exception], ...] = (OperationalError,)
+    TENANCY_EVERY = 1.0  # seconds an admin's change of teams or groups may wait
+
+    def __init__(self) -> None:
+        self.tenancy_read: tuple[float, Tenancy] | None = None
 
     def schedulable(self, created: dict[int, datetime]) -> list[JobRow]:
         return job_rows(schedulable_jobs(), created)
@@ -93,6 +125,13 @@ class DjangoJobBook:
 
     def observed_rates(self, job_id: int) -> dict[int, float]:
         return observed_rates(job_id)
+
+    def tenancy(self) -> Tenancy:
+        """Read at most once a second (three queries; a step may run many times a second)."""
+        now = time.monotonic()
+        if self.tenancy_read is None or now - self.tenancy_read[0] >= self.TENANCY_EVERY:
+            self.tenancy_read = (now, tenancy())
+        return self.tenancy_read[1]
 
     def paths(self, job_ids: list[int]) -> dict[int, LearnerPaths]:
         """The record's paths (never the job's own files: its learners own its directory

@@ -18,8 +18,10 @@ from protocol import redis_acl
 from protocol.connection import REDIS_DOWN
 from protocol.slots import SlotInfo
 from scheduler.dispatch import Dispatches
+from scheduler.groups import Rule, group_of
 from scheduler.live.job import JobRunner
-from scheduler.live.ports import RUNNING, SUSPENDED, JobRow, Ports
+from scheduler.live.ports import RUNNING, SUSPENDED, JobRow, Ports, Tenancy
+from scheduler.live.shares import SharesLog
 from scheduler.live.snapshot import BY_SERVICE, BY_SPEEDUP, SnapshotBuilder
 from scheduler.live.speedups import Curves
 from scheduler.metrics import DECISION_SECONDS, STEP_SECONDS
@@ -72,6 +74,10 @@ class LiveScheduler:
         self.snapshots = SnapshotBuilder()
         self.slots: dict[str, Slot] = {}  # slot id -> the placement's Slot, made once
         self.unapplied: tuple[str, float] | None = None  # why the last decision was not, since
+        self.rules: tuple[Rule, ...] = ()  # the resource groups' rules the slots were sorted by
+        self.slot_groups: dict[str, str] = {}  # slot id -> its group by those rules
+        self.shares = SharesLog(ports.redis)
+        self.group_capacity: dict[str, int] = {}  # usable slots per group at the last step
 
     def step(self, alive: list[SlotInfo]) -> bool:
         """One decision and one protocol step for every job; True when a job wants another
@@ -93,35 +99,43 @@ class LiveScheduler:
         if self.curves:
             self.curves.forget(set(jobs))
         holding = {pk: r.holding() for pk, r in self.runners.items()}
+        tenancy = self.book.tenancy()
         usable = self._usable(alive, holding)
         self.capacity = len(usable)
+        groups = self._groups(alive, usable, holding, jobs, tenancy)
+        self.group_capacity = {group: len(slots) for group, slots in groups.items()}
         held = {pk: len(slots) for pk, slots in holding.items()}
         curves = self.curves
         speedups = {pk: curves.curve(pk, j.max_workers) for pk, j in jobs.items()} if curves else {}
         attained = self._attained(client, jobs) if self.policy in BY_SERVICE else {}
-        # The same jobs, slots and holdings as the last decision, carried out: the same
-        # decision again, with nothing to apply (not for inputs that move with time alone).
-        inputs = None if (attained or speedups) else (list(jobs.values()), usable, held)
+        # The same jobs, slots, holdings and tenancy as the last decision, carried out: the
+        # same decision again, with nothing to apply (not for inputs that move with time).
+        inputs = None if (attained or speedups) else (list(jobs.values()), groups, held, tenancy)
         if inputs is None or inputs != self.decided:
             with DECISION_SECONDS.time():
-                applied = self._decide(jobs, usable, held, holding, speedups, attained)
+                applied = self._decide(jobs, groups, held, holding, speedups, attained, tenancy)
             if applied:
                 self.decided, self.unapplied = inputs, None
+        self.shares.flush()  # an entry that waited out the last one's second
         soon = self._advance({s.slot_id for s in alive}, look)
         self.dispatches.send()  # what the ticks started (a retry whose delay is over)
         return soon
 
-    def _decide(self, jobs: dict[int, JobRow], usable: list[Slot], held: dict[int, int],
-                holding: dict[int, list[str]], speedups: dict[int, tuple[float, ...]],
-                attained: dict[int, float]) -> bool:  # fmt: skip
-        """Decide by the policy and carry the decision out; False when it could not be
-        (said by :meth:`_not_applied`, and tried again at the next step)."""
+    def _decide(self, jobs: dict[int, JobRow], groups: dict[str, list[Slot]],
+                held: dict[int, int], holding: dict[int, list[str]],
+                speedups: dict[int, tuple[float, ...]], attained: dict[int, float],
+                tenancy: Tenancy) -> bool:  # fmt: skip
+        """Decide by the policy in each resource group and carry the decisions out; False
+        when they could not be (said by :meth:`_not_applied`, and tried again at the next
+        step)."""
         self.decided = None
-        snapshot = self.snapshots.build(jobs.values(), self.capacity, held, speedups, attained)
-        decision = decide(snapshot, self.policy)
+        capacities = {group: len(slots) for group, slots in groups.items()}
+        snapshots = self.snapshots.build_groups(jobs.values(), capacities, held, tenancy,
+                                                speedups, attained)  # fmt: skip
+        decisions = {group: decide(snapshot, self.policy) for group, snapshot in snapshots.items()}
         assert self.dispatches is not None
         try:
-            self._apply(jobs, usable, decision, holding)
+            self._apply(jobs, groups, decisions, holding)
         except (*REDIS_DOWN, *self.book.AWAY):
             raise  # away: the step fails and is retried with backoff (service.py)
         except Exception as exc:  # said, and the jobs go on
@@ -129,6 +143,7 @@ class LiveScheduler:
             return False
         finally:
             self.dispatches.send()
+        self.shares.offer(decisions)
         return True
 
     def _not_applied(self, exc: Exception) -> None:
@@ -151,7 +166,8 @@ class LiveScheduler:
         policy of the last decision (written to Redis by the scheduler service alone)."""
         jobs = {pk: Allocation(tuple(r.members()), tuple(r.joiners()))
                 for pk, r in self.runners.items() if r.holding()}  # fmt: skip
-        return AllocationRecord(jobs, self.capacity, self.policy, dict(self.attained or {}))
+        return AllocationRecord(jobs, self.capacity, self.policy, dict(self.attained or {}),
+                                dict(self.group_capacity))  # fmt: skip
 
     def _attained(self, client: Any, jobs: dict[int, JobRow]) -> dict[int, float]:
         """Each active job's attained service: what the last record said, plus its members
@@ -252,30 +268,63 @@ class LiveScheduler:
             slot = self.slots[info.slot_id] = Slot(info.slot_id, info.host, info.index)
         return slot
 
-    def _apply(self, jobs: dict[int, JobRow], usable: list[Slot], decision: Decision,
-               holding: dict[int, list[str]]) -> None:  # fmt: skip
-        placement = self._place(usable, holding, decision)
-        if decision.reasons:  # the decision's totals once; each event only its job's slice
-            summary = decision.summary()
-            views = {view.id: view for view in decision.snapshot.jobs}
-            for key, reason in decision.reasons.items():
-                if self.announced.get(key) == reason:
-                    continue  # the same change, still being carried out: said once
-                self.announced[key] = reason
-                data = decision.job_inputs(views[key], summary)
-                self.book.record_event(int(key), "scaled", reason, **data)
-                log.info("job %s: %s", key, reason)
-        targets = decision.targets
+    def _apply(self, jobs: dict[int, JobRow], groups: dict[str, list[Slot]],
+               decisions: dict[str, Decision], holding: dict[int, list[str]]) -> None:  # fmt: skip
+        targets: dict[str, int] = {}
+        joined: dict[str, tuple[str, ...]] = {}
+        left: dict[str, tuple[str, ...]] = {}
+        for group, decision in decisions.items():
+            mine = {pk: holding[pk] for pk in holding if str(pk) in decision.targets}
+            placement = self._place(groups.get(group, []), mine, decision)
+            joined.update(placement.joined)
+            left.update(placement.left)
+            targets.update(decision.targets)
+            self._announce(decision)
         starting = [j for pk, j in jobs.items() if pk not in self.runners and targets.get(str(pk))]
         if starting:
             self._start(starting)
         for pk, runner in self.runners.items():
             key = str(pk)
             target = targets.get(key, 0)
-            joined, left = placement.joined.get(key, ()), placement.left.get(key, ())
-            if target != runner.want or joined or left:
-                runner.apply(target, joined, left)
+            came, went = joined.get(key, ()), left.get(key, ())
+            if target != runner.want or came or went:
+                runner.apply(target, came, went)
                 self.dirty.add(pk)
+
+    def _announce(self, decision: Decision) -> None:
+        """A "scaled" event for each job whose count the decision changes (once per change:
+        the same one, still being carried out, is not said again)."""
+        if not decision.reasons:
+            return
+        summary = decision.summary()  # the decision's totals once; each event its job's slice
+        views = {view.id: view for view in decision.snapshot.jobs}
+        for key, reason in decision.reasons.items():
+            if self.announced.get(key) == reason:
+                continue
+            self.announced[key] = reason
+            data = decision.job_inputs(views[key], summary)
+            self.book.record_event(int(key), "scaled", reason, **data)
+            log.info("job %s: %s", key, reason)
+
+    def _groups(self, alive: list[SlotInfo], usable: list[Slot], holding: dict[int, list[str]],
+                jobs: dict[int, JobRow], tenancy: Tenancy) -> dict[str, list[Slot]]:  # fmt: skip
+        """The usable slots by resource group (their first matching rule's,
+        scheduler/groups.py). A slot held by a job of another group (the rules changed
+        under it) is in neither: its job moves off it, and it joins its group once free."""
+        if tenancy.rules != self.rules:
+            self.rules, self.slot_groups = tenancy.rules, {}
+        for info in alive:
+            if info.slot_id not in self.slot_groups:
+                self.slot_groups[info.slot_id] = group_of(info, self.rules)
+        holder = {slot: pk for pk, slots in holding.items() for slot in slots}
+        groups: dict[str, list[Slot]] = {}
+        for slot in usable:
+            group = self.slot_groups[slot.id]
+            pk = holder.get(slot.id)
+            if pk is not None and pk in jobs and jobs[pk].group != group:
+                continue
+            groups.setdefault(group, []).append(slot)
+        return groups
 
     def _place(self, usable: list[Slot], holding: dict[int, list[str]],
                decision: Decision) -> Placement:  # fmt: skip

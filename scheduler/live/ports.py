@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from contextlib import AbstractContextManager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any, NamedTuple, Protocol
 
@@ -16,6 +16,9 @@ import redis
 
 from protocol.learner_task import LearnerPaths
 from scheduler.elastic import START_FAILURES
+from scheduler.groups import DEFAULT as DEFAULT_GROUP
+from scheduler.groups import Rule
+from scheduler.policies import Team
 
 # A job's resting states, as the job rows spell them.
 QUEUED = "QUEUED"
@@ -29,7 +32,9 @@ ACTIVE = (QUEUED, RUNNING, SUSPENDED)
 
 class JobRow(NamedTuple):
     """The fields of a job the scheduler reads on every step, as one row: thousands of jobs
-    per step are read without building a model instance for each."""
+    per step are read without building a model instance for each. ``owner``: its user's
+    name; ``team``: its team's id as the tenancy names it (``""``: none); ``group``: the
+    resource group it runs in (docs/architecture.md, "Tenancy")."""
 
     pk: int
     name: str
@@ -39,6 +44,27 @@ class JobRow(NamedTuple):
     min_workers: int
     collective_timeout: float
     created_at: datetime
+    owner: str = ""
+    team: str = ""
+    group: str = DEFAULT_GROUP
+
+
+@dataclass(frozen=True)
+class Tenancy:
+    """Who shares the slots, as a decision reads it: the resource groups' rules in the
+    order they are tried, the teams (``scheduler.policies.Team`` as it holds in the team's
+    own group: its guarantee and limit count there, nowhere else), and each team's group."""
+
+    rules: tuple[Rule, ...] = ()
+    teams: tuple[Team, ...] = ()
+    homes: tuple[tuple[str, str], ...] = ()  # (team id, its group)
+
+    def teams_in(self, group: str) -> tuple[Team, ...]:
+        """The teams as a snapshot of ``group`` reads them: every team (a job may run
+        outside its team's own group), with its guarantee and limit only in its own."""
+        homes = dict(self.homes)
+        return tuple(t if homes.get(t.id, DEFAULT_GROUP) == group
+                     else replace(t, guarantee=0, limit=None) for t in self.teams)  # fmt: skip
 
 
 class JobBook(Protocol):
@@ -71,6 +97,11 @@ class JobBook(Protocol):
 
     def paths(self, job_ids: list[int]) -> dict[int, LearnerPaths]:
         """The jobs' paths as the platform recorded them, for their learner tasks."""
+        ...
+
+    def tenancy(self) -> Tenancy:
+        """The groups' rules and the teams now (read each step: an admin's change counts at
+        the next decision)."""
         ...
 
 

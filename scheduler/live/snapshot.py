@@ -7,10 +7,10 @@ capacity and attained service sees what the scheduler sees.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any, Protocol
 
-from scheduler.policies import JobView, Snapshot, las, tiresias
+from scheduler.policies import JobView, Snapshot, Team, las, tiresias
 
 # The policies that order jobs by attained service (they read JobView.attained), and the
 # one that reads each job's speedup curve (JobView.speedup).
@@ -38,6 +38,18 @@ class Schedulable(Protocol):
     def min_workers(self) -> int: ...
     @property
     def created_at(self) -> Any: ...
+    @property
+    def owner(self) -> str: ...
+    @property
+    def team(self) -> str: ...
+    @property
+    def group(self) -> str: ...
+
+
+class Teams(Protocol):
+    """The teams as each group's snapshot reads them (``scheduler.live.ports.Tenancy``)."""
+
+    def teams_in(self, group: str) -> tuple[Team, ...]: ...
 
 
 def job_view(job: Schedulable, current: int, priority: int, speedup: tuple[float, ...],
@@ -54,6 +66,8 @@ def job_view(job: Schedulable, current: int, priority: int, speedup: tuple[float
         name=job.name,
         speedup=speedup,
         attained=attained,
+        owner=job.owner,
+        team=job.team,
     )
 
 
@@ -67,9 +81,31 @@ class SnapshotBuilder:
 
     def build(self, jobs: Iterable[Schedulable], capacity: int, held: dict[int, int],
               speedups: Speedups | None = None, attained: dict[int, float] | None = None,
-              priorities: dict[int, int] | None = None) -> Snapshot:  # fmt: skip
+              priorities: dict[int, int] | None = None,
+              teams: tuple[Team, ...] = ()) -> Snapshot:  # fmt: skip
         """``held``: the slots each job holds now; ``priorities``: some jobs' priority
         overridden (the preview's what-if)."""
+        return Snapshot(capacity, self.views_of(jobs, held, speedups, attained, priorities), teams)
+
+    def build_groups(self, jobs: Iterable[Schedulable], capacities: Mapping[str, int],
+                     held: dict[int, int], tenancy: Teams, speedups: Speedups | None = None,
+                     attained: dict[int, float] | None = None,
+                     priorities: dict[int, int] | None = None) -> dict[str, Snapshot]:  # fmt: skip
+        """One snapshot per resource group (docs/architecture.md, "Tenancy"): its usable
+        slots (``capacities``), the jobs that run in it, the teams as it reads them. A group
+        with jobs and no slot has a snapshot of capacity 0 (its jobs wait)."""
+        jobs = list(jobs)
+        views = self.views_of(jobs, held, speedups, attained, priorities)
+        grouped: dict[str, list[JobView]] = {group: [] for group in capacities}
+        for job, view in zip(jobs, views, strict=True):
+            grouped.setdefault(job.group, []).append(view)
+        return {group: Snapshot(capacities.get(group, 0), members, tenancy.teams_in(group))
+                for group, members in grouped.items()}  # fmt: skip
+
+    def views_of(self, jobs: Iterable[Schedulable], held: dict[int, int],
+                 speedups: Speedups | None = None, attained: dict[int, float] | None = None,
+                 priorities: dict[int, int] | None = None) -> list[JobView]:  # fmt: skip
+        """Each job's view, the last build's where what it is made of is the same."""
         speedups, attained, priorities = speedups or {}, attained or {}, priorities or {}
         views, kept = [], {}
         for job in jobs:
@@ -85,4 +121,4 @@ class SnapshotBuilder:
             kept[pk] = (made_of, view)
             views.append(view)
         self.views = kept
-        return Snapshot(capacity, views)
+        return views

@@ -27,8 +27,9 @@
   const label = (key) => names.get(key) || (key === "" ? "no team" : "team " + key);
 
   function add(entry) {
-    for (const [name, g] of groups) { // a group the entry leaves out holds nothing then
-      if (!(name in entry.groups)) entry.groups[name] = { capacity: 0, held: 0, teams: {} };
+    for (const [name, g] of groups) { // a group the entry leaves out has no job active then
+      const last = g.capacity.length ? g.capacity[g.capacity.length - 1][1] : 0;
+      if (!(name in entry.groups)) entry.groups[name] = { capacity: last, held: 0, teams: {} };
     }
     for (const [name, body] of Object.entries(entry.groups)) {
       if (!groups.has(name)) groups.set(name, { capacity: [], held: [], teams: new Map() });

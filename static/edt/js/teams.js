@@ -80,7 +80,7 @@
   const team = editor.dataset.team;
   const form = document.getElementById("team-form");
   const previewEl = document.getElementById("shares-preview");
-  const SHARED = ["weight", "guarantee", "limit", "parent"]; // what changes the shares
+  const SHARED = ["weight", "guarantee", "limit", "parent", "resource_group"]; // what changes the shares
 
   function values() {
     const f = form.elements;

@@ -1,0 +1,72 @@
+"""The teams' shares over time: what each team holds in each resource group against what it
+is entitled to, and its queue, appended to a capped Redis stream when it changes (at most
+once a second) for the Cluster page's chart (``protocol/keys.py``, ``SHARES_KEY``, says the
+format). Written by the live scheduler alone, from its decisions (docs/architecture.md,
+"Tenancy")."""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+import redis
+
+from protocol.connection import REDIS_DOWN
+from protocol.keys import SHARES_KEPT, SHARES_KEY
+from scheduler.policies import QUEUED, Decision
+from scheduler.policies.teams import entitlements
+
+log = logging.getLogger("edt.scheduler")
+
+EVERY = 1.0  # seconds between two entries at most once
+
+
+def group_shares(decision: Decision) -> dict[str, Any]:
+    """One group's entry: its capacity; per team, the slots its jobs hold now, what it is
+    entitled to (exact) and what its jobs ask for; per team, its waiting jobs in order."""
+    snapshot = decision.snapshot
+    entitled = decision.teams or entitlements(snapshot)[0]
+    teams: dict[str, dict[str, float]] = {}
+    queue: dict[str, list[str]] = {}
+    for job in sorted(snapshot.jobs, key=lambda j: (j.submitted, j.id)):
+        row = teams.setdefault(job.team, {"held": 0, "entitled": 0.0, "demand": 0})
+        row["held"] += job.current
+        row["demand"] += job.max_workers
+        if job.state == QUEUED and not decision.targets.get(job.id):
+            queue.setdefault(job.team, []).append(job.id)
+    for team, value in entitled.items():
+        if team in teams:
+            teams[team]["entitled"] = round(value, 3)
+    return {"capacity": snapshot.capacity, "teams": teams, "queue": queue}
+
+
+class SharesLog:
+    """Offered each decision's groups; appends an entry when they differ from the last
+    one written, at most every :data:`EVERY` seconds (what waits is written by
+    :meth:`flush`, called each step). Redis away: the entry waits for the next try."""
+
+    def __init__(self, client: Callable[[], redis.Redis]) -> None:
+        self.client = client
+        self.written: dict[str, Any] | None = None
+        self.pending: dict[str, Any] | None = None
+        self.at = 0.0
+
+    def offer(self, decisions: dict[str, Decision]) -> None:
+        groups = {group: group_shares(d) for group, d in decisions.items() if d.snapshot.jobs}
+        self.pending = None if groups == self.written else groups
+        self.flush()
+
+    def flush(self) -> None:
+        if self.pending is None or time.monotonic() - self.at < EVERY:
+            return
+        entry = {"t": round(time.time(), 3), "groups": self.pending}
+        try:
+            self.client().xadd(SHARES_KEY, {"data": json.dumps(entry)}, maxlen=SHARES_KEPT,
+                               approximate=True)  # fmt: skip
+        except REDIS_DOWN as exc:
+            log.debug("the teams' shares wait for Redis: %s", exc)
+            return
+        self.written, self.pending, self.at = self.pending, None, time.monotonic()
