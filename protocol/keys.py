@@ -58,9 +58,10 @@ WAKE_KEY = PREFIX + "scheduler:wake"
 ALLOCATIONS_KEY = PREFIX + "scheduler:allocations"  # the allocation record (scheduler.store)
 # The teams' shares over time, per resource group, written by the scheduler when they change
 # (at most once a second; capped): a stream whose entries have one field, ``data``, JSON
-# {"t": unix time, "groups": {group: {"capacity": slots, "teams": {team id ("" for jobs of
-# no team): {"held": slots, "entitled": slots (exact), "demand": slots}}, "queue": {team id:
-# [job ids waiting, in order]}}}}. Read by the Cluster page's chart (scheduler.store).
+# {"t": unix time, "groups": {group: {"capacity": slots, "held": slots held in the group,
+# "teams": {team id ("" for jobs of no team): {"held": slots, "entitled": slots (exact),
+# "demand": slots}, each counting its sub-teams'}, "queue": {team id: [its own job ids
+# waiting, in order]}}}}. Read by the Cluster page's chart (scheduler.store).
 SHARES_KEY = PREFIX + "scheduler:shares"
 SHARES_KEPT = 20000
 # The active scheduler's own Prometheus metrics, as text (scheduler/metrics.py).

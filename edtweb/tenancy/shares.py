@@ -61,7 +61,9 @@ def entry(data: dict[str, Any], scope: Scope) -> dict[str, Any]:
         raw = body.get("teams")
         teams = {str(k): v for k, v in (raw if isinstance(raw, dict) else {}).items()
                  if isinstance(v, dict)}  # fmt: skip
-        held = sum(_number(v.get("held")) for v in teams.values())  # each team's own jobs'
+        # The group's own total where the writer gives it (a team's held counts its
+        # sub-teams'), else the teams' sum (entries of before nested teams were summed).
+        held = body.get("held", sum(_number(v.get("held")) for v in teams.values()))
         groups[str(group)] = {
             "capacity": _whole(body.get("capacity")),
             "held": _whole(held),

@@ -17,7 +17,7 @@ import redis
 from protocol.connection import REDIS_DOWN
 from protocol.keys import SHARES_KEPT, SHARES_KEY
 from scheduler.policies import QUEUED, Decision
-from scheduler.policies.teams import entitlements
+from scheduler.policies.teams import entitlements, slots_by_team
 
 log = logging.getLogger("edt.scheduler")
 
@@ -25,22 +25,23 @@ EVERY = 1.0  # seconds between two entries at most once
 
 
 def group_shares(decision: Decision) -> dict[str, Any]:
-    """One group's entry: its capacity; per team, the slots its jobs hold now, what it is
-    entitled to (exact) and what its jobs ask for; per team, its waiting jobs in order."""
+    """One group's entry: its capacity and the slots held in it; per team, the slots its
+    jobs hold now, what it is entitled to (exact) and what its jobs ask for, each counting
+    its sub-teams' (a team's entitlement covers its subtree); per team, its own waiting
+    jobs in order."""
     snapshot = decision.snapshot
     entitled = decision.teams or entitlements(snapshot)[0]
-    teams: dict[str, dict[str, float]] = {}
+    held = slots_by_team(snapshot, {job.id: job.current for job in snapshot.jobs})
+    demand = slots_by_team(snapshot, {job.id: job.max_workers for job in snapshot.jobs})
+    teams = {team: {"held": held.get(team, 0), "entitled": round(entitled.get(team, 0.0), 3),
+                    "demand": asked}
+             for team, asked in demand.items() if asked}  # fmt: skip
     queue: dict[str, list[str]] = {}
     for job in sorted(snapshot.jobs, key=lambda j: (j.submitted, j.id)):
-        row = teams.setdefault(job.team, {"held": 0, "entitled": 0.0, "demand": 0})
-        row["held"] += job.current
-        row["demand"] += job.max_workers
         if job.state == QUEUED and not decision.targets.get(job.id):
             queue.setdefault(job.team, []).append(job.id)
-    for team, value in entitled.items():
-        if team in teams:
-            teams[team]["entitled"] = round(value, 3)
-    return {"capacity": snapshot.capacity, "teams": teams, "queue": queue}
+    total = sum(job.current for job in snapshot.jobs)
+    return {"capacity": snapshot.capacity, "held": total, "teams": teams, "queue": queue}
 
 
 class SharesLog:
