@@ -73,6 +73,7 @@ NO_TEAM = ""  # the implicit team of the jobs that name none
 Exact = tuple[int, int]
 _MIN = attrgetter("min_workers")
 _MAX = attrgetter("max_workers")
+_FIRST = attrgetter("submitted", "id")
 _LAST = (float("inf"), "")
 
 
@@ -272,7 +273,7 @@ class Hierarchy:
         """demand and first, from the leaves up."""
         if node.kind == USER:
             node.demand = node.wanted = sum(map(_MAX, node.jobs))
-            node.first = min((job.submitted, job.id) for job in node.jobs)
+            node.first = min(map(_FIRST, node.jobs))
             return
         total = 0
         for child in node.children:
