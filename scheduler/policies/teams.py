@@ -74,6 +74,11 @@ Exact = tuple[int, int]
 _MIN = attrgetter("min_workers")
 _MAX = attrgetter("max_workers")
 _FIRST = attrgetter("submitted", "id")
+
+
+def _ORDER(job: JobView) -> tuple[int, float, str]:
+    """by_priority's order as a key: priority (highest first), submission, id."""
+    return (-job.priority, job.submitted, job.id)
 _LAST = (float("inf"), "")
 
 
@@ -309,23 +314,27 @@ class Hierarchy:
             user.cap_sum = user.demand
         if self._settle(self.root) and self.root.need <= self.capacity:
             return
+        waiting: list[JobView] = []
         for user in self.users.values():  # 1. within each user's entitlement, in whole slots
+            if user.need_sum <= user.quota:
+                continue  # all of theirs fit (need_sum, cap_sum: every job, from above)
             admitted, used = [], 0
             for job in user.jobs:
                 if used + job.min_workers <= user.quota:
                     admitted.append(job)
                     used += job.min_workers
+                else:
+                    waiting.append(job)
             user.admitted = admitted
             user.need_sum = used
             user.cap_sum = sum(map(_MAX, admitted))
         self._settle(self.root)
-        if self.root.need >= self.capacity:
-            return
-        taken = {id(job) for user in self.users.values() for job in user.admitted}
+        # 2. Beyond entitlements, into room nobody else needs, in fair-share order over all
+        #    users (a job may fit even when the group's needs are at its capacity: in room
+        #    its own team is entitled to and a teammate cannot use).
+        waiting.sort(key=_ORDER)
         grown: set[Node] = set()
-        for job in self.jobs:  # 2. beyond entitlements, into slots nobody else needs
-            if id(job) in taken:
-                continue
+        for job in waiting:
             user = self.users[(job.team, job.owner)]
             if self._grow(user, job):
                 grown.add(user)
