@@ -44,6 +44,7 @@ from scheduler.simulate.speedup import load_fits, usable  # noqa: E402
 from scheduler.simulate.teams import (  # noqa: E402
     BASELINE,
     CHECKPOINT_EVERY,
+    WEIGHTS,
     Outcome,
     goals,
     simulate_teams,
@@ -206,7 +207,7 @@ def decision_rows(count: int) -> list[str]:
 # The Philly week with VCs as teams --------------------------------------------------------
 
 
-def philly(trace_path: Path, loads: Sequence[float], seeds: int) -> list[str]:
+def philly(trace_path: Path, loads: Sequence[float], seeds: int, weights: str) -> list[str]:
     fits = usable(load_fits(trace_path.parent / "scalability"))
     serials = [fit.serial for fit in fits]
     model = ", ".join(f"{fit.app} s={fit.serial:.3f}" for fit in fits)
@@ -219,7 +220,7 @@ def philly(trace_path: Path, loads: Sequence[float], seeds: int) -> list[str]:
         runs, counts, rhos, detail = [], [], [], ""
         for seed in range(seeds):
             sample = sample_load(week, GPUS, DAYS * DAY, load, seed)
-            teams = vc_teams(sample, GPUS)
+            teams = vc_teams(sample, GPUS, weights)
             outcomes = simulate_teams(jobs_from_trace(sample, GPUS, serials), teams, base)
             runs.append(outcomes)
             counts.append(len(sample))
@@ -289,7 +290,8 @@ def philly(trace_path: Path, loads: Sequence[float], seeds: int) -> list[str]:
         "",
         "Teams: one per VC in the sample, guarantee in proportion to the VC's GPU-time in it "
         f"(1 slot each, the other {GPUS} - VCs by largest remainder: the guarantees add up to "
-        "the cluster), weight = guarantee, no limits, one user per team "
+        f"the cluster), weights {'1' if weights == 'one' else '= guarantee'} (`--weights "
+        f"{weights}`), no limits, one user per team "
         "(`scheduler.simulate.teams.vc_teams`). Jobs: max_workers = num_gpus, min 1, "
         f"priority 5000; speed: Amdahl fitted from the Pollux scalability data ({model}); "
         "a resize pauses a job 1 s, a restart 30 s. Variants: *hierarchical* (fairshare "
@@ -333,6 +335,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--loads", type=float, nargs="+", default=LOADS)
     parser.add_argument("--seeds", type=int, default=SEEDS)
     parser.add_argument("--pairs", type=int, default=PAIRS)
+    parser.add_argument("--weights", choices=WEIGHTS, default="one", help="the VCs' weights")
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
     if args.seeds < 1 or args.pairs < 1 or min(args.loads) <= 0:
         parser.error("--seeds and --pairs must be at least 1, --loads positive")
@@ -361,7 +364,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "",
     ]
     if args.trace.exists():
-        lines += philly(args.trace, args.loads, args.seeds)
+        lines += philly(args.trace, args.loads, args.seeds, args.weights)
     else:
         print(f"no trace at {args.trace}: the Philly part skipped", file=sys.stderr)
         lines.append(f"No trace at `{args.trace}`: the Philly part was skipped.")

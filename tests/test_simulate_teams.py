@@ -94,9 +94,10 @@ def test_vc_guarantees_follow_gpu_demand_and_add_up_to_the_cluster() -> None:
     ]
     teams = vc_teams(trace, 6)  # 1 each, then 4 by demand: 3 and 1
     assert [(t.id, t.guarantee, t.weight, t.limit) for t in teams] == [
-        ("a", 4, 4, None),
-        ("b", 2, 2, None),
+        ("a", 4, 1, None),
+        ("b", 2, 1, None),
     ]
+    assert [t.weight for t in vc_teams(trace, 6, "guarantee")] == [4, 2]
     with pytest.raises(ValueError, match="cluster column"):
         vc_teams([TraceJob(0, 0.0, 1.0, 1)], 4)
     with pytest.raises(ValueError, match="do not each get a slot"):
@@ -120,7 +121,7 @@ def test_the_philly_teams_command_prints_per_team_and_overall(
     assert main([*args, "--serial-fraction", "0.1"]) == 0
     out = capsys.readouterr().out
     assert "4 jobs from day 0 for 3 days" in out
-    assert "2 virtual clusters, guarantees x 3, y 1" in out
+    assert "2 virtual clusters, weights one, guarantees x 3, y 1" in out
     for variant in ["hierarchical", "quota-preempt", "static", "fairshare-flat"]:
         assert f"| {variant} | 4 |" in out
     assert "| x | 3 | 2 |" in out and "| y | 1 | 2 |" in out

@@ -79,6 +79,8 @@ _FIRST = attrgetter("submitted", "id")
 def _ORDER(job: JobView) -> tuple[int, float, str]:
     """by_priority's order as a key: priority (highest first), submission, id."""
     return (-job.priority, job.submitted, job.id)
+
+
 _LAST = (float("inf"), "")
 
 

@@ -4,9 +4,10 @@ against three baselines, and what they are judged by.
 **Teams.** One team per virtual cluster (the trace's ``cluster`` column) of the simulated
 jobs (:func:`vc_teams`): its guarantee is in proportion to the VC's GPU demand over those
 jobs (Σ duration x num_gpus), every VC at least 1 slot, the guarantees adding up to the
-cluster (1 each, the rest by largest remainder, ties by id); its weight is its guarantee,
-so what a team lends is shared in the same proportion. No limits. One user per team (the
-trace has no users).
+cluster (1 each, the rest by largest remainder, ties by id); its weight the default 1, so
+what a team lends goes equally to the teams that ask for more (or, with ``weights=
+"guarantee"``, in proportion to their guarantees). No limits. One user per team (the trace
+has no users).
 
 **Variants** (the same jobs, the same pauses; :data:`VARIANTS`):
 
@@ -50,8 +51,14 @@ BASELINE = "quota-preempt"  # the kill-preemption baseline the goals are relativ
 CHECKPOINT_EVERY = 1800.0
 
 
-def vc_teams(trace: Sequence[TraceJob], gpus: int) -> tuple[Team, ...]:
-    """One team per VC of ``trace``, guarantees in proportion to GPU demand (see the module)."""
+WEIGHTS = ("one", "guarantee")
+
+
+def vc_teams(trace: Sequence[TraceJob], gpus: int, weights: str = "one") -> tuple[Team, ...]:
+    """One team per VC of ``trace``, guarantees in proportion to GPU demand, weights 1 or
+    the guarantee (see the module)."""
+    if weights not in WEIGHTS:
+        raise ValueError(f"weights: one of {list(WEIGHTS)}")
     demand: dict[str, float] = {}
     for job in trace:
         demand[job.vc] = demand.get(job.vc, 0.0) + gpu_time(job)
@@ -66,8 +73,10 @@ def vc_teams(trace: Sequence[TraceJob], gpus: int) -> tuple[Team, ...]:
     for vc in sorted(exact, key=lambda vc: (-(exact[vc] % 1), vc))[:left]:
         share[vc] += 1
     return tuple(
-        Team(vc, weight=share[vc], guarantee=share[vc], name=f"vc {vc}") for vc in sorted(share)
-    )
+        Team(vc, weight=share[vc] if weights == "guarantee" else 1, guarantee=share[vc],
+             name=f"vc {vc}")
+        for vc in sorted(share)
+    )  # fmt: skip
 
 
 def config_of(variant: str, teams: tuple[Team, ...], base: Config) -> Config:

@@ -25,7 +25,14 @@ from scheduler.simulate import (
     window,
 )
 from scheduler.simulate.speedup import load_fits, usable
-from scheduler.simulate.teams import CHECKPOINT_EVERY, VARIANTS, simulate_teams, tables, vc_teams
+from scheduler.simulate.teams import (
+    CHECKPOINT_EVERY,
+    VARIANTS,
+    WEIGHTS,
+    simulate_teams,
+    tables,
+    vc_teams,
+)
 from scheduler.simulate.trace import DAY
 
 
@@ -47,6 +54,12 @@ def parser() -> argparse.ArgumentParser:
         type=float,
         default=CHECKPOINT_EVERY,
         help="quota-preempt: seconds of running between a job's checkpoints (default 1800)",
+    )
+    p.add_argument(
+        "--weights",
+        choices=WEIGHTS,
+        default="one",
+        help="the teams' weights: one (the default) or their guarantees",
     )
     p.add_argument("--serial-fraction", type=float, help="one Amdahl serial fraction for all")
     return p
@@ -79,7 +92,7 @@ def main(argv: Sequence[str]) -> int:
     if not trace:
         print("no jobs in that window", file=sys.stderr)
         return 1
-    teams = vc_teams(trace, args.gpus)
+    teams = vc_teams(trace, args.gpus, args.weights)
     base = Config(
         args.gpus,
         resize_pause=args.resize_pause,
@@ -93,7 +106,7 @@ def main(argv: Sequence[str]) -> int:
         "\n".join(
             [
                 f"trace {args.trace.name}, {args.gpus} slots: {lines[0]}",
-                f"teams: {len(teams)} virtual clusters, guarantees "
+                f"teams: {len(teams)} virtual clusters, weights {args.weights}, guarantees "
                 + ", ".join(f"{t.id} {t.guarantee}" for t in teams),
                 f"speedup: {model}; pauses: resize {args.resize_pause:g} s, restart "
                 f"{args.restart_pause:g} s; quota-preempt checkpoints every "
