@@ -244,7 +244,7 @@ def philly(trace_path: Path, loads: Sequence[float], seeds: int, weights: str) -
     mean = statistics.fmean
     overall = [
         "| load | jobs | sampled load | variant | avg JCT h | p99 JCT h | util | share deficit "
-        "slot-h | Jain (saturated) | saturated h | preemptions | work lost slot-h | sim s |",
+        "slot-h | Jain (saturated) | saturated h | runs stopped | work lost slot-h | sim s |",
         "|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     goal_rows = [
@@ -309,7 +309,8 @@ def philly(trace_path: Path, loads: Sequence[float], seeds: int, weights: str) -
         "the rest by weight), whatever the variant. Jain: Jain's index of slots held / "
         "entitlement over the teams with demand, averaged over the time the active jobs "
         "ask for at least every slot (*saturated h*). Utilisation: slot-time held / "
-        "(slots x makespan).",
+        "(slots x makespan). *Runs stopped*: times a running job lost all its slots "
+        "(suspended after a checkpoint, or killed under quota-preempt).",
         "",
         *overall,
         "",

@@ -76,7 +76,7 @@ _MAX = attrgetter("max_workers")
 _FIRST = attrgetter("submitted", "id")
 
 
-def _ORDER(job: JobView) -> tuple[int, float, str]:
+def _order(job: JobView) -> tuple[int, float, str]:
     """by_priority's order as a key: priority (highest first), submission, id."""
     return (-job.priority, job.submitted, job.id)
 
@@ -91,7 +91,6 @@ class Node:
 
     kind: int
     key: str  # the team's id (TEAM, MEMBERS) or the owner (USER)
-    team: str  # the team it is in, or is ("" for none)
     weight: int = 1
     guarantee: int = 0  # TEAM: its guarantee (covering its sub-teams'), scaled to fit
     limit: int | None = None
@@ -223,7 +222,7 @@ class Hierarchy:
         self.capacity = snapshot.capacity
         self.jobs = by_priority(snapshot.jobs)
         covered, sub_teams = _structure(snapshot.teams)
-        self.root = Node(TEAM, NO_TEAM, NO_TEAM)
+        self.root = Node(TEAM, NO_TEAM)
         self.teams: dict[str, Node] = {NO_TEAM: self.root}
         self._build_teams(self.root, sub_teams, covered, snapshot.capacity)
         self.users: dict[tuple[str, str], Node] = {}
@@ -231,7 +230,7 @@ class Hierarchy:
             user = self.users.get((job.team, job.owner))
             if user is None:
                 user = self.users[(job.team, job.owner)] = Node(
-                    USER, job.owner, job.team, label=job.owner or "(no owner)"
+                    USER, job.owner, label=job.owner or "(no owner)"
                 )
             user.jobs.append(job)
         self._attach_users()
@@ -249,9 +248,8 @@ class Hierarchy:
         granted = scale({team.id: covered[team.id] for team in below}, budget)
         for team in below:
             child = Node(
-                TEAM, team.id, team.id, team.weight, granted[team.id], team.limit, team.label,
-                parent=node,
-            )  # fmt: skip
+                TEAM, team.id, team.weight, granted[team.id], team.limit, team.label, parent=node
+            )
             node.children.append(child)
             self.teams[team.id] = child
             self._build_teams(child, sub_teams, covered, granted[team.id])
@@ -266,7 +264,7 @@ class Hierarchy:
                 group = members.get(team_id)
                 if group is None:
                     group = members[team_id] = Node(
-                        MEMBERS, team_id, team_id, label=f"{team.label or 'no team'}'s own users"
+                        MEMBERS, team_id, label=f"{team.label or 'no team'}'s own users"
                     )
                     group.parent = team
                     team.children.append(group)
@@ -334,7 +332,7 @@ class Hierarchy:
         # 2. Beyond entitlements, into room nobody else needs, in fair-share order over all
         #    users (a job may fit even when the group's needs are at its capacity: in room
         #    its own team is entitled to and a teammate cannot use).
-        waiting.sort(key=_ORDER)
+        waiting.sort(key=_order)
         grown: set[Node] = set()
         for job in waiting:
             user = self.users[(job.team, job.owner)]

@@ -249,7 +249,7 @@ def tables(outcomes: dict[str, Outcome], teams: tuple[Team, ...]) -> list[str]:
     """Markdown: overall per variant, the goals, and per team per variant."""
     lines = [
         "| variant | jobs | avg JCT h | p99 JCT h | util | share deficit slot-h | "
-        "Jain (saturated) | saturated h | preemptions | work lost slot-h | decisions | sim s |",
+        "Jain (saturated) | saturated h | runs stopped | work lost slot-h | decisions | sim s |",
         "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for o in outcomes.values():
