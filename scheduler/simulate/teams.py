@@ -265,8 +265,11 @@ def tables(outcomes: dict[str, Outcome], teams: tuple[Team, ...]) -> list[str]:
         for what, value, goal, met in goals(outcomes):
             lines.append(f"| {what} | {value:.3f} | {goal} | {'✓' if met else '✗'} |")
     guarantee = {team.id: team.guarantee for team in teams}
-    head = " | ".join(f"{v} avg / p99 JCT h, deficit slot-h" for v in outcomes)
+    head = " | ".join(f"{v}" for v in outcomes)
     lines += [
+        "",
+        "Per team: avg / p99 JCT h; slot-h held (its utilisation: held / (guarantee x "
+        "makespan)); share deficit slot-h.",
         "",
         f"| team | guarantee | jobs | {head} |",
         "|---|---:|---:|" + "---|" * len(outcomes),
@@ -277,7 +280,12 @@ def tables(outcomes: dict[str, Outcome], teams: tuple[Team, ...]) -> list[str]:
         cells = []
         for variant in outcomes:
             t = per[variant][stats.team]
-            cells.append(f"{hours(t.avg_jct)} / {hours(t.p99_jct)}, {t.deficit_hours:,.1f}")
+            span = outcomes[variant].summary.makespan / 3600 * guarantee.get(stats.team, 0)
+            use = f"{t.held_hours / span:.0%}" if span else "-"
+            cells.append(
+                f"{hours(t.avg_jct)} / {hours(t.p99_jct)}; {t.held_hours:,.0f} ({use}); "
+                f"{t.deficit_hours:,.1f}"
+            )
         lines.append(
             f"| {stats.team} | {guarantee.get(stats.team, 0)} | {stats.jobs:,} | "
             f"{' | '.join(cells)} |"
