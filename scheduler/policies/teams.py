@@ -44,8 +44,9 @@ Allocation (:class:`Hierarchy`), in whole slots:
    minimum is a floor, as in flat fair share.
 2. **Division.** Top down, each node's whole slots go to its children by the rule above
    over the admitted jobs (a child's demand: its admitted jobs' maxima under the limits;
-   its floor: its need), then whole slots by largest remainder (ties: the child with the
-   earlier job, then the id). A user's slots go to their admitted jobs by flat fair share.
+   its floor: its need), then whole slots by largest remainder (ties: the child whose
+   first job comes first in fair-share order, then the id). A user's slots go to their
+   admitted jobs by flat fair share.
 
 Everything is integer arithmetic and exact (λ is a fraction), and every order is a total
 one (ids break the last ties): the answer never depends on the order of the input.
@@ -73,7 +74,6 @@ NO_TEAM = ""  # the implicit team of the jobs that name none
 Exact = tuple[int, int]
 _MIN = attrgetter("min_workers")
 _MAX = attrgetter("max_workers")
-_FIRST = attrgetter("submitted", "id")
 
 
 def _order(job: JobView) -> tuple[int, float, str]:
@@ -81,7 +81,7 @@ def _order(job: JobView) -> tuple[int, float, str]:
     return (-job.priority, job.submitted, job.id)
 
 
-_LAST = (float("inf"), "")
+_LAST = 1 << 62  # after every job's position
 
 
 @dataclass(eq=False, slots=True)
@@ -98,7 +98,7 @@ class Node:
     parent: Node | None = None
     children: list[Node] = field(default_factory=list)
     jobs: list[JobView] = field(default_factory=list)  # USER: active jobs, by priority
-    first: tuple[float, str] = _LAST  # the earliest (submission, id) below: ties go to it
+    first: int = _LAST  # the position of its first job in fair-share order: ties go to it
     demand: int = 0  # Σ max_workers below, under the limits
     wanted: int = 0  # the same before its own limit
     entitled: Exact = (0, 1)
@@ -197,7 +197,8 @@ def divide(amount: Exact, items: Sequence[tuple[int, int, int, int]]) -> tuple[l
 
 def whole(amount: int, children: Sequence[Node], parts: Sequence[int], den: int) -> list[int]:
     """Each child's whole slots of ``parts / den``, then one more to the largest remainders
-    (ties: the child with the earlier first job, then kind and key) until ``amount``."""
+    (ties: the child whose first job comes first in fair-share order, then kind and key)
+    until ``amount``."""
     left = amount
     slots, remainders = [], []
     for index, (child, part) in enumerate(zip(children, parts, strict=True)):
@@ -226,11 +227,12 @@ class Hierarchy:
         self.teams: dict[str, Node] = {NO_TEAM: self.root}
         self._build_teams(self.root, sub_teams, covered, snapshot.capacity)
         self.users: dict[tuple[str, str], Node] = {}
-        for job in self.jobs:
-            user = self.users.get((job.team, job.owner))
+        for index, job in enumerate(self.jobs):
+            key = (job.team, job.owner)
+            user = self.users.get(key)
             if user is None:
-                user = self.users[(job.team, job.owner)] = Node(
-                    USER, job.owner, label=job.owner or "(no owner)"
+                user = self.users[key] = Node(
+                    USER, job.owner, label=job.owner or "(no owner)", first=index
                 )
             user.jobs.append(job)
         self._attach_users()
@@ -278,7 +280,6 @@ class Hierarchy:
         """demand and first, from the leaves up."""
         if node.kind == USER:
             node.demand = node.wanted = sum(map(_MAX, node.jobs))
-            node.first = min(map(_FIRST, node.jobs))
             return
         total = 0
         for child in node.children:
