@@ -515,3 +515,63 @@ def test_entitlements_divide_the_capacity_up_to_demand(snapshot: Snapshot) -> No
     for team, users in by_user.items():
         if team and not any(t.parent == team for t in snapshot.teams):
             assert sum(users.values()) == pytest.approx(by_team[team])
+
+
+# The kill-preemption quota baseline (scheduler/policies/quota.py) ---------------------------
+
+X_Y = [Team("x", guarantee=4), Team("y", guarantee=4)]
+QUOTA = {
+    "within its quota a gang is admitted whole": (8, X_Y, [job("x1", 4, team="x")], {"x1": 4}),
+    "an idle quota is borrowed by another team's gang": (
+        8, X_Y, [job("x1", 8, team="x")], {"x1": 8}
+    ),
+    "a team under its quota preempts a borrowing gang, which loses all its slots": (
+        8, X_Y, [job("x1", 8, team="x", current=8), job("y1", 4, 1, team="y")],
+        {"x1": 0, "y1": 4},
+    ),
+    "a gang beyond its quota waits for free slots, preempting no one": (
+        8, [Team("x", guarantee=2), Team("y", guarantee=6)],
+        [job("y1", 6, team="y", current=6), job("x1", 4, 1, team="x")], {"y1": 6, "x1": 0},
+    ),
+    "a team within its quota is never preempted": (
+        8, X_Y, [job("x1", 4, team="x", current=4), job("y1", 4, 1, team="y", current=4),
+                 job("y2", 4, 2, team="y")],
+        {"x1": 4, "y1": 4, "y2": 0},
+    ),
+    "the most recently started borrower goes first": (
+        8, X_Y,
+        [job("x1", 2, 0, team="x", current=2, attained=900.0),
+         job("x2", 4, 1, team="x", current=4, attained=100.0),
+         job("x3", 2, 2, team="x", current=2, attained=500.0), job("y1", 2, 3, team="y")],
+        {"x1": 2, "x2": 0, "x3": 2, "y1": 2},
+    ),
+    "a smaller gang behind one that does not fit starts (best-effort FIFO)": (
+        8, [Team("x"), Team("y", guarantee=8)],
+        [job("y1", 5, team="y", current=5), job("x1", 4, 1, team="x"), job("x2", 2, 2, team="x")],
+        {"y1": 5, "x1": 0, "x2": 2},
+    ),
+}  # fmt: skip
+
+
+@ORDERS
+@pytest.mark.parametrize("capacity, teams, jobs, expected", QUOTA.values(), ids=QUOTA.keys())
+def test_quota_preempt_table(
+    capacity: int, teams: list[Team], jobs: list[JobView], expected: dict[str, int], reverse: bool
+) -> None:
+    if reverse:
+        teams, jobs = teams[::-1], jobs[::-1]
+    assert decide(Snapshot(capacity, jobs, tuple(teams)), "quota-preempt").targets == expected
+
+
+@PROPERTY
+@given(team_snapshots())
+def test_quota_preempt_never_resizes_a_gang_and_respects_limits(snapshot: Snapshot) -> None:
+    targets = decide(snapshot, "quota-preempt").targets
+    assert sum(targets.values()) <= snapshot.capacity
+    for j in snapshot.jobs:
+        assert targets[j.id] in (0, j.current or min(j.max_workers, snapshot.capacity))
+    for team in snapshot.teams:  # a limit binds what a team starts, never what it runs
+        mine = [j for j in snapshot.jobs if j.team == team.id]
+        held = sum(targets[j.id] for j in mine)
+        kept = sum(targets[j.id] for j in mine if j.current)
+        assert team.limit is None or held <= max(team.limit, kept)

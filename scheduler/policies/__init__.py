@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from scheduler.policies import fairshare, fifo_gang, las, priority, tiresias
+from scheduler.policies import fairshare, fifo_gang, las, priority, quota, tiresias
 from scheduler.policies.model import (
     ACTIVE_STATES,
     DEFAULT_PRIORITY,
@@ -34,6 +34,7 @@ POLICIES: dict[str, Policy] = {
     tiresias.POLICY: tiresias.decide,
     las.POLICY: las.decide,
     las.SPEEDUP_POLICY: las.decide_speedup,
+    quota.POLICY: quota.decide,
 }
 DEFAULT_POLICY = fairshare.POLICY
 

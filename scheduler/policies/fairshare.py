@@ -65,6 +65,10 @@ def hierarchical(snapshot: Snapshot) -> Decision:
         if not user.amount:
             continue
         admitted = user.admitted
+        if user.amount == user.cap:  # every admitted job at its max
+            for job in admitted:
+                targets[job.id], shares[job.id] = job.max_workers, float(job.max_workers)
+            continue
         level = water_level(admitted, user.amount)
         parts = {job.id: split(job, level) for job in admitted}
         targets.update(round_shares(admitted, parts, user.amount))

@@ -91,19 +91,20 @@ class TeamsExplainer:
         self.tree = tree
         self.shares = shares
         self.named = len(tree.teams) > 1  # the snapshot has teams: say which level decided
-        # Per user, built when first asked: the team's and user's part, and its jobs' explainer.
-        self.lines: dict[int, tuple[str, FairshareExplainer]] = {}
+        # Per user, built when first asked: the team's and user's part, its jobs' explainer.
+        self.lines: dict[tuple[str, str], tuple[str, FairshareExplainer, Node]] = {}
         self.team_lines: dict[int, str] = {}
 
     def __call__(self, job: JobView, target: int) -> str:
-        user = self.tree.users[(job.team, job.owner)]
-        if job.id not in self.shares:
-            return self._wait(job, user)
-        known = self.lines.get(id(user))
+        key = (job.team, job.owner)
+        known = self.lines.get(key)
         if known is None:  # the team's and the user's part, once per user
+            user = self.tree.users[key]
             fair = FairshareExplainer(user.amount, user.jobs, user.admitted, self.shares)
             above = "; ".join(line for line in (self._team(user), self._user(user)) if line)
-            known = self.lines[id(user)] = (f"{above}; " if above else "", fair)
+            known = self.lines[key] = (f"{above}; " if above else "", fair, user)
+        if job.id not in self.shares:
+            return self._wait(job, known[2])
         return known[0] + known[1](job, target)
 
     def _where(self, node: Node) -> str:

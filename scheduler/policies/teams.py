@@ -44,8 +44,9 @@ Allocation (:class:`Hierarchy`), in whole slots:
    minimum is a floor, as in flat fair share.
 2. **Division.** Top down, each node's whole slots go to its children by the rule above
    over the admitted jobs (a child's demand: its admitted jobs' maxima under the limits;
-   its floor: its need), then whole slots by largest remainder (ties: the child with the
-   earlier job, then the id). A user's slots go to their admitted jobs by flat fair share.
+   its floor: its need), then whole slots by largest remainder (ties: the child whose
+   first job comes first in fair-share order, then the id). A user's slots go to their
+   admitted jobs by flat fair share.
 
 Everything is integer arithmetic and exact (λ is a fraction), and every order is a total
 one (ids break the last ties): the answer never depends on the order of the input.
@@ -73,7 +74,14 @@ NO_TEAM = ""  # the implicit team of the jobs that name none
 Exact = tuple[int, int]
 _MIN = attrgetter("min_workers")
 _MAX = attrgetter("max_workers")
-_LAST = (float("inf"), "")
+
+
+def _order(job: JobView) -> tuple[int, float, str]:
+    """by_priority's order as a key: priority (highest first), submission, id."""
+    return (-job.priority, job.submitted, job.id)
+
+
+_LAST = 1 << 62  # after every job's position
 
 
 @dataclass(eq=False, slots=True)
@@ -83,7 +91,6 @@ class Node:
 
     kind: int
     key: str  # the team's id (TEAM, MEMBERS) or the owner (USER)
-    team: str  # the team it is in, or is ("" for none)
     weight: int = 1
     guarantee: int = 0  # TEAM: its guarantee (covering its sub-teams'), scaled to fit
     limit: int | None = None
@@ -91,7 +98,7 @@ class Node:
     parent: Node | None = None
     children: list[Node] = field(default_factory=list)
     jobs: list[JobView] = field(default_factory=list)  # USER: active jobs, by priority
-    first: tuple[float, str] = _LAST  # the earliest (submission, id) below: ties go to it
+    first: int = _LAST  # the position of its first job in fair-share order: ties go to it
     demand: int = 0  # Σ max_workers below, under the limits
     wanted: int = 0  # the same before its own limit
     entitled: Exact = (0, 1)
@@ -190,7 +197,8 @@ def divide(amount: Exact, items: Sequence[tuple[int, int, int, int]]) -> tuple[l
 
 def whole(amount: int, children: Sequence[Node], parts: Sequence[int], den: int) -> list[int]:
     """Each child's whole slots of ``parts / den``, then one more to the largest remainders
-    (ties: the child with the earlier first job, then kind and key) until ``amount``."""
+    (ties: the child whose first job comes first in fair-share order, then kind and key)
+    until ``amount``."""
     left = amount
     slots, remainders = [], []
     for index, (child, part) in enumerate(zip(children, parts, strict=True)):
@@ -215,15 +223,16 @@ class Hierarchy:
         self.capacity = snapshot.capacity
         self.jobs = by_priority(snapshot.jobs)
         covered, sub_teams = _structure(snapshot.teams)
-        self.root = Node(TEAM, NO_TEAM, NO_TEAM)
+        self.root = Node(TEAM, NO_TEAM)
         self.teams: dict[str, Node] = {NO_TEAM: self.root}
         self._build_teams(self.root, sub_teams, covered, snapshot.capacity)
         self.users: dict[tuple[str, str], Node] = {}
-        for job in self.jobs:
-            user = self.users.get((job.team, job.owner))
+        for index, job in enumerate(self.jobs):
+            key = (job.team, job.owner)
+            user = self.users.get(key)
             if user is None:
-                user = self.users[(job.team, job.owner)] = Node(
-                    USER, job.owner, job.team, label=job.owner or "(no owner)"
+                user = self.users[key] = Node(
+                    USER, job.owner, label=job.owner or "(no owner)", first=index
                 )
             user.jobs.append(job)
         self._attach_users()
@@ -241,9 +250,8 @@ class Hierarchy:
         granted = scale({team.id: covered[team.id] for team in below}, budget)
         for team in below:
             child = Node(
-                TEAM, team.id, team.id, team.weight, granted[team.id], team.limit, team.label,
-                parent=node,
-            )  # fmt: skip
+                TEAM, team.id, team.weight, granted[team.id], team.limit, team.label, parent=node
+            )
             node.children.append(child)
             self.teams[team.id] = child
             self._build_teams(child, sub_teams, covered, granted[team.id])
@@ -258,7 +266,7 @@ class Hierarchy:
                 group = members.get(team_id)
                 if group is None:
                     group = members[team_id] = Node(
-                        MEMBERS, team_id, team_id, label=f"{team.label or 'no team'}'s own users"
+                        MEMBERS, team_id, label=f"{team.label or 'no team'}'s own users"
                     )
                     group.parent = team
                     team.children.append(group)
@@ -272,7 +280,6 @@ class Hierarchy:
         """demand and first, from the leaves up."""
         if node.kind == USER:
             node.demand = node.wanted = sum(map(_MAX, node.jobs))
-            node.first = min((job.submitted, job.id) for job in node.jobs)
             return
         total = 0
         for child in node.children:
@@ -308,23 +315,27 @@ class Hierarchy:
             user.cap_sum = user.demand
         if self._settle(self.root) and self.root.need <= self.capacity:
             return
+        waiting: list[JobView] = []
         for user in self.users.values():  # 1. within each user's entitlement, in whole slots
+            if user.need_sum <= user.quota:
+                continue  # all of theirs fit (need_sum, cap_sum: every job, from above)
             admitted, used = [], 0
             for job in user.jobs:
                 if used + job.min_workers <= user.quota:
                     admitted.append(job)
                     used += job.min_workers
+                else:
+                    waiting.append(job)
             user.admitted = admitted
             user.need_sum = used
             user.cap_sum = sum(map(_MAX, admitted))
         self._settle(self.root)
-        if self.root.need >= self.capacity:
-            return
-        taken = {id(job) for user in self.users.values() for job in user.admitted}
+        # 2. Beyond entitlements, into room nobody else needs, in fair-share order over all
+        #    users (a job may fit even when the group's needs are at its capacity: in room
+        #    its own team is entitled to and a teammate cannot use).
+        waiting.sort(key=_order)
         grown: set[Node] = set()
-        for job in self.jobs:  # 2. beyond entitlements, into slots nobody else needs
-            if id(job) in taken:
-                continue
+        for job in waiting:
             user = self.users[(job.team, job.owner)]
             if self._grow(user, job):
                 grown.add(user)

@@ -10,10 +10,17 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from scheduler.simulate.engine import Config, JobResult, SimJob, Simulator, simulate
+from scheduler.simulate.engine import Config, JobResult, Observer, SimJob, Simulator, simulate
 from scheduler.simulate.metrics import Summary, summarise
 from scheduler.simulate.speedup import speedup
-from scheduler.simulate.trace import TraceJob, offered_load, read_trace, sample_load, window
+from scheduler.simulate.trace import (
+    TraceJob,
+    median_week,
+    offered_load,
+    read_trace,
+    sample_load,
+    window,
+)
 
 
 def jobs_from_trace(trace: Sequence[TraceJob], gpus: int, serials: Sequence[float]) -> list[SimJob]:
@@ -22,7 +29,9 @@ def jobs_from_trace(trace: Sequence[TraceJob], gpus: int, serials: Sequence[floa
     for job in trace:
         serial = serials[job.row % len(serials)]
         work = job.duration * speedup(serial, job.num_gpus)
-        jobs.append(SimJob(str(job.row), job.submitted, min(job.num_gpus, gpus), work, serial))
+        jobs.append(
+            SimJob(str(job.row), job.submitted, min(job.num_gpus, gpus), work, serial, job.vc)
+        )
     return jobs
 
 
@@ -34,10 +43,10 @@ class Run:
     decisions: int
 
 
-def run(jobs: Sequence[SimJob], config: Config) -> Run:
+def run(jobs: Sequence[SimJob], config: Config, observer: Observer | None = None) -> Run:
     """Simulate ``jobs`` and summarise, timing the simulation itself."""
     started = time.perf_counter()
-    simulator = Simulator(jobs, config)
+    simulator = Simulator(jobs, config, observer)
     results = simulator.run()
     seconds = time.perf_counter() - started
     return Run(summarise(results, config.gpus), results, seconds, simulator.decisions)
@@ -46,11 +55,13 @@ def run(jobs: Sequence[SimJob], config: Config) -> Run:
 __all__ = [
     "Config",
     "JobResult",
+    "Observer",
     "Run",
     "SimJob",
     "Summary",
     "TraceJob",
     "jobs_from_trace",
+    "median_week",
     "offered_load",
     "read_trace",
     "run",

@@ -1,7 +1,9 @@
 """``python -m scheduler.simulate --trace philly.csv --gpus 64 --policy fairshare``.
 
 ``python -m scheduler.simulate pollux --workloads DIR --policy NAME`` simulates the Pollux
-artifact's workloads instead (:mod:`scheduler.simulate.pollux_cli`).
+artifact's workloads instead (:mod:`scheduler.simulate.pollux_cli`);
+``python -m scheduler.simulate philly --teams vc --trace philly.csv`` a week of the trace with
+its virtual clusters as teams, against the teams baselines (:mod:`.teams_cli`).
 
 With ``--load RHO`` (and ``--days``), the window is replaced by a workload sampled from it
 whose offered load on ``--gpus`` slots is RHO (:func:`scheduler.simulate.trace.sample_load`).
@@ -24,6 +26,7 @@ from scheduler.simulate import (
     read_trace,
     run,
     sample_load,
+    teams_cli,
     window,
 )
 from scheduler.simulate.speedup import load_fits, usable
@@ -98,6 +101,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv[:1] == ["pollux"]:
         return pollux_cli.main(argv[1:])
+    if argv[:1] == ["philly"]:
+        return teams_cli.main(argv[1:])
     args = parser().parse_args(argv)
     if args.gpus < 1:
         parser().error("--gpus must be at least 1")

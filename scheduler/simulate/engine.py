@@ -5,6 +5,13 @@ after each, the policy decides once and the jobs whose count changed are resized
 events every job runs at a constant speed, so a job's completion time is known the moment
 its allocation changes and goes on a heap; a later change makes that entry stale (its
 version no longer matches) rather than removing it.
+
+With ``Config.teams`` the policy sees each job's team (``SimJob.team``). A job that loses
+all its slots is suspended: EDT checkpoints on suspend, so nothing is lost and it pays
+``restart_pause`` when it resumes. With ``Config.kill`` it is killed instead, as a
+kill-preemption scheduler does: it also loses the work done since its last checkpoint (one
+every ``checkpoint_every`` seconds of running, counted from each restart), counted in
+``JobResult.lost``.
 """
 
 from __future__ import annotations
@@ -12,12 +19,12 @@ from __future__ import annotations
 import functools
 import heapq
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from scheduler.policies import POLICIES, Policy, las
 from scheduler.policies import tiresias as tiresias_policy
-from scheduler.policies.model import QUEUED, RUNNING, SUSPENDED, JobView, Snapshot
+from scheduler.policies.model import QUEUED, RUNNING, SUSPENDED, JobView, Snapshot, Team
 from scheduler.simulate.speedup import speedup
 
 COMPLETION, WAKE = 0, 1
@@ -34,6 +41,7 @@ class SimJob:
     max_workers: int
     work: float
     serial: float = 0.0
+    team: str = ""  # its team's id (the policy sees it where Config.teams is set)
 
     @property
     def isolated(self) -> float:
@@ -52,6 +60,9 @@ class Config:
     resize_pause: float = 1.0
     restart_pause: float = 30.0
     threshold: float = tiresias_policy.DEFAULT_THRESHOLD
+    teams: tuple[Team, ...] = ()
+    kill: bool = False  # a job losing its slots is killed, not suspended (see the module)
+    checkpoint_every: float = 1800.0  # seconds of running between checkpoints (kill only)
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,6 +71,8 @@ class JobResult:
     finished: float
     reallocations: int
     attained: float  # slot-seconds held, pauses included
+    preemptions: int = 0  # times it lost all its slots while running
+    lost: float = 0.0  # slot-seconds of work done and lost to kills (Config.kill)
 
     @property
     def jct(self) -> float:
@@ -77,6 +90,9 @@ class _State:
     started: bool = False
     reallocations: int = 0
     version: int = 0
+    run_from: float = 0.0  # when the current run began to compute (after its pause)
+    preemptions: int = 0
+    lost: float = 0.0
 
 
 def _policy(config: Config) -> Policy:
@@ -87,9 +103,16 @@ def _policy(config: Config) -> Policy:
     return POLICIES[config.policy]
 
 
+# Called after every decision with the time and each active job with the slots it holds.
+Observer = Callable[[float, Sequence[tuple[SimJob, int]]], None]
+
+
 class Simulator:
-    def __init__(self, jobs: Iterable[SimJob], config: Config) -> None:
+    def __init__(
+        self, jobs: Iterable[SimJob], config: Config, observer: Observer | None = None
+    ) -> None:
         self.config = config
+        self.observer = observer
         self.policy = _policy(config)
         # Policies that read attained service: a job's change of queue or class wakes them.
         self.wakes = config.policy in AWAKE
@@ -144,19 +167,25 @@ class Simulator:
         self._advance(state, now)
         del self.views[state.job.id]
         self.running.discard(state.job.id)
-        self.results.append(JobResult(state.job, now, state.reallocations, state.attained))
+        self.results.append(
+            JobResult(
+                state.job, now, state.reallocations, state.attained, state.preemptions, state.lost
+            )
+        )
 
     def _reschedule(self, now: float) -> None:
         if self.wakes:  # attained service grows while jobs run
             for job_id in self.running:
                 self.views[job_id] = self._view(self.active[job_id], now, self.curves)
-        decision = self.policy(Snapshot(self.config.gpus, list(self.views.values())))
+        snapshot = Snapshot(self.config.gpus, list(self.views.values()), self.config.teams)
+        decision = self.policy(snapshot)
         self.decisions += 1
         for job_id in decision.reasons:
             self._resize(self.active[job_id], decision.targets[job_id], now)
+        if self.observer is not None:
+            self.observer(now, [(state.job, state.slots) for state in self.active.values()])
 
-    @staticmethod
-    def _view(state: _State, now: float, curves: bool = False) -> JobView:
+    def _view(self, state: _State, now: float, curves: bool = False) -> JobView:
         """The job as the policy sees it at ``now`` (with its speedup curve if ``curves``)."""
         job = state.job
         phase = RUNNING if state.slots else SUSPENDED if state.started else QUEUED
@@ -169,6 +198,7 @@ class Simulator:
             state=phase,
             attained=attained,
             speedup=amdahl_curve(job.serial, job.max_workers) if curves else (),
+            team=job.team if self.config.teams else "",
         )
 
     def _advance(self, state: _State, now: float) -> None:
@@ -187,6 +217,12 @@ class Simulator:
             if slots:
                 pause = self.config.resize_pause if state.slots else self.config.restart_pause
                 state.resume_at = now + pause
+            elif state.slots:
+                state.preemptions += 1
+                if self.config.kill:
+                    self._lose(state, now)
+        if slots and not state.slots:  # a run begins (after its restart pause, if any)
+            state.run_from = max(now, state.resume_at)
         state.started = state.started or slots > 0
         state.slots = slots
         state.version += 1
@@ -196,6 +232,14 @@ class Simulator:
             self._schedule_events(state, now)
         else:
             self.running.discard(state.job.id)
+
+    def _lose(self, state: _State, now: float) -> None:
+        """A kill: the work since the last checkpoint of this run is done again."""
+        ran = max(0.0, now - state.run_from)
+        every = self.config.checkpoint_every
+        since = ran % every if every > 0 else ran
+        state.remaining += since * speedup(state.job.serial, state.slots)
+        state.lost += since * state.slots
 
     def _schedule_events(self, state: _State, now: float) -> None:
         rate = speedup(state.job.serial, state.slots)

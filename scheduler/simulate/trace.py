@@ -1,7 +1,8 @@
 """Trace jobs: the Philly trace as prepared by the Pollux artifact, or any CSV like it.
 
 Columns used: ``timestamp`` (submission, ``YYYY-MM-DD HH:MM:SS``), ``duration`` (seconds,
-as run on ``num_gpus``) and ``num_gpus``. Rows need not be sorted.
+as run on ``num_gpus``) and ``num_gpus``; ``cluster`` (the job's virtual cluster) where there
+is one. Rows need not be sorted.
 
 :func:`window` cuts the trace by submission day; :func:`sample_load` draws from such a window
 a workload whose offered load matches a cluster of a given size (see there).
@@ -22,12 +23,14 @@ DAY = 86400.0
 @dataclass(frozen=True, slots=True)
 class TraceJob:
     """One job: ``submitted`` in seconds from the start of the window, ``duration`` in
-    seconds on ``num_gpus`` slots; ``row`` its row in the trace (0-based, header excluded)."""
+    seconds on ``num_gpus`` slots; ``row`` its row in the trace (0-based, header excluded);
+    ``vc`` its virtual cluster ("" where the trace has none)."""
 
     row: int
     submitted: float
     duration: float
     num_gpus: int
+    vc: str = ""
 
 
 def read_trace(path: Path) -> list[TraceJob]:
@@ -38,7 +41,13 @@ def read_trace(path: Path) -> list[TraceJob]:
     stamps = [_seconds(row["timestamp"]) for row in rows]
     start = min(stamps, default=0.0)
     jobs = [
-        TraceJob(index, stamp - start, float(row["duration"]), int(row["num_gpus"]))
+        TraceJob(
+            index,
+            stamp - start,
+            float(row["duration"]),
+            int(row["num_gpus"]),
+            row.get("cluster") or "",
+        )
         for index, (row, stamp) in enumerate(zip(rows, stamps, strict=True))
     ]
     return sorted(jobs, key=lambda job: (job.submitted, job.row))
@@ -59,7 +68,18 @@ def window(
     begin = start_day * DAY
     end = float("inf") if days is None else begin + days * DAY
     chosen = [job for job in jobs if begin <= job.submitted < end][:limit]
-    return [TraceJob(j.row, j.submitted - begin, j.duration, j.num_gpus) for j in chosen]
+    return [TraceJob(j.row, j.submitted - begin, j.duration, j.num_gpus, j.vc) for j in chosen]
+
+
+def median_week(jobs: Sequence[TraceJob], days: float = 7.0) -> float:
+    """The start day of the full ``days``-long window (counted from day 0) whose GPU-time is
+    the median of all full windows'."""
+    last = max(job.submitted for job in jobs) / DAY
+    starts = [days * k for k in range(int(last // days))]
+    if not starts:
+        return 0.0
+    demand = {start: sum(map(gpu_time, window(jobs, start, days))) for start in starts}
+    return sorted(starts, key=lambda start: demand[start])[len(starts) // 2]
 
 
 def gpu_time(job: TraceJob) -> float:
