@@ -41,7 +41,9 @@ def test_login_upload_train_follow_reprioritise_and_download(live: LiveEdt) -> N
     # With nothing optional, the job has the defaults of every other submit path.
     plain = live.json("carol", "submit", "--model", "mlp", "--dataset", "shapes")
     assert {k: plain[k] for k in DEFAULTS} == DEFAULTS
-    assert live.edt("carol", "stop", str(plain["id"])).returncode == 0
+    # Stopped to free its slot; a busy machine may have let its 5 short epochs finish first.
+    stopped = live.edt("carol", "stop", str(plain["id"]))
+    assert stopped.returncode == 0 or "has already ended (COMPLETED)" in stopped.stderr, stopped
     assert live.edt("carol", "delete", str(plain["id"])).returncode == 0
     moved = live.edt("carol", "priority", str(second["id"]), "10000")
     assert moved.returncode == 0 and f"job {second['id']} priority 10000" in moved.stdout
