@@ -163,7 +163,8 @@ class SweepDriver(LeaseLoop):
                     if job.trial_state != "RUNNING" and its is not None:
                         self.handles.pop(its._trial_id, None)
                 running = sum(j.trial_state == "RUNNING" for j in mine.values())
-                asked = len(trials) + self.ask(sweep, the_study, len(trials), running)
+                new = self.ask(sweep, the_study, len(trials), running)
+                running, asked = running + new, len(trials) + new
             finally:  # the trials pruned are stopped, whatever came after
                 for pk, reason in stopped:
                     jobs.stop_job(pk, reason)

@@ -111,6 +111,7 @@ def stop_sweep(sweep: Sweep) -> bool:
     """Stop a queued or running sweep and its running trials (they checkpoint and stop);
     resuming it resumes them. The sweep's state changes first, so the driver never takes
     a trial stopped here for one its owner stopped alone."""
+    sweep.refresh_from_db()  # its time run so far is counted from its row as it is now
     if not transition(sweep.pk, Sweep.State.STOPPED, Sweep.ACTIVE, ended_at=timezone.now(),
                       spent=elapsed(sweep)):  # fmt: skip
         return False
@@ -124,6 +125,7 @@ def resume_sweep(sweep: Sweep) -> bool:
     """A stopped sweep goes on: the trials it stopped continue from their checkpoints, then
     it asks for more while its budget and time last. The trials resume first, so the
     driver never finds the sweep running with a trial still stopped."""
+    sweep.refresh_from_db()
     if sweep.state != Sweep.State.STOPPED:
         return False
     stopped = Job.objects.filter(sweep=sweep, trial_state="RUNNING", state=Job.State.STOPPED)

@@ -226,10 +226,10 @@ def judged(values: Mapping[str, Any], train_samples: int = 0) -> Plan:
     objective = values.get("objective")
     if not isinstance(objective, str) or not objective.strip():
         errors["objective"] = ["name the metric to optimise, e.g. test_loss or accuracy"]
-    direction = values.get("direction", "minimize")
+    direction = "minimize" if values.get("direction") is None else values["direction"]
     if direction not in DIRECTIONS:
         errors["direction"] = [f"must be minimize or maximize, not {direction!r}"]
-    algorithm = values.get("algorithm", "random")
+    algorithm = "random" if values.get("algorithm") is None else values["algorithm"]
     if algorithm not in ALGORITHMS:
         errors["algorithm"] = [f"must be one of {', '.join(ALGORITHMS)}, not {algorithm!r}"]
     defaults = (("max_trials", DEFAULT_TRIALS), ("max_parallel", 1), ("reduction_factor", 3))

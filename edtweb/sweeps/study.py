@@ -98,13 +98,23 @@ def pruner(sweep: Sweep) -> optuna.pruners.BasePruner:
     return optuna.pruners.NopPruner()
 
 
+class AskedGridSampler(optuna.samplers.GridSampler):
+    """Optuna's grid sampler, asked and told rather than optimised: its ``after_trial``
+    would stop an ``optimize`` loop once the grid is covered (``Study.stop``, which raises
+    outside one); a grid sweep's budget is at most the grid's size, so nothing needs it."""
+
+    def after_trial(self, study: optuna.Study, trial: optuna.trial.FrozenTrial,
+                    state: optuna.trial.TrialState, values: Any) -> None:  # fmt: skip
+        return None
+
+
 def sampler(sweep: Sweep, asked: int) -> optuna.samplers.BaseSampler:
     """The sweep's sampler, seeded by the sweep's seed and the trials ``asked`` already (a
     driver that takes over draws on, never the same values again)."""
     seed = sweep.seed * 100_003 + asked
     if sweep.algorithm == "grid":
         grid = {p.name: p.grid() or [] for p in params(sweep)}
-        return optuna.samplers.GridSampler(grid, seed=seed)
+        return AskedGridSampler(grid, seed=seed)
     if sweep.algorithm == "tpe":
         startup = min(10, max(2, sweep.max_trials // 3))
         return optuna.samplers.TPESampler(seed=seed, n_startup_trials=startup,
