@@ -37,6 +37,7 @@ from typing import Any
 import optuna
 import redis
 from django.db import InterfaceError, OperationalError
+from django.db.models import Max
 from django.utils import timezone
 from optuna.trial import TrialState
 from sqlalchemy.exc import OperationalError as StorageAway
@@ -55,6 +56,7 @@ from workers.learner.contract import PLATFORM_HPARAMS
 
 log = logging.getLogger("edt.sweeps")
 Frozen = optuna.trial.FrozenTrial
+RUNNING = (TrialState.RUNNING,)
 
 ROUND = 0.5  # seconds between rounds, at most
 STANDBY = 1.0  # seconds between a standby's tries for the lease
@@ -146,25 +148,32 @@ class SweepDriver(LeaseLoop):
             sweep.refresh_from_db()
             log.info("sweep %s started: %s", sweep.pk, sweep.name)
         the_study = self.study(sweep)
-        trials = {t.number: t for t in the_study.get_trials(deepcopy=False)}
-        mine = {j.trial_number: j for j in Job.objects.filter(sweep=sweep)}
+        # Only the running trials are read each round (a sweep may have thousands ended);
+        # all of them only when a job must catch up with a trial told already (a restart).
+        trials = {t.number: t for t in the_study.get_trials(deepcopy=False, states=RUNNING)}
+        mine = {j.trial_number: j for j in Job.objects.filter(sweep=sweep, trial_state="RUNNING")}
+        if set(mine) - set(trials):
+            trials = {t.number: t for t in the_study.get_trials(deepcopy=False)}
+        unmade = {n for n, t in trials.items() if t.state == TrialState.RUNNING} - set(mine)
+        if unmade:  # asked, and the driver died before making their jobs (or had made them)
+            unmade -= set(Job.objects.filter(sweep=sweep, trial_number__in=unmade)
+                          .values_list("trial_number", flat=True))  # fmt: skip
+        last = Job.objects.filter(sweep=sweep).aggregate(n=Max("trial_number"))["n"]
+        asked = max([-1 if last is None else last, *trials]) + 1
         stopped: list[tuple[int, str]] = []
         with jobs.one_decision():
             try:
-                for number, trial in trials.items():
-                    if number not in mine and trial.state == TrialState.RUNNING:
-                        mine[number] = self.submit(sweep, number, trial.params)
-                for job in sorted(mine.values(), key=lambda j: j.trial_number or 0):
-                    if job.trial_state != "RUNNING":
-                        continue
-                    its = trials.get(job.trial_number)  # type: ignore[arg-type]
+                for number in sorted(unmade):
+                    mine[number] = self.submit(sweep, number, trials[number].params)
+                for number, job in sorted(mine.items()):
+                    its = trials.get(number)
                     if not self.follow(sweep, the_study, job, its, stopped):
                         return  # the sweep ended (failed) or was stopped meanwhile
                     if job.trial_state != "RUNNING" and its is not None:
                         self.handles.pop(its._trial_id, None)
                 running = sum(j.trial_state == "RUNNING" for j in mine.values())
-                new = self.ask(sweep, the_study, len(trials), running)
-                running, asked = running + new, len(trials) + new
+                new = self.ask(sweep, the_study, asked, running)
+                running, asked = running + new, asked + new
             finally:  # the trials pruned are stopped, whatever came after
                 for pk, reason in stopped:
                     jobs.stop_job(pk, reason)

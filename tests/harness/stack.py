@@ -47,6 +47,10 @@ class LiveEdt:
         home = self.tmp / f"config-{user or 'nobody'}"
         env = {k: v for k, v in os.environ.items() if not k.startswith("EDT_")}
         env["XDG_CONFIG_HOME"] = str(home)
+        # This checkout's CLI, whichever checkout the installed `edt` script was made from
+        # (a virtual environment shared by several worktrees has one script for all).
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(PROJECT_DIR),
+                                                          env.get("PYTHONPATH")]))  # fmt: skip
         return subprocess.run(
             [*edt_command(), *args],
             input=stdin,
