@@ -169,6 +169,21 @@ def test_asha_prunes_a_trial_behind_and_its_slot_goes_to_a_new_one_in_one_decisi
     assert (shown.done, shown.pruned, shown.running) == (1, 1, 3)
 
 
+def test_a_trial_at_its_last_step_completes_whatever_its_rank(owned: dict[str, Any]) -> None:
+    sweep = new_sweep(owned, algorithm="asha", min_resource=2, reduction_factor=2)
+    driver = SweepDriver(owned["store"])
+    driver.round()
+    first, second = trials(sweep)
+    assert second.total_steps == 8  # 2 epochs of 256 samples at batch 64
+    train(first, (2, 1.0))
+    train(second, (8, 5.0))  # far behind, but at its last step: nothing left to save
+    driver.round()
+    assert state(second) == (Job.State.RUNNING, "RUNNING")
+    assert services.complete_job(second.pk)
+    driver.round()
+    assert state(second) == (Job.State.COMPLETED, "COMPLETE") and second.objective == 5.0
+
+
 def test_a_trial_that_never_records_the_objective_fails_the_sweep(owned: dict[str, Any]) -> None:
     sweep = new_sweep(owned, objective="val_acc")
     driver = SweepDriver(owned["store"])

@@ -197,7 +197,7 @@ class SweepDriver(LeaseLoop):
         if job.state in Job.ACTIVE:
             if (
                 reported
-                and sweep.algorithm in PRUNING
+                and self.prunable(sweep, job)
                 and self.handle(the_study, trial).should_prune()
             ):
                 self.prune(sweep, the_study, job, stopped)
@@ -247,6 +247,14 @@ class SweepDriver(LeaseLoop):
         if key not in self.handles:
             self.handles[key] = optuna.trial.Trial(the_study, key)
         return self.handles[key]
+
+    def prunable(self, sweep: Sweep, job: Job) -> bool:
+        """Whether the pruner is asked about the trial's latest value: where the sweep
+        prunes, before the trial's last step (a trial that has trained every step has
+        nothing left to save: it completes)."""
+        step = job.objective_step
+        last = bool(job.total_steps) and step is not None and step >= job.total_steps
+        return sweep.algorithm in PRUNING and not last
 
     def prune(self, sweep: Sweep, the_study: optuna.Study, job: Job,
               stopped: list[tuple[int, str]]) -> None:  # fmt: skip
