@@ -157,7 +157,8 @@ JOB_COLUMNS = [("id", "id"), ("name", "name"), ("state", "state"), ("workers", "
                ("priority", "priority"), ("progress", "progress"), ("owner", "owner")]  # fmt: skip
 JOB_KEYS = ["id", "name", "owner", "state", "priority", "workers", "progress", "eta_seconds",
             "waiting", "model", "dataset", "epochs", "batch_size", "lr", "checkpoints", "logs",
-            "model_ready", "error", "created_at", "started_at", "finished_at"]  # fmt: skip
+            "model_ready", "error", "created_at", "started_at", "finished_at", "sweep",
+            "trial_number", "hparams", "trial_state", "objective"]  # fmt: skip
 SUBMIT_FIELDS = ("name", "epochs", "batch_size", "max_workers", "min_workers", "priority",
                  "checkpoint_every", "lr", "max_micro_batch", "precision")  # fmt: skip
 

@@ -184,6 +184,53 @@ def test_a_trial_at_its_last_step_completes_whatever_its_rank(owned: dict[str, A
     assert state(second) == (Job.State.COMPLETED, "COMPLETE") and second.objective == 5.0
 
 
+def test_a_prune_that_comes_after_the_trials_end_leaves_it_complete(
+    owned: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sweep = new_sweep(owned, algorithm="asha", min_resource=2, reduction_factor=2)
+    driver = SweepDriver(owned["store"])
+    driver.round()
+    first, second = trials(sweep)
+    train(first, (2, 1.0))
+    train(second, (2, 5.0))  # behind at the first rung: the pruner says prune...
+    driver.round()
+    assert state(second) == (Job.State.STOPPED, "PRUNED")
+    # ...but here the job has ended by the time it is stopped (its last steps trained
+    # while the pruner was asked): it is told as it ended.
+    sweep = new_sweep(owned, algorithm="asha", min_resource=2, reduction_factor=2)
+    driver.round()
+    first, second = trials(sweep)
+    train(first, (2, 1.0))
+    train(second, (2, 5.0))
+    real_stop = services.stop_job
+
+    def ended_first(pk: int, reason: str = "") -> bool:
+        services.complete_job(pk)
+        return real_stop(pk, reason)
+
+    monkeypatch.setattr(services, "stop_job", ended_first)
+    driver.round()
+    assert state(second) == (Job.State.COMPLETED, "RUNNING") and second.trial_note == ""
+    driver.round()
+    assert state(second) == (Job.State.COMPLETED, "COMPLETE") and second.objective == 5.0
+
+
+def test_a_driver_that_died_between_a_prunes_stop_and_its_tell_tells_pruned(
+    owned: dict[str, Any],
+) -> None:
+    sweep = new_sweep(owned, algorithm="asha")
+    driver = SweepDriver(owned["store"])
+    driver.round()
+    first, _ = trials(sweep)
+    train(first, (2, 1.0))
+    note = "pruned by ASHA at step 2 (loss 1)"
+    Job.objects.filter(pk=first.pk).update(trial_note=note, objective=1.0, objective_step=2)
+    services.stop_job(first.pk, note)
+    driver.round()
+    assert state(first) == (Job.State.STOPPED, "PRUNED") and first.trial_note == note
+    assert study.load(sweep).get_trials()[0].state.name == "PRUNED"
+
+
 def test_a_trial_that_never_records_the_objective_fails_the_sweep(owned: dict[str, Any]) -> None:
     sweep = new_sweep(owned, objective="val_acc")
     driver = SweepDriver(owned["store"])

@@ -136,7 +136,7 @@ def test_asha_stops_the_trials_behind_and_hands_their_slots_on(ready: LiveEdt) -
     yaml = "lr: {type: choice, choices: [0.00001, 0.1]}\nwidth: {type: choice, choices: " \
            "[16, 32]}\n"  # fmt: skip
     made = create(live, yaml, space, "--objective", "test_loss", "--algorithm", "asha", "--trials",
-                  "6", "--parallel", "2", "--epochs", "3", "--batch-size", "32",
+                  "6", "--parallel", "2", "--epochs", "3", "--batch-size", "16",
                   "--max-workers", "2", "--seed", str(seed), "--name", "asha")  # fmt: skip
     sweep = ended(live, made["id"], timeout=600)
     assert sweep["state"] == "COMPLETED", sweep

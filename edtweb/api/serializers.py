@@ -171,8 +171,15 @@ class JobSerializer(serializers.ModelSerializer):
                   "min_workers", "model", "dataset", "epochs", "batch_size", "lr",
                   "checkpoint_every", "max_micro_batch", "precision", "steps_done", "total_steps",
                   "progress", "eta_seconds", "waiting", "created_at", "started_at",
-                  "finished_at", "error"]  # fmt: skip
+                  "finished_at", "error", "sweep", "trial_number", "hparams",
+                  "trial_state", "objective"]  # fmt: skip
         read_only_fields = fields
+        extra_kwargs = {
+            "sweep": {"help_text": "the sweep this job is a trial of (null: none)"},
+            "hparams": {"help_text": "a trial's hyperparameters"},
+            "trial_state": {"help_text": "a trial's: RUNNING, COMPLETE, PRUNED or FAIL"},
+            "objective": {"help_text": "a trial's objective, last reported"},
+        }
 
     def get_workers(self, job: Job) -> int:
         return self.status(job).workers

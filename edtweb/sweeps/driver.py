@@ -10,8 +10,9 @@ sweep was created, stopped or resumed), for each queued or running sweep:
    trial that Optuna has told but whose job does not say so yet (the same) is settled;
 3. for each running trial, the objective's latest value recorded since the last round (its
    job's metric rows, train or test) is reported to Optuna as the value at that step; where
-   the sweep prunes (ASHA, Hyperband) and the pruner says so, the trial is told PRUNED and
-   its job stopped at once with the reason ("pruned by ASHA at step 40 ..."); a trial that
+   the sweep prunes (ASHA, Hyperband) and the pruner says so, the trial's job is stopped at
+   once with the reason ("pruned by ASHA at step 40 ...") and the trial told PRUNED (a job
+   that ended meanwhile is told as it ended); a trial that
    has been evaluated without ever recording the objective fails, and the sweep with it:
    every trial would;
 4. each trial whose job ended is told: COMPLETE with the objective's last value, or FAIL
@@ -57,6 +58,7 @@ from workers.learner.contract import PLATFORM_HPARAMS
 log = logging.getLogger("edt.sweeps")
 Frozen = optuna.trial.FrozenTrial
 RUNNING = (TrialState.RUNNING,)
+PRUNED_BY = "pruned by"
 
 ROUND = 0.5  # seconds between rounds, at most
 STANDBY = 1.0  # seconds between a standby's tries for the lease
@@ -200,7 +202,7 @@ class SweepDriver(LeaseLoop):
                 and self.prunable(sweep, job)
                 and self.handle(the_study, trial).should_prune()
             ):
-                self.prune(sweep, the_study, job, stopped)
+                self.prune(sweep, the_study, job)
             elif job.objective_step is None and self.evaluated(job):
                 return self.objective_missing(sweep, the_study, job)
             return True
@@ -214,6 +216,9 @@ class SweepDriver(LeaseLoop):
         elif job.state == Job.State.FAILED:
             the_study.tell(job.trial_number, state=TrialState.FAIL)
             self.settle(job, "FAIL", note=job.error or "its job failed")
+        elif job.trial_note.startswith(PRUNED_BY):  # stopped by a prune, not told yet
+            the_study.tell(job.trial_number, state=TrialState.PRUNED)
+            self.settle(job, "PRUNED", objective=job.objective, note=job.trial_note)
         else:  # STOPPED, not by the driver: its owner's doing, or the sweep's stop
             if not Sweep.objects.filter(pk=sweep.pk, state=Sweep.State.RUNNING).exists():
                 return False  # the sweep was stopped: its trials resume with it
@@ -256,13 +261,19 @@ class SweepDriver(LeaseLoop):
         last = bool(job.total_steps) and step is not None and step >= job.total_steps
         return sweep.algorithm in PRUNING and not last
 
-    def prune(self, sweep: Sweep, the_study: optuna.Study, job: Job,
-              stopped: list[tuple[int, str]]) -> None:  # fmt: skip
-        note = (f"pruned by {PRUNING[sweep.algorithm]} at step {job.objective_step} "
+    def prune(self, sweep: Sweep, the_study: optuna.Study, job: Job) -> None:
+        """Stop the trial's job, then tell Optuna. The job is stopped first: one that ended
+        meanwhile (its last steps trained while the pruner was asked) is told as it ended,
+        in the next round. The reason is written on the job before the stop, so that a
+        driver that dies between the stop and the tell tells PRUNED when it comes back."""
+        note = (f"{PRUNED_BY} {PRUNING[sweep.algorithm]} at step {job.objective_step} "
                 f"({sweep.objective} {job.objective:.4g})")  # fmt: skip
+        Job.objects.filter(pk=job.pk, trial_state="RUNNING").update(trial_note=note)
+        if not jobs.stop_job(job.pk, note):
+            Job.objects.filter(pk=job.pk, trial_state="RUNNING").update(trial_note="")
+            return
         the_study.tell(job.trial_number, state=TrialState.PRUNED)
         self.settle(job, "PRUNED", objective=job.objective, note=note)
-        stopped.append((job.pk, note))
         log.info("sweep %s: trial %s %s", sweep.pk, job.trial_number, note)
 
     def evaluated(self, job: Job) -> bool:
