@@ -253,6 +253,33 @@ def test_a_trial_that_never_records_the_objective_fails_the_sweep(owned: dict[st
     assert len(trials(sweep)) == 2
 
 
+def test_an_evaluation_stored_just_after_the_report_is_no_missing_objective(
+    owned: dict[str, Any],
+) -> None:
+    class Late(SweepDriver):
+        """Reads a trial's records a moment before its evaluation is stored (the metrics
+        consumer stores as the driver reads)."""
+
+        late = True
+
+        def report(self, sweep: Sweep, the_study: Any, job: Job, trial: Any) -> bool:
+            if job.trial_number == 0 and self.late:
+                self.late = False
+                train(job, (1, 2.0), test={"test_loss": 1.9, "test_accuracy": 0.2})
+                return False
+            return super().report(sweep, the_study, job, trial)
+
+    sweep = new_sweep(owned, objective="test_loss")
+    driver = Late(owned["store"])
+    driver.round()  # the trials are asked
+    driver.round()  # the first trial's records come in as it reads them
+    first = trials(sweep)[0]
+    assert state(first) == (Job.State.RUNNING, "RUNNING"), first.trial_note
+    driver.round()
+    first.refresh_from_db()
+    assert (first.objective, first.objective_step) == (1.9, 1)
+
+
 def test_a_failed_trial_fails_alone_and_the_sweep_goes_on(owned: dict[str, Any]) -> None:
     sweep = new_sweep(owned, max_trials=3)
     driver = SweepDriver(owned["store"])

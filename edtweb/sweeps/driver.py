@@ -176,7 +176,7 @@ class SweepDriver(LeaseLoop):
                 running = sum(j.trial_state == "RUNNING" for j in mine.values())
                 new = self.ask(sweep, the_study, asked, running)
                 running, asked = running + new, asked + new
-            finally:  # the trials pruned are stopped, whatever came after
+            finally:  # the jobs of trials settled above are stopped, whatever came after
                 for pk, reason in stopped:
                     jobs.stop_job(pk, reason)
         if running == 0 and (asked >= sweep.max_trials or self.out_of_time(sweep)):
@@ -184,7 +184,8 @@ class SweepDriver(LeaseLoop):
 
     def follow(self, sweep: Sweep, the_study: optuna.Study, job: Job, trial: Frozen | None,
                stopped: list[tuple[int, str]]) -> bool:  # fmt: skip
-        """Steps 2 to 4 for one running trial; the jobs to stop are added to ``stopped``.
+        """Steps 2 to 4 for one running trial; jobs to stop at the round's end (a trial told
+        already, or lost) are added to ``stopped``.
         False when the sweep must not go on this round."""
         if trial is None:  # its study lost this trial (a storage replaced): it cannot go on
             note = "its trial is missing from the sweep's Optuna storage"
@@ -203,7 +204,7 @@ class SweepDriver(LeaseLoop):
                 and self.handle(the_study, trial).should_prune()
             ):
                 self.prune(sweep, the_study, job)
-            elif job.objective_step is None and self.evaluated(job):
+            elif job.objective_step is None and self.objective_absent(job, sweep.objective):
                 return self.objective_missing(sweep, the_study, job)
             return True
         if job.state == Job.State.COMPLETED:
@@ -276,9 +277,14 @@ class SweepDriver(LeaseLoop):
         self.settle(job, "PRUNED", objective=job.objective, note=note)
         log.info("sweep %s: trial %s %s", sweep.pk, job.trial_number, note)
 
-    def evaluated(self, job: Job) -> bool:
-        """The trial has been evaluated at least once: every metric it records is in."""
-        return Metric.objects.filter(job=job, kind="test").exists()
+    def objective_absent(self, job: Job, objective: str) -> bool:
+        """The trial has been evaluated at least once (so every metric it records has come
+        in) and none of its records holds the objective. Asked in that order: the records
+        that came with or before the evaluation are in once it is (a batch is stored in one
+        transaction), however late they came after this round's report."""
+        if not Metric.objects.filter(job=job, kind="test").exists():
+            return False
+        return not Metric.objects.filter(job=job, values__has_key=objective).exists()
 
     def objective_missing(self, sweep: Sweep, the_study: optuna.Study, job: Job) -> bool:
         """The trial never records the objective: it fails, and so does the sweep (its
