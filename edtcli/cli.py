@@ -88,6 +88,7 @@ def parser() -> argparse.ArgumentParser:
     _datasets(add, sub)
     _models(add, sub)
     _jobs(add, sub)
+    _sweeps(add, sub)
     add(sub, "cluster", commands.cluster, "slots, their jobs, the queue, and usage by team")
     p = add(sub, "usage", commands.usage, "slot-hours of the jobs you may see, per team or user")
     p.add_argument("--since", help="a date, a date and time, or 12h, 7d, 2w back (default 7d)")
@@ -96,6 +97,63 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--period", choices=["day", "week"], default="day")
     _admin(add, sub)
     return top
+
+
+def _sweeps(add: Any, sub: Any) -> None:
+    group = sub.add_parser("sweep", help="hyperparameter sweeps: create, list, show, stop, "
+                           "resume, clone")  # fmt: skip
+    inner = group.add_subparsers(dest="action", required=True, metavar="ACTION")
+    p = add(
+        inner,
+        "create",
+        commands.sweep_create,
+        "search hyperparameters: each trial is a job, trials that fall behind stop early",
+    )
+    p.add_argument("--space", required=True, metavar="FILE",
+                   help="the search space, YAML or JSON: name -> {type: uniform|loguniform|int|"
+                   "choice, low, high, step, choices}")  # fmt: skip
+    p.add_argument("--model", required=True, help="model id or name (a native model)")
+    p.add_argument("--dataset", required=True, help="dataset id or name")
+    p.add_argument("--objective", required=True, help="the metric: loss, accuracy, test_loss...")
+    p.add_argument("--direction", choices=["minimize", "maximize"], help="default minimize")
+    p.add_argument("--algorithm", choices=["random", "grid", "tpe", "asha", "hyperband"],
+                   help="default random; asha and hyperband stop trials early")  # fmt: skip
+    p.add_argument("--trials", type=int, help="the budget of trials (default 10; grid: all)")
+    p.add_argument("--parallel", type=int, help="trials at once (default 1)")
+    p.add_argument(
+        "--max-time",
+        type=commands.duration,
+        metavar="T",
+        help="no trial starts after T (600, 90s, 10m, 2h; default no limit)",
+    )
+    p.add_argument("--max-workers", type=int, help="slots per trial at most")
+    for flag, kind in (("--name", str), ("--epochs", int), ("--batch-size", int),
+                       ("--lr", float), ("--min-workers", int), ("--priority", int),
+                       ("--checkpoint-every", int), ("--max-micro-batch", int),
+                       ("--seed", int), ("--reduction-factor", int),
+                       ("--min-resource", int)):  # fmt: skip
+        p.add_argument(flag, type=kind)
+    p.add_argument("--precision", choices=["fp32", "bf16", "fp16"])
+    add(inner, "list", commands.sweeps_list, "your sweeps").add_argument("--state")
+    add(inner, "show", commands.sweeps_show, "a sweep: progress, best trial, trials").add_argument(
+        "id", type=int
+    )
+    add(inner, "stop", commands.sweep_stop, "stop a sweep and its trials").add_argument(
+        "id", type=int
+    )
+    add(inner, "resume", commands.sweep_resume, "resume a stopped sweep").add_argument(
+        "id", type=int
+    )
+    p = add(inner, "clone", commands.sweep_clone, "a new sweep asking the same")
+    p.add_argument("id", type=int)
+    p.add_argument("--name")
+    p = add(
+        sub,
+        "compare",
+        commands.compare,
+        "jobs side by side: their configurations (differences marked) and final metrics",
+    )
+    p.add_argument("jobs", type=int, nargs="+", metavar="JOB")
 
 
 def _datasets(add: Any, sub: Any) -> None:

@@ -160,7 +160,8 @@ JOB_COLUMNS = [("id", "id"), ("name", "name"), ("state", "state"), ("workers", "
 JOB_KEYS = ["id", "name", "owner", "team", "resource_group", "state", "priority", "workers",
             "progress", "eta_seconds", "waiting", "model", "dataset", "epochs", "batch_size", "lr",
             "checkpoints", "logs", "model_ready", "error", "created_at", "started_at",
-            "finished_at"]  # fmt: skip
+            "finished_at", "sweep", "trial_number", "hparams", "trial_state",
+            "objective"]  # fmt: skip
 SUBMIT_FIELDS = ("name", "epochs", "batch_size", "max_workers", "min_workers", "priority",
                  "checkpoint_every", "lr", "max_micro_batch", "precision")  # fmt: skip
 
@@ -487,3 +488,181 @@ def admin_groups_list(args: argparse.Namespace, api: Client) -> None:
 def admin_groups_delete(args: argparse.Namespace, api: Client) -> None:
     api.call("DELETE", f"groups/{args.name}/")
     show(args, {"name": args.name, "deleted": True}, f"group {args.name} deleted")
+
+
+# Sweeps ----------------------------------------------------------------------------------
+
+SWEEP_COLUMNS = [("id", "id"), ("name", "name"), ("state", "state"), ("algorithm", "algorithm"),
+                 ("objective_shown", "objective"), ("progress_shown", "trials"),
+                 ("best_shown", "best"), ("owner", "owner")]  # fmt: skip
+SWEEP_FIELDS = ("name", "objective", "direction", "algorithm", "seed", "epochs", "batch_size",
+                "lr", "max_workers", "min_workers", "priority", "checkpoint_every",
+                "max_micro_batch", "precision", "reduction_factor", "min_resource")  # fmt: skip
+
+
+def duration(text: str) -> float:
+    """Seconds from ``90``, ``90s``, ``10m`` or ``2h`` (argparse's type for --max-time)."""
+    units = {"s": 1.0, "m": 60.0, "h": 3600.0}
+    raw = text.strip().lower()
+    scale = units.get(raw[-1:], 0.0)
+    try:
+        value = float(raw[:-1] if scale else raw) * (scale or 1.0)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"a duration such as 600, 90s, 10m or 2h, "
+                                         f"not {text!r}") from None  # fmt: skip
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"a duration is 0 or more, not {text!r}")
+    return value
+
+
+def load_space(path: str) -> Any:
+    """The search space in a YAML or JSON file (YAML needs PyYAML; JSON never does)."""
+    source = Path(path)
+    if not source.is_file():
+        raise CliError(f"no file {path}")
+    text = source.read_text()
+    if source.suffix.lower() == ".json":
+        try:
+            return json.loads(text)
+        except ValueError as exc:
+            raise CliError(f"{path} is not valid JSON: {exc}") from None
+    try:
+        import yaml
+    except ImportError:
+        try:
+            return json.loads(text)
+        except ValueError:
+            raise CliError(f"reading {path} needs PyYAML (pip install pyyaml); or write the "
+                           f"space as JSON") from None  # fmt: skip
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise CliError(f"{path} is not valid YAML: {exc}") from None
+
+
+def sweep_create(args: argparse.Namespace, api: Client) -> None:
+    body: dict[str, Any] = {k: getattr(args, k) for k in SWEEP_FIELDS
+                            if getattr(args, k, None) is not None}  # fmt: skip
+    body["space"] = load_space(args.space)
+    body["model"] = _resolve(api, "models/", args.model, "model")
+    body["dataset"] = _resolve(api, "datasets/", args.dataset, "dataset")
+    for flag, key in (("trials", "max_trials"), ("parallel", "max_parallel"),
+                      ("max_time", "max_time")):  # fmt: skip
+        if getattr(args, flag) is not None:
+            body[key] = getattr(args, flag)
+    sweep = api.call("POST", "sweeps/", body)
+    show(
+        args,
+        sweep,
+        f"sweep {sweep['id']} {sweep['state']}: {sweep['name']} "
+        f"({sweep['max_trials']} trials, {sweep['max_parallel']} at a time)",
+    )
+
+
+def _sweep_row(sweep: dict[str, Any]) -> dict[str, Any]:
+    progress, best = sweep["progress"], sweep["best"]
+    arrow = "min" if sweep["direction"] == "minimize" else "max"
+    shown = f"{progress['done']}/{progress['total']}"
+    if progress["running"]:
+        shown += f" ({progress['running']} running)"
+    return {**sweep, "objective_shown": f"{arrow} {sweep['objective']}",
+            "progress_shown": shown,
+            "best_shown": "-" if best is None else f"{best['objective']:.4g} (trial "
+                                                  f"{best['number']})"}  # fmt: skip
+
+
+def sweeps_list(args: argparse.Namespace, api: Client) -> None:
+    rows = list(api.pages("sweeps/", {"state": getattr(args, "state", None)}))
+    show(args, rows, lambda r: table([_sweep_row(s) for s in r], SWEEP_COLUMNS))
+
+
+def _describe_sweep(sweep: dict[str, Any]) -> None:
+    row = _sweep_row(sweep)
+    progress, best = sweep["progress"], sweep["best"]
+    row["trials"] = (f"{progress['done']}/{progress['total']} ended: {progress['completed']} "
+                     f"completed, {progress['pruned']} pruned, {progress['failed']} failed; "
+                     f"{progress['running']} running")  # fmt: skip
+    row["objective"] = row["objective_shown"]
+    if best is not None:
+        values = ", ".join(f"{k}={_value(v)}" for k, v in best["hparams"].items())
+        row["best"] = (f"trial {best['number']} (job {best['job']}): {sweep['objective']} "
+                       f"{best['objective']:.6g} with {values}")  # fmt: skip
+    row["elapsed"] = f"{sweep['elapsed_seconds']:.0f} s"
+    if sweep["time_left_seconds"] is not None:
+        row["time_left"] = f"{sweep['time_left_seconds']:.0f} s"
+    row["budget"] = f"{sweep['max_trials']} trials, {sweep['max_parallel']} at a time, " \
+                    f"{sweep['max_workers']} slot(s) each at most"  # fmt: skip
+    fields(row, ["id", "name", "owner", "state", "algorithm", "objective", "budget", "trials",
+                 "best", "elapsed", "time_left", "error"])  # fmt: skip
+    names = list(sweep["space"])
+    trials = [{**t, **{f"hp.{k}": _value(v) for k, v in t["hparams"].items()},
+               "step": t["objective_step"]} for t in sweep["trials"]]  # fmt: skip
+    if trials:
+        print()
+        columns = [
+            ("number", "trial"),
+            ("job", "job"),
+            ("state", "job state"),
+            ("trial_state", "trial"),
+            *((f"hp.{n}", n) for n in names),
+            ("objective", sweep["objective"]),
+            ("step", "at step"),
+            ("note", "note"),
+        ]
+        table(trials, columns)
+
+
+def _value(value: Any) -> str:
+    return f"{value:.4g}" if isinstance(value, float) else str(value)
+
+
+def sweeps_show(args: argparse.Namespace, api: Client) -> None:
+    show(args, api.call("GET", f"sweeps/{args.id}/"), _describe_sweep)
+
+
+def sweep_stop(args: argparse.Namespace, api: Client) -> None:
+    sweep = api.call("POST", f"sweeps/{args.id}/stop/")
+    show(args, sweep, f"sweep {sweep['id']} {sweep['state']}")
+
+
+def sweep_resume(args: argparse.Namespace, api: Client) -> None:
+    sweep = api.call("POST", f"sweeps/{args.id}/resume/")
+    show(args, sweep, f"sweep {sweep['id']} {sweep['state']}")
+
+
+def sweep_clone(args: argparse.Namespace, api: Client) -> None:
+    sweep = api.call("POST", f"sweeps/{args.id}/clone/", {"name": args.name or ""})
+    show(args, sweep, f"sweep {sweep['id']} {sweep['state']}: {sweep['name']}")
+
+
+def compare(args: argparse.Namespace, api: Client) -> None:
+    """Jobs side by side: a row per configuration key (``*`` where they differ), then their
+    final metrics."""
+    found = api.call("GET", "jobs/compare/", query={"ids": ",".join(map(str, args.jobs))})
+
+    def human(result: dict[str, Any]) -> None:
+        jobs, differs = result["jobs"], set(result["differs"])
+        columns = [("key", ""), *((str(j["id"]), f"job {j['id']}") for j in jobs)]
+        rows = [{"key": "name", **{str(j["id"]): j["name"] for j in jobs}},
+                {"key": "state", **{str(j["id"]): j["state"] for j in jobs}}]  # fmt: skip
+        for key in result["config_keys"]:
+            mark = "* " if key in differs else "  "
+            rows.append(
+                {
+                    "key": mark + key,
+                    **{str(j["id"]): _shown(j["config"].get(key, "-")) for j in jobs},
+                }
+            )
+        for key in result["final_keys"]:
+            rows.append({"key": "= " + key,
+                         **{str(j["id"]): _shown(j["final"].get(key)) for j in jobs}})  # fmt: skip
+        table(rows, columns)
+        print("\n* differs between the jobs; = final")
+
+    show(args, found, human)
+
+
+def _shown(value: Any) -> str:
+    if value is None:
+        return "-"
+    return _value(value)

@@ -1,7 +1,7 @@
 """`make run`: one command that brings up a whole single-machine EDT.
 
 Steps: find Redis (or start one), migrate, create the admin once, then run web, live
-updates, scheduler, metrics consumer and worker host under a supervisor that restarts
+updates, scheduler, metrics consumer, sweep driver and worker host under a supervisor that restarts
 whichever dies (``workers/supervisor.py``: after 1 s, doubling to 30 s while it keeps dying
 quickly), and print the URL and the login once the web answers. Ctrl-C (or SIGTERM) stops
 everything it started, Redis included.
@@ -150,6 +150,8 @@ def processes(opts: Options) -> dict[str, str]:
         "scheduler": f"{py} manage.py edt_scheduler",
         # Metrics from Redis into the database and to the pages, apart from the decisions.
         "metrics": f"{py} manage.py edt_metrics",
+        # Sweeps: their Optuna studies, trials asked as jobs, reported, pruned.
+        "sweeps": f"{py} manage.py edt_sweeps",
         "worker": worker,
     }
 

@@ -67,6 +67,7 @@ INSTALLED_APPS = [
     "edtweb.datasets",
     "edtweb.registry",
     "edtweb.tenancy",
+    "edtweb.sweeps",
     "rest_framework",
     "rest_framework.authtoken",
     "drf_spectacular",
@@ -213,6 +214,9 @@ EDT_HEARTBEAT_TTL = envint("EDT_HEARTBEAT_TTL", 6)
 # A job whose learners exit before joining this many times in a row, with no step trained
 # in between, fails with the last one's error (each retry waits 1 s, doubling to 30 s).
 EDT_START_FAILURES = envint("EDT_START_FAILURES", 5)
+# Sweeps: the Optuna storage of every sweep's study (samplers' and pruners' state, every
+# trial's reported values), written by the active sweep driver alone (edtweb/sweeps/driver.py).
+EDT_SWEEP_STORAGE = envstr("EDT_SWEEP_STORAGE", f"sqlite:///{EDT_DATA_DIR / 'sweeps.sqlite3'}")
 # A worker host serves its Prometheus metrics at /metrics on this port (0: not at all);
 # `edt_worker --metrics-port` overrides it.
 EDT_WORKER_METRICS_PORT = envint("EDT_WORKER_METRICS_PORT", 0)

@@ -66,6 +66,10 @@ SHARES_KEY = PREFIX + "scheduler:shares"
 SHARES_KEPT = 20000
 # The active scheduler's own Prometheus metrics, as text (scheduler/metrics.py).
 SCHEDULER_METRICS_KEY = PREFIX + "scheduler:metrics"
+# The sweep driver's lease, and its wake-ups (a sweep created, stopped or resumed; a trial's
+# metrics stored): edtweb/sweeps/driver.py.
+SWEEPS_LEASE_KEY = PREFIX + "sweeps:lease"
+SWEEPS_WAKE_KEY = PREFIX + "sweeps:wake"
 # The ids of the jobs whose learners, slot tasks or metrics consumer wrote something the
 # scheduler reads, since it last took the set (``scheduler.store.take_changed``).
 CHANGED_KEY = PREFIX + "scheduler:changed"

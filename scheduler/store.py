@@ -153,21 +153,22 @@ class Store(SlotRegistry):
         if self.lease_holder(key) == holder:
             self.r.delete(key)
 
-    def wake(self, reason: str) -> None:
-        """Wake the scheduler now (a submit, a priority change, a learner READY...)."""
+    def wake(self, reason: str, key: str = WAKE_KEY) -> None:
+        """Wake the scheduler now (a submit, a priority change, a learner READY...); with
+        ``key``, another loop that waits on its own list (the sweep driver's)."""
         pipe = self.r.pipeline(transaction=False)
-        pipe.rpush(WAKE_KEY, reason)
-        pipe.ltrim(WAKE_KEY, -1000, -1)
+        pipe.rpush(key, reason)
+        pipe.ltrim(key, -1000, -1)
         pipe.execute()
 
-    def wait_wake(self, timeout: float) -> list[str]:
+    def wait_wake(self, timeout: float, key: str = WAKE_KEY) -> list[str]:
         """Block up to ``timeout`` seconds for wake-ups; returns and clears all pending."""
-        first: Any = self.r.blpop([WAKE_KEY], timeout=timeout)
+        first: Any = self.r.blpop([key], timeout=timeout)
         if first is None:
             return []
         pipe = self.r.pipeline()
-        pipe.lrange(WAKE_KEY, 0, -1)
-        pipe.delete(WAKE_KEY)
+        pipe.lrange(key, 0, -1)
+        pipe.delete(key)
         rest, _ = pipe.execute()
         return [str(first[1]), *(str(r) for r in rest)]
 

@@ -173,8 +173,15 @@ class JobSerializer(serializers.ModelSerializer):
                   "min_workers", "model", "dataset", "epochs", "batch_size", "lr",
                   "checkpoint_every", "max_micro_batch", "precision", "steps_done", "total_steps",
                   "progress", "eta_seconds", "waiting", "created_at", "started_at",
-                  "finished_at", "error"]  # fmt: skip
+                  "finished_at", "error", "sweep", "trial_number", "hparams",
+                  "trial_state", "objective"]  # fmt: skip
         read_only_fields = fields
+        extra_kwargs = {
+            "sweep": {"help_text": "the sweep this job is a trial of (null: none)"},
+            "hparams": {"help_text": "a trial's hyperparameters"},
+            "trial_state": {"help_text": "a trial's: RUNNING, COMPLETE, PRUNED or FAIL"},
+            "objective": {"help_text": "a trial's objective, last reported"},
+        }
 
     def get_workers(self, job: Job) -> int:
         return self.status(job).workers
@@ -344,6 +351,177 @@ def file_entry(job: Job, name: str) -> dict[str, Any]:
     path = history.downloadable(job, name)
     size = path.stat().st_size if path else 0
     return {"name": name, "size": size, "url": f"/api/v1/jobs/{job.pk}/files/{name}"}
+
+
+# Sweeps ----------------------------------------------------------------------------------
+
+
+class SweepCreateSerializer(serializers.Serializer):
+    """A sweep's fields, read and defaulted; its rules are judged once by
+    ``edtweb/sweeps/services.create_sweep`` (``edtweb/sweeps/space.py``)."""
+
+    name = serializers.CharField(max_length=200, required=False, default="")
+    model = serializers.IntegerField(help_text="id of a native model definition that passed "
+                                     "its check")  # fmt: skip
+    dataset = serializers.IntegerField(help_text="id of a READY dataset")
+    space = serializers.JSONField(
+        help_text="name -> {type: uniform|loguniform|int, low, high[, step]} or "
+        "{type: choice, choices: [...]}; lr and batch_size set the trial job's own"
+    )
+    objective = serializers.CharField(
+        max_length=100, help_text="a metric the trials record: loss, accuracy, test_loss, ..."
+    )
+    direction = serializers.CharField(default="minimize", help_text="minimize or maximize")
+    algorithm = serializers.CharField(
+        default="random", help_text="random, grid, tpe, asha or hyperband"
+    )
+    max_trials = serializers.IntegerField(
+        required=False, allow_null=True, default=None,
+        help_text="the budget of trials (default 10; a grid's: all its points)",
+    )  # fmt: skip
+    max_parallel = serializers.IntegerField(default=1, help_text="trials running at once")
+    max_time = serializers.FloatField(
+        default=0.0, help_text="seconds; no trial starts after (0: no limit)"
+    )
+    reduction_factor = serializers.IntegerField(default=3, help_text="ASHA and Hyperband")
+    min_resource = serializers.IntegerField(
+        default=0, help_text="steps before ASHA's first rung (0: one epoch)"
+    )
+    seed = serializers.IntegerField(default=0, help_text="the sampler's and every trial's")
+    epochs = bounded(serializers.IntegerField, "epochs")
+    batch_size = bounded(serializers.IntegerField, "batch_size",
+                         help_text="the effective (global) batch")  # fmt: skip
+    max_workers = bounded(serializers.IntegerField, "max_workers", help_text="per trial")
+    min_workers = bounded(serializers.IntegerField, "min_workers")
+    priority = bounded(serializers.IntegerField, "priority")
+    checkpoint_every = bounded(serializers.IntegerField, "checkpoint_every")
+    lr = bounded(serializers.FloatField, "lr")
+    max_micro_batch = bounded(serializers.IntegerField, "max_micro_batch")
+    precision = serializers.ChoiceField(choices=PRECISION_CHOICES, default=DEFAULTS["precision"])
+
+
+class SweepCloneSerializer(serializers.Serializer):
+    name = serializers.CharField(max_length=200, required=False, default="",
+                                 help_text="default: the sweep's, with (clone)")  # fmt: skip
+
+
+class TrialSerializer(serializers.Serializer):
+    job = serializers.IntegerField(help_text="the trial's job")
+    number = serializers.IntegerField(help_text="0, 1, ... in the order asked")
+    name = serializers.CharField()
+    state = serializers.CharField(help_text="its job's state")
+    trial_state = serializers.CharField(help_text="RUNNING, COMPLETE, PRUNED or FAIL")
+    hparams = serializers.DictField(help_text="its hyperparameters")
+    objective = serializers.FloatField(
+        allow_null=True, help_text="the last value reported; final once it ended"
+    )
+    objective_step = serializers.IntegerField(allow_null=True)
+    steps_done = serializers.IntegerField()
+    total_steps = serializers.IntegerField()
+    note = serializers.CharField(help_text="why it was pruned or failed")
+    created_at = serializers.DateTimeField()
+    finished_at = serializers.DateTimeField(allow_null=True)
+
+
+class SweepProgressSerializer(serializers.Serializer):
+    done = serializers.IntegerField(help_text="trials ended: completed, pruned or failed")
+    total = serializers.IntegerField(help_text="the budget of trials")
+    running = serializers.IntegerField()
+    completed = serializers.IntegerField()
+    pruned = serializers.IntegerField()
+    failed = serializers.IntegerField()
+    fraction = serializers.FloatField(help_text="0..1 (1 once COMPLETED)")
+
+
+class SweepSerializer(serializers.Serializer):
+    """A sweep with its state now (``edtweb/sweeps/state.py``: what every page and the CLI
+    show)."""
+
+    id = serializers.IntegerField()
+    name = serializers.CharField()
+    owner = serializers.CharField(source="owner.username")
+    model = serializers.IntegerField(source="model_definition_id", allow_null=True)
+    dataset = serializers.IntegerField(source="dataset_id", allow_null=True)
+    space = serializers.DictField()
+    objective = serializers.CharField()
+    direction = serializers.CharField()
+    algorithm = serializers.CharField()
+    max_trials = serializers.IntegerField()
+    max_parallel = serializers.IntegerField()
+    max_time = serializers.FloatField()
+    reduction_factor = serializers.IntegerField()
+    min_resource = serializers.IntegerField()
+    seed = serializers.IntegerField()
+    epochs = serializers.IntegerField()
+    batch_size = serializers.IntegerField()
+    max_workers = serializers.IntegerField(help_text="per trial")
+    lr = serializers.FloatField()
+    priority = serializers.IntegerField()
+    state = serializers.CharField(help_text="QUEUED, RUNNING, COMPLETED, STOPPED or FAILED")
+    progress = serializers.SerializerMethodField(help_text="trials ended of the budget")
+    best = serializers.SerializerMethodField(help_text="the completed trial of the best objective")
+    elapsed_seconds = serializers.SerializerMethodField()
+    time_left_seconds = serializers.SerializerMethodField()
+    created_at = serializers.DateTimeField()
+    started_at = serializers.DateTimeField(allow_null=True)
+    ended_at = serializers.DateTimeField(allow_null=True)
+    error = serializers.CharField()
+
+    def view(self, sweep: Any) -> Any:
+        """The sweep's view, read once for every sweep of the response."""
+        from edtweb.sweeps.state import views
+
+        known = self.context.setdefault("sweep_views", {})
+        if sweep.pk not in known:
+            many = self.context.get("sweeps") or [sweep]
+            known.update(views(many if sweep in many else [sweep]))
+        return known[sweep.pk]
+
+    @extend_schema_field(SweepProgressSerializer)
+    def get_progress(self, sweep: Any) -> dict[str, Any]:
+        v = self.view(sweep)
+        return {"done": v.done, "total": v.total, "running": v.running,
+                "completed": v.completed, "pruned": v.pruned, "failed": v.failed,
+                "fraction": v.progress}  # fmt: skip
+
+    @extend_schema_field(TrialSerializer(allow_null=True))
+    def get_best(self, sweep: Any) -> dict[str, Any] | None:
+        best = self.view(sweep).best
+        return None if best is None else TrialSerializer(best.as_dict()).data
+
+    def get_elapsed_seconds(self, sweep: Any) -> float:
+        return float(self.view(sweep).elapsed)
+
+    def get_time_left_seconds(self, sweep: Any) -> float | None:
+        return self.view(sweep).time_left  # type: ignore[no-any-return]
+
+
+class SweepDetailSerializer(SweepSerializer):
+    trials = serializers.SerializerMethodField(help_text="every trial, by number")
+
+    @extend_schema_field(TrialSerializer(many=True))
+    def get_trials(self, sweep: Any) -> list[dict[str, Any]]:
+        return [TrialSerializer(t.as_dict()).data for t in self.view(sweep).trials]
+
+
+class CompareJobSerializer(serializers.Serializer):
+    id = serializers.IntegerField()
+    name = serializers.CharField()
+    state = serializers.CharField()
+    sweep = serializers.IntegerField(allow_null=True)
+    trial = serializers.IntegerField(allow_null=True, help_text="its number in the sweep")
+    trial_state = serializers.CharField()
+    config = serializers.DictField(help_text="its values and hyperparameters")
+    final = serializers.DictField(help_text="its last metrics, steps, objective, seconds")
+
+
+class CompareSerializer(serializers.Serializer):
+    jobs = CompareJobSerializer(many=True)
+    config_keys = serializers.ListField(child=serializers.CharField())
+    final_keys = serializers.ListField(child=serializers.CharField())
+    differs = serializers.ListField(
+        child=serializers.CharField(), help_text="configuration keys whose values differ"
+    )
 
 
 # Cluster ---------------------------------------------------------------------------------

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django.urls import path, re_path
 
-from edtweb.api import auth, cluster, datasets, jobs, modeldefs, tenancy
+from edtweb.api import auth, cluster, datasets, jobs, modeldefs, sweeps, tenancy
 from edtweb.api.errors import unknown_endpoint
 
 app_name = "api"
@@ -30,6 +30,7 @@ urlpatterns = [
     path("models/<int:pk>/", modeldefs.ModelDetail.as_view(), name="model"),
     path("models/<int:pk>/source/", modeldefs.ModelSource.as_view(), name="model-source"),
     path("jobs/", jobs.JobList.as_view(), name="jobs"),
+    path("jobs/compare/", sweeps.JobCompare.as_view(), name="jobs-compare"),
     path("jobs/<int:pk>/", jobs.JobDetail.as_view(), name="job"),
     path("jobs/<int:pk>/priority/", jobs.JobPriority.as_view(), name="job-priority"),
     path(
@@ -49,6 +50,11 @@ urlpatterns = [
     path("jobs/<int:pk>/logs/<str:slot>/", jobs.JobLog.as_view(), name="job-log"),
     path("jobs/<int:pk>/checkpoints/", jobs.JobCheckpoints.as_view(), name="job-checkpoints"),
     path("jobs/<int:pk>/files/<str:name>", jobs.JobFile.as_view(), name="job-file"),
+    path("sweeps/", sweeps.SweepList.as_view(), name="sweeps"),
+    path("sweeps/<int:pk>/", sweeps.SweepDetail.as_view(), name="sweep"),
+    path("sweeps/<int:pk>/stop/", sweeps.SweepStop.as_view(), name="sweep-stop"),
+    path("sweeps/<int:pk>/resume/", sweeps.SweepResume.as_view(), name="sweep-resume"),
+    path("sweeps/<int:pk>/clone/", sweeps.SweepClone.as_view(), name="sweep-clone"),
     path("cluster/slots/", cluster.Slots.as_view(), name="cluster-slots"),
     path("cluster/allocations/", cluster.Allocations.as_view(), name="cluster-allocations"),
     path("cluster/queue/", cluster.Queue.as_view(), name="cluster-queue"),

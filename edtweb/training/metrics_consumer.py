@@ -10,7 +10,8 @@ For each job it then:
 2. moves the job's cursor in Redis past them, so a new consumer resumes there;
 3. when the learners' ``done`` record was among them, marks the job finished and wakes the
    scheduler, which completes the job: COMPLETED means every metric is in the database;
-4. pushes the records stored to the job's pages.
+4. pushes the records stored to the job's pages;
+5. wakes the sweep driver when the job is a sweep's trial (its pruner reads them).
 
 A record read twice (the consumer killed between steps 1 and 2, Redis back from an outage
 with an older cursor) is dropped by step 1: no record is lost or stored twice. Rounds that
@@ -34,7 +35,7 @@ from django.utils import timezone
 from edtweb.training import live, services
 from edtweb.training.models import Job
 from protocol.jobstore import JobStore
-from protocol.keys import METRICS_LEASE_KEY
+from protocol.keys import METRICS_LEASE_KEY, SWEEPS_WAKE_KEY
 from scheduler.lease_loop import LeaseLoop
 from scheduler.store import Store
 
@@ -59,6 +60,7 @@ class MetricsConsumer(LeaseLoop):
         super().__init__(store, "metrics consumer", METRICS_LEASE_KEY, lease_ms, log)
         self.cursors: dict[int, str] = {}  # job -> the last stream id stored
         self.watched_at = float("-inf")
+        self.trials: set[int] = set()  # the watched jobs that are a sweep's trials
 
     # The loop (scheduler/lease_loop.py) ----------------------------------------------------
 
@@ -87,7 +89,11 @@ class MetricsConsumer(LeaseLoop):
             return 0
         batches = self.store.read_streams({str(j): c for j, c in self.cursors.items()}, block,
                                           BATCH)  # fmt: skip
-        return sum(self.take(int(job), entries) for job, entries in batches.items())
+        read = sum(self.take(int(job), entries) for job, entries in batches.items())
+        trials = [job for job in batches if int(job) in self.trials]
+        if trials:  # a sweep's trials: its driver reports them at once
+            self.store.wake(f"metrics of {', '.join(trials)}", SWEEPS_WAKE_KEY)
+        return read
 
     def watch(self) -> None:
         """Follow new jobs from their cursor in Redis; forget those no longer watched."""
@@ -96,6 +102,8 @@ class MetricsConsumer(LeaseLoop):
         jobs = watched_jobs()
         self.cursors = {pk: self.cursors.get(pk) or JobStore(self.store.r, str(pk)).cursor()
                         for pk in jobs}  # fmt: skip
+        self.trials = set(Job.objects.filter(pk__in=jobs, sweep__isnull=False)
+                          .values_list("pk", flat=True))  # fmt: skip
         self.watched_at = time.monotonic()
 
     # One job's records ---------------------------------------------------------------------

@@ -80,6 +80,19 @@ class Job(models.Model):
     steps_done = models.PositiveIntegerField(default=0)
     metrics_count = models.PositiveIntegerField(default=0, help_text="sequence of live updates")
     total_steps = models.PositiveIntegerField(default=0, help_text="iterations in all epochs")
+    # A sweep's trial (edtweb/sweeps): its number in the sweep, its hyperparameters, and its
+    # outcome as the sweep driver alone writes it: RUNNING until it is told to Optuna, then
+    # COMPLETE, PRUNED or FAIL; the objective last reported (final once it ended) and why
+    # it was pruned or failed as a trial
+    sweep = models.ForeignKey(
+        "sweeps.Sweep", null=True, blank=True, on_delete=models.SET_NULL, related_name="trials"
+    )
+    trial_number = models.PositiveIntegerField(null=True, blank=True)
+    hparams = models.JSONField(default=dict, blank=True)
+    trial_state = models.CharField(max_length=10, blank=True)
+    objective = models.FloatField(null=True, blank=True)
+    objective_step = models.PositiveIntegerField(null=True, blank=True)
+    trial_note = models.TextField(blank=True)
 
     class Meta:
         ordering = ["-created_at"]

@@ -196,8 +196,35 @@ def suspend_job(job_id: int, checkpoint_step: int) -> bool:
     return True
 
 
+_wakes: contextvars.ContextVar[list[str] | None] = contextvars.ContextVar("edt_wakes", default=None)
+
+
 def wake_scheduler(reason: str) -> None:
+    """Wake the scheduler now; inside :func:`one_decision`, at the block's end."""
+    pending = _wakes.get()
+    if pending is not None:
+        pending.append(reason)
+        return
     _quietly(lambda: store().wake(reason), "wake the scheduler")
+
+
+@contextlib.contextmanager
+def one_decision() -> Iterator[None]:
+    """The scheduler is woken once, when the block ends, for every change made in it: a
+    sweep's driver stops the trials it prunes and submits the trials that replace them,
+    and the scheduler's next decision sees them all (no slot handed to a trial that grows,
+    only to be taken back a moment later for the new one)."""
+    if _wakes.get() is not None:
+        yield
+        return
+    pending: list[str] = []
+    token = _wakes.set(pending)
+    try:
+        yield
+    finally:
+        _wakes.reset(token)
+        if pending:
+            wake_scheduler(", ".join(pending))
 
 
 def _quietly(action: Any, what: str) -> None:
@@ -222,11 +249,12 @@ def set_priority(job: Job, priority: int) -> bool:
     return True
 
 
-def stop_job(job_id: int) -> bool:
-    """Stop a job: its learners checkpoint and exit; it ends STOPPED."""
+def stop_job(job_id: int, reason: str = "stopped by its owner") -> bool:
+    """Stop a job: its learners checkpoint and exit; it ends STOPPED. ``reason`` goes on
+    its timeline (a sweep's driver stops the trials it prunes)."""
     if not transition(job_id, Job.State.STOPPED, Job.ACTIVE, finished_at=timezone.now()):
         return False
-    record_event(job_id, "stopped", "stopped by its owner")
+    record_event(job_id, "stopped", reason)
     job_store(job_id).request_stop()
     wake_scheduler(f"stop {job_id}")
     return True

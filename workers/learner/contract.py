@@ -2,7 +2,9 @@
 
 Native modules define ``build_model()`` and optionally ``get_datasets(data_dir)``,
 ``loss_fn(output, target)``, ``build_optimizer(params, lr)`` and ``lr_at(step, base_lr)``;
-they are imported as a module.
+they are imported as a module. A sweep's trial hands its hyperparameters to those functions
+as keyword arguments, each function only those it names (or all, to one that takes
+``**kwargs``), and the whole mapping to one with a parameter ``hparams`` (:func:`bind`).
 
 WMLA-style scripts (those that import ``fabric_model``) run as their author wrote them: as
 ``__main__``, with ``sys.argv`` as WMLA passes it; their ``FabricModel(...).train(...)`` call
@@ -15,13 +17,16 @@ from __future__ import annotations
 
 import ast
 import contextlib
+import functools
 import importlib.util
+import inspect
 import os
 import runpy
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 import torch
@@ -29,6 +34,14 @@ from torch import nn
 from torch.utils.data import Dataset
 
 COMPAT_DIR = Path(__file__).resolve().parent.parent / "compat"
+
+# A trial's hyperparameters that the platform itself takes: they set the job's learning rate
+# and global batch (what ``build_optimizer`` and ``lr_at`` get as ``lr`` and ``base_lr``).
+PLATFORM_HPARAMS = ("lr", "batch_size")
+# The functions of a native module that a trial's hyperparameters reach, with how many
+# arguments the learner passes each by position (their names are the function's own).
+HPARAM_FUNCTIONS = {"build_model": 0, "get_datasets": 1, "loss_fn": 2, "build_optimizer": 2,
+                    "lr_at": 2}  # fmt: skip
 
 Datasets = tuple[Dataset[Any], Dataset[Any]]
 
@@ -142,9 +155,12 @@ def run_script(path: Path, argv: list[str], driver: Callable[[ModelDefinition], 
         raise UserCodeError(f"{path.name} exited with status {exit_code} after training")
 
 
-def load_definition(path: Path, argv: list[str] | None = None) -> ModelDefinition:
+def load_definition(
+    path: Path, argv: list[str] | None = None, hparams: Mapping[str, Any] | None = None
+) -> ModelDefinition:
     """The model definition in ``path``, native or WMLA style. A WMLA script runs until its
-    ``train()`` call, which hands over its definition and ends the script there."""
+    ``train()`` call, which hands over its definition and ends the script there. A native
+    module's functions get ``hparams`` (a sweep's trial) as :func:`bind` says."""
     compat_on_path()
     if is_wmla_script(path):
         found: list[ModelDefinition] = []
@@ -163,10 +179,61 @@ def load_definition(path: Path, argv: list[str] | None = None) -> ModelDefinitio
             "define `def build_model() -> torch.nn.Module` (see examples/cnn.py), or import "
             "fabric_model and call FabricModel(...).train() (see examples/cnn_wmla.py)"
         )
+    own = bind_all(module, dict(hparams or {}), path.name)
     return ModelDefinition(
-        build_model=module.build_model,
-        get_datasets=getattr(module, "get_datasets", None),
-        loss_fn=getattr(module, "loss_fn", nn.functional.cross_entropy),
-        build_optimizer=getattr(module, "build_optimizer", default_optimizer),
-        lr_at=getattr(module, "lr_at", constant_lr),
+        build_model=own["build_model"],
+        get_datasets=own.get("get_datasets"),
+        loss_fn=own.get("loss_fn", nn.functional.cross_entropy),
+        build_optimizer=own.get("build_optimizer", default_optimizer),
+        lr_at=own.get("lr_at", constant_lr),
     )
+
+
+def bind(fn: Callable[..., Any], hparams: Mapping[str, Any], positional: int
+         ) -> tuple[Callable[..., Any], set[str]]:  # fmt: skip
+    """``fn`` with the hyperparameters it accepts bound as keyword arguments, and their
+    names. It accepts those it names as a parameter (after the first ``positional`` ones,
+    which the learner passes itself) or all of them through ``**kwargs``; a parameter
+    named ``hparams`` gets the whole mapping (read-only). ``fn`` alone when it takes none."""
+    try:
+        params = list(inspect.signature(fn).parameters.values())
+    except (TypeError, ValueError):  # a builtin without a signature: it takes none
+        return fn, set()
+    taken: set[str] = set()  # the names the learner's positional arguments fill
+    for p in params[:positional]:
+        if p.kind not in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD):
+            break
+        taken.add(p.name)
+    named = {p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
+    anything = any(p.kind == p.VAR_KEYWORD for p in params)
+    kwargs = {k: v for k, v in hparams.items()
+              if k not in taken and (k in named or anything)}  # fmt: skip
+    reached = set(kwargs)
+    if "hparams" in named - taken:
+        kwargs["hparams"] = MappingProxyType(dict(hparams))
+        reached = set(hparams)
+    return (functools.partial(fn, **kwargs) if kwargs else fn), reached
+
+
+def bind_all(module: Any, hparams: dict[str, Any], filename: str) -> dict[str, Any]:
+    """The module's own functions of :data:`HPARAM_FUNCTIONS`, each with the trial's
+    ``hparams`` it accepts (:func:`bind`). A hyperparameter that reaches none of them (and
+    is not the platform's own) would make every trial the same model: UserCodeError."""
+    found: dict[str, Any] = {}
+    reached: set[str] = set(PLATFORM_HPARAMS)
+    for name, positional in HPARAM_FUNCTIONS.items():
+        fn = getattr(module, name, None)
+        if not callable(fn):
+            continue
+        found[name], got = bind(fn, hparams, positional) if hparams else (fn, set())
+        reached |= got
+    lost = sorted(set(hparams) - reached)
+    if lost:
+        names = ", ".join(repr(n) for n in lost)
+        functions = ", ".join(f"{n}()" for n in HPARAM_FUNCTIONS if n in found)
+        raise UserCodeError(
+            f"the hyperparameter {names} reaches none of {filename}'s functions ({functions}): "
+            f"give the one that uses it a parameter of that name (with a default, for the "
+            f"model check), or a parameter `hparams` for all of them"
+        )
+    return found

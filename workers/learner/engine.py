@@ -285,7 +285,7 @@ class Learner:
         """Import the user's code, load the data, build the model: all before READY."""
         self._environment()
         torch.manual_seed(self.spec.seed)
-        self.adopt(load_definition(Path(self.spec.model)))
+        self.adopt(load_definition(Path(self.spec.model), hparams=self.spec.hparams))
 
     def adopt(self, defn: ModelDefinition) -> None:
         """Take the definition: the job's values (or the script's, where it decides), the

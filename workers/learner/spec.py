@@ -33,6 +33,9 @@ class JobSpec:
     argv: list[str] = field(default_factory=list)
     script_decides: list[str] = field(default_factory=list)
     exec_id: str = ""
+    # A sweep's trial: its hyperparameters, name -> value (docs/architecture.md, "Model
+    # definition contract"); empty for a plain job
+    hparams: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
     def of(cls, submission: Submission, **rest: Any) -> JobSpec:

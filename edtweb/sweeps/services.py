@@ -1,0 +1,150 @@
+"""What the pages, the API and the driver do to sweeps: create (judged once), stop, resume,
+clone, and each change of a sweep's state, a conditional UPDATE as jobs' are
+(``edtweb/training/services.py``)."""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Iterable
+from typing import Any
+
+import redis
+from django.utils import timezone
+
+from edtweb.redis_access import store
+from edtweb.sweeps.models import Sweep
+from edtweb.sweeps.space import SpaceRefused, judged
+from edtweb.training import services as jobs
+from edtweb.training.models import Job
+from edtweb.training.validation import DEFAULTS, Refused, train_samples, validated
+from protocol.keys import SWEEPS_WAKE_KEY
+from workers.learner.contract import PLATFORM_HPARAMS
+
+log = logging.getLogger("edt.sweeps")
+
+SEARCH = ("space", "objective", "direction", "algorithm", "max_trials", "max_parallel",
+          "max_time", "reduction_factor", "min_resource")  # fmt: skip
+
+
+def wake_driver(reason: str) -> None:
+    """Wake the sweep driver now; while Redis is away its own tick comes within a second."""
+    try:
+        store().wake(reason, SWEEPS_WAKE_KEY)
+    except redis.RedisError as exc:
+        log.warning("could not wake the sweep driver: %s", exc)
+
+
+def create_sweep(owner: Any, model: Any, dataset: Any, values: dict[str, Any],
+                 name: str = "", seed: int = 0) -> Sweep:  # fmt: skip
+    """A QUEUED sweep of ``model`` on ``dataset`` (the owner's, checked and ready: the
+    caller resolved them), with ``values``: the search (:data:`SEARCH`) and every trial's
+    job values (a submission's fields). Every rule is judged here, once:
+    :class:`SpaceRefused` names each field broken."""
+    samples = train_samples(dataset)
+    errors: dict[str, list[str]] = {}
+    try:
+        plan = judged({k: values.get(k) for k in SEARCH}, samples)
+    except SpaceRefused as refused:
+        errors.update(refused.errors)
+    try:
+        submission = validated({k: values.get(k) for k in DEFAULTS}, samples)
+    except Refused as refused:
+        errors.update({k: [v] for k, v in refused.errors.items()})
+    own = [n for n in (values.get("space") or {}) if n not in PLATFORM_HPARAMS]
+    if getattr(model, "style", "native") == "wmla" and own:
+        errors.setdefault("model", []).append(
+            f"model {model.pk} is a WMLA script: its hyperparameters reach it only as "
+            f"{' and '.join(PLATFORM_HPARAMS)}; sweep a native model (build_model) over "
+            f"{', '.join(own)}"
+        )
+    if errors:
+        raise SpaceRefused(errors)
+    steps = submission.epochs * (samples // submission.batch_size) if samples else 0
+    return Sweep.objects.create(
+        owner=owner, name=name or f"sweep of {model.name} on {dataset.name}",
+        model_definition=model, dataset=dataset, model_path=str(model.entry_path),
+        data_path=str(dataset.data_dir), space=plan.space_dict(), objective=plan.objective,
+        direction=plan.direction, algorithm=plan.algorithm, max_trials=plan.max_trials,
+        max_parallel=plan.max_parallel, max_time=plan.max_time,
+        reduction_factor=plan.reduction_factor, min_resource=plan.min_resource,
+        trial_steps=steps, seed=seed, study_name=f"edt-sweep-{uuid.uuid4().hex}",
+        **submission.values(),
+    )  # fmt: skip
+
+
+def created(sweep: Sweep) -> Sweep:
+    wake_driver(f"sweep {sweep.pk} created")
+    return sweep
+
+
+def transition(sweep_id: int, to: str, allowed: Iterable[str], **fields: Any) -> bool:
+    """Move the sweep to ``to`` only from one of ``allowed``; True if this call did."""
+    changed = Sweep.objects.filter(pk=sweep_id, state__in=list(allowed)).update(state=to, **fields)
+    return bool(changed == 1)
+
+
+def elapsed(sweep: Sweep) -> float:
+    """Seconds the sweep has run, over all its runs."""
+    if sweep.state == Sweep.State.RUNNING and sweep.started_at is not None:
+        return sweep.spent + (timezone.now() - sweep.started_at).total_seconds()
+    return sweep.spent
+
+
+def end_sweep(sweep: Sweep, to: str, error: str = "") -> bool:
+    """The driver ends a running sweep: COMPLETED, or FAILED with ``error`` (its active
+    trials are stopped)."""
+    ended = transition(sweep.pk, to, [Sweep.State.RUNNING], ended_at=timezone.now(),
+                       spent=elapsed(sweep), error=error)  # fmt: skip
+    if ended and to == Sweep.State.FAILED:
+        for pk in active_trials(sweep.pk):
+            jobs.stop_job(pk, f"stopped: its sweep {sweep.pk} failed")
+    return ended
+
+
+def active_trials(sweep_id: int) -> list[int]:
+    return list(Job.objects.filter(sweep_id=sweep_id, state__in=Job.ACTIVE)
+                .values_list("pk", flat=True))  # fmt: skip
+
+
+def stop_sweep(sweep: Sweep) -> bool:
+    """Stop a queued or running sweep and its running trials (they checkpoint and stop);
+    resuming it resumes them. The sweep's state changes first, so the driver never takes
+    a trial stopped here for one its owner stopped alone."""
+    sweep.refresh_from_db()  # its time run so far is counted from its row as it is now
+    if not transition(sweep.pk, Sweep.State.STOPPED, Sweep.ACTIVE, ended_at=timezone.now(),
+                      spent=elapsed(sweep)):  # fmt: skip
+        return False
+    for pk in active_trials(sweep.pk):
+        jobs.stop_job(pk, f"stopped with its sweep {sweep.pk}")
+    wake_driver(f"sweep {sweep.pk} stopped")
+    return True
+
+
+def resume_sweep(sweep: Sweep) -> bool:
+    """A stopped sweep goes on: the trials it stopped continue from their checkpoints, then
+    it asks for more while its budget and time last. The trials resume first, so the
+    driver never finds the sweep running with a trial still stopped."""
+    sweep.refresh_from_db()
+    if sweep.state != Sweep.State.STOPPED:
+        return False
+    stopped = Job.objects.filter(sweep=sweep, trial_state="RUNNING", state=Job.State.STOPPED)
+    for pk in stopped.values_list("pk", flat=True):
+        jobs.resume_job(pk)
+    if not transition(sweep.pk, Sweep.State.RUNNING, [Sweep.State.STOPPED],
+                      started_at=timezone.now(), ended_at=None, error=""):  # fmt: skip
+        return False
+    wake_driver(f"sweep {sweep.pk} resumed")
+    return True
+
+
+def clone_sweep(sweep: Sweep, owner: Any, name: str = "") -> Sweep:
+    """A new QUEUED sweep asking what ``sweep`` asked (judged again: its model must still
+    be valid, its dataset ready), with a study of its own."""
+    if sweep.model_definition is None or sweep.dataset is None:
+        gone = "model" if sweep.model_definition is None else "dataset"
+        raise SpaceRefused({gone: [f"sweep {sweep.pk}'s {gone} was deleted"]})
+    values = {k: getattr(sweep, k) for k in (*SEARCH, *Sweep.TRAINING)}
+    clone = create_sweep(owner, sweep.model_definition, sweep.dataset, values,
+                         name=name or f"{sweep.name} (clone)", seed=sweep.seed)  # fmt: skip
+    return created(clone)

@@ -1,0 +1,266 @@
+"""A sweep's search space, objective, algorithm and budget: the rules, in one place, free of
+Django and Optuna (the API judges a sweep with them once, at create; the driver turns the
+judged space into Optuna's distributions, ``edtweb/sweeps/study.py``).
+
+A space maps each hyperparameter's name to what it may take::
+
+    lr:    {type: loguniform, low: 0.001, high: 0.3}
+    width: {type: int, low: 8, high: 64, step: 8}
+    drop:  {type: uniform, low: 0.0, high: 0.5}
+    opt:   {type: choice, choices: [sgd, adam]}
+
+``uniform`` and ``loguniform`` are real numbers (``uniform`` may take a ``step``), ``int``
+whole numbers from ``low`` to ``high`` inclusive (a ``step``, 1 by default), ``choice`` one
+of ``choices`` (strings, numbers, booleans). ``lr`` and ``batch_size`` set the trial job's
+own learning rate and global batch (``workers.learner.contract.PLATFORM_HPARAMS``); every
+other name reaches the model's functions (docs/architecture.md, "Model definition contract").
+"""
+
+from __future__ import annotations
+
+import keyword
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from workers.learner.contract import PLATFORM_HPARAMS
+from workers.learner.submission import BOUNDS, DEFAULTS
+
+TYPES = ("uniform", "loguniform", "int", "choice")
+KEYS = {"uniform": ("low", "high", "step"), "loguniform": ("low", "high"),
+        "int": ("low", "high", "step"), "choice": ("choices",)}  # fmt: skip
+DIRECTIONS = ("minimize", "maximize")
+ALGORITHMS = ("random", "grid", "tpe", "asha", "hyperband")
+PRUNING = {"asha": "ASHA", "hyperband": "Hyperband"}  # algorithms that stop trials early
+# The submission's fields that are the platform's to set on the sweep, never searched.
+NOT_SEARCHED = tuple(name for name in DEFAULTS if name not in PLATFORM_HPARAMS)
+LIMITS = {"max_trials": (1, 5_000), "max_parallel": (1, 1024), "reduction_factor": (2, 100)}
+MAX_GRID = 5_000
+DEFAULT_TRIALS = 10  # a grid's default budget is its size
+
+
+@dataclass(frozen=True)
+class Param:
+    """One hyperparameter of a judged space."""
+
+    name: str
+    type: str
+    low: float | None = None
+    high: float | None = None
+    step: float | None = None
+    choices: tuple[Any, ...] = ()
+
+    def as_dict(self) -> dict[str, Any]:
+        if self.type == "choice":
+            return {"type": "choice", "choices": list(self.choices)}
+        found: dict[str, Any] = {"type": self.type, "low": self.low, "high": self.high}
+        if self.step is not None:
+            found["step"] = self.step
+        return found
+
+    def grid(self) -> list[Any] | None:
+        """Every value a grid search tries; None when the values are not discrete."""
+        if self.type == "choice":
+            return list(self.choices)
+        if self.type == "loguniform" or (self.type == "uniform" and self.step is None):
+            return None
+        assert self.low is not None and self.high is not None
+        step = self.step or 1
+        count = math.floor((self.high - self.low) / step + 1e-9) + 1
+        if self.type == "int":
+            return [int(self.low + i * step) for i in range(count)]
+        return [round(self.low + i * step, 12) for i in range(count)]
+
+
+class SpaceRefused(ValueError):
+    """A sweep that breaks the rules; ``errors`` maps each field to its messages."""
+
+    def __init__(self, errors: dict[str, list[str]]) -> None:
+        super().__init__("; ".join(f"{k}: {' '.join(v)}" for k, v in errors.items()))
+        self.errors = errors
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def param_errors(name: Any, raw: Any, train_samples: int = 0) -> tuple[Param | None, list[str]]:
+    """The parameter ``name: raw`` judged: the Param, or None and why not (each message
+    starts with the name)."""
+    if not isinstance(name, str) or not name.isidentifier() or keyword.iskeyword(name):
+        return None, [f"{name!r}: a hyperparameter's name must be a Python identifier (it "
+                      f"becomes a keyword argument of the model's functions)"]  # fmt: skip
+    if name == "hparams":
+        return None, ["'hparams' is the name of the whole mapping: choose another name"]
+    if name in NOT_SEARCHED:
+        return None, [f"{name}: the platform's own setting, not a hyperparameter: set it on "
+                      f"the sweep (every trial gets it)"]  # fmt: skip
+    if not isinstance(raw, Mapping):
+        return None, [f"{name}: give a mapping such as {{type: uniform, low: 0, high: 1}}, "
+                      f"not {raw!r}"]  # fmt: skip
+    kind = raw.get("type")
+    if kind not in TYPES:
+        return None, [f"{name}: unknown type {kind!r}; one of {', '.join(TYPES)}"]
+    unknown = sorted(str(k) for k in raw if k != "type" and k not in KEYS[kind])
+    if unknown:
+        return None, [f"{name}: unknown key {', '.join(map(repr, unknown))}; a {kind} "
+                      f"parameter takes {', '.join(KEYS[kind])}"]  # fmt: skip
+    if kind == "choice":
+        param, errors = _choice(name, raw.get("choices"))
+    else:
+        param, errors = _range(name, kind, raw)
+    if param is not None and name in PLATFORM_HPARAMS:
+        errors += _platform_values(param, train_samples)
+    return (None if errors else param), errors
+
+
+def _choice(name: str, choices: Any) -> tuple[Param | None, list[str]]:
+    if not isinstance(choices, (list, tuple)) or not choices:
+        return None, [f"{name}: choices must be a non-empty list, not {choices!r}"]
+    bad = [c for c in choices if not (c is None or isinstance(c, (str, bool)) or _number(c))]
+    if bad:
+        return None, [f"{name}: a choice must be a string, a number or a boolean, not {bad[0]!r}"]
+    seen: list[Any] = []
+    for c in choices:
+        if any(c == s and type(c) is type(s) for s in seen):
+            return None, [f"{name}: choice {c!r} is listed twice"]
+        seen.append(c)
+    return Param(name, "choice", choices=tuple(choices)), []
+
+
+def _range(name: str, kind: str, raw: Mapping[str, Any]) -> tuple[Param | None, list[str]]:
+    low: Any = raw.get("low")
+    high: Any = raw.get("high")
+    step: Any = raw.get("step")
+    missing = [k for k in ("low", "high") if k not in raw]
+    if missing:
+        return None, [f"{name}: a {kind} parameter needs {' and '.join(missing)}"]
+    if not _number(low) or not _number(high):
+        return None, [f"{name}: low and high must be numbers, not {low!r} and {high!r}"]
+    if kind == "int" and not all(float(v).is_integer() for v in (low, high)):
+        return None, [f"{name}: an int parameter's low and high must be whole, not {low} and "
+                      f"{high}"]  # fmt: skip
+    if low >= high:
+        return None, [f"{name}: the range is empty or inverted: low {low:g} >= high {high:g}"]
+    if kind == "loguniform" and low <= 0:
+        return None, [f"{name}: a log scale needs low > 0, not {low:g}"]
+    if step is not None:
+        whole = kind == "int"
+        if not _number(step) or step <= 0 or (whole and not float(step).is_integer()):
+            what = "a whole number 1 or more" if whole else "a number above 0"
+            return None, [f"{name}: step must be {what}, not {step!r}"]
+        if step > high - low:
+            return None, [f"{name}: step {step:g} is larger than the range {low:g} to {high:g}"]
+    if kind == "int":
+        low, high = int(low), int(high)
+        step = int(step) if step is not None else None
+    return Param(name, kind, float(low) if kind != "int" else low,
+                 float(high) if kind != "int" else high, step), []  # fmt: skip
+
+
+def _platform_values(param: Param, train_samples: int) -> list[str]:
+    """``lr`` and ``batch_size`` become the trial's job values: within the job's bounds."""
+    bound = BOUNDS[param.name]
+    values: list[Any] = list(param.choices) if param.type == "choice" else [param.low, param.high]
+    if param.name == "batch_size" and param.type not in ("int", "choice"):
+        return [f"batch_size: a batch is a whole number: give type int or choice, not "
+                f"{param.type}"]  # fmt: skip
+    if any(not _number(v) or not bound.holds(v) for v in values):
+        return [f"{param.name}: every value must be {bound.span} (the job's bound)"]
+    if param.name == "batch_size" and train_samples and max(values) > train_samples:
+        return [f"batch_size: {max(values):g} is larger than the {train_samples} training "
+                f"samples"]  # fmt: skip
+    return []
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A judged sweep's search: space, objective, algorithm, budget."""
+
+    space: tuple[Param, ...]
+    objective: str
+    direction: str
+    algorithm: str
+    max_trials: int
+    max_parallel: int
+    max_time: float  # seconds; 0: no limit
+    reduction_factor: int
+    min_resource: int  # steps; 0: chosen from the trial's length (driver)
+
+    def space_dict(self) -> dict[str, Any]:
+        return {p.name: p.as_dict() for p in self.space}
+
+    def grid(self) -> dict[str, list[Any]]:
+        """name -> values, for a grid search (every parameter is discrete)."""
+        found = {p.name: p.grid() for p in self.space}
+        return {k: v for k, v in found.items() if v is not None}
+
+
+def grid_size(space: tuple[Param, ...]) -> int:
+    size = 1
+    for p in space:
+        values = p.grid()
+        size *= len(values) if values is not None else 0
+    return size
+
+
+def judged(values: Mapping[str, Any], train_samples: int = 0) -> Plan:
+    """The sweep ``values`` ask for (``space``, ``objective``, ``direction``, ``algorithm``,
+    ``max_trials``, ``max_parallel``, ``max_time``, ``reduction_factor``, ``min_resource``;
+    one left out or None at its default), or :class:`SpaceRefused` with every rule broken.
+    A grid's budget is at most its size, and by default the whole grid."""
+    errors: dict[str, list[str]] = {}
+    raw = values.get("space")
+    space: list[Param] = []
+    if not isinstance(raw, Mapping) or not raw:
+        errors["space"] = ["the search space is empty: give at least one hyperparameter, "
+                           "e.g. {lr: {type: loguniform, low: 0.001, high: 0.1}}"]  # fmt: skip
+    else:
+        for name, spec in raw.items():
+            param, why = param_errors(name, spec, train_samples)
+            if param is None:
+                errors.setdefault("space", []).extend(why)
+            else:
+                space.append(param)
+    objective = values.get("objective")
+    if not isinstance(objective, str) or not objective.strip():
+        errors["objective"] = ["name the metric to optimise, e.g. test_loss or accuracy"]
+    direction = "minimize" if values.get("direction") is None else values["direction"]
+    if direction not in DIRECTIONS:
+        errors["direction"] = [f"must be minimize or maximize, not {direction!r}"]
+    algorithm = "random" if values.get("algorithm") is None else values["algorithm"]
+    if algorithm not in ALGORITHMS:
+        errors["algorithm"] = [f"must be one of {', '.join(ALGORITHMS)}, not {algorithm!r}"]
+    defaults = (("max_trials", DEFAULT_TRIALS), ("max_parallel", 1), ("reduction_factor", 3))
+    numbers = {k: d if values.get(k) is None else values[k] for k, d in defaults}
+    grid_budget = algorithm == "grid" and values.get("max_trials") is None  # the whole grid
+    for name, value in numbers.items():
+        low, high = LIMITS[name]
+        if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high:
+            what = "budget " if name == "max_trials" else ""
+            errors[name] = [f"{what}must be a whole number from {low} to {high}, not {value!r}"]
+    max_time = values.get("max_time", 0) or 0
+    if not _number(max_time) or max_time < 0:
+        errors["max_time"] = [f"must be seconds, 0 or more (0: no limit), not {max_time!r}"]
+    min_resource = values.get("min_resource", 0) or 0
+    if not isinstance(min_resource, int) or isinstance(min_resource, bool) or min_resource < 0:
+        errors["min_resource"] = [f"must be steps, 0 or more (0: one epoch), not "
+                                  f"{min_resource!r}"]  # fmt: skip
+    max_trials = numbers["max_trials"]
+    if algorithm == "grid" and "space" not in errors:
+        continuous = [p.name for p in space if p.grid() is None]
+        if continuous:
+            errors["space"] = [f"{n}: grid search needs discrete values: give it choices, an "
+                               f"int range, or a step" for n in continuous]  # fmt: skip
+        elif grid_size(tuple(space)) > MAX_GRID:
+            errors["space"] = [f"the grid has {grid_size(tuple(space))} points, more than "
+                               f"{MAX_GRID}"]  # fmt: skip
+        elif "max_trials" not in errors:
+            size = grid_size(tuple(space))
+            max_trials = size if grid_budget else min(max_trials, size)
+    if errors:
+        raise SpaceRefused(errors)
+    return Plan(tuple(space), str(objective).strip(), str(direction), str(algorithm),
+                int(max_trials), int(numbers["max_parallel"]), float(max_time),
+                int(numbers["reduction_factor"]), int(min_resource))  # fmt: skip
