@@ -622,8 +622,13 @@ class Learner:
         if self.noise is None:
             return
         asked = self.jobs.generation_batch(gen)
-        if asked <= 0:
-            return
+        if asked > 0:
+            self._adopt_batch(gen, asked)
+        log.info("%s: generation %d trains at a global batch of %d; progress %.9g base-batch "
+                 "steps, %d noise estimates", self.slot, gen, self.batch, self.noise.progress,
+                 self.noise.observed)  # fmt: skip
+
+    def _adopt_batch(self, gen: int, asked: int) -> None:
         batch = self._fit(asked)
         if batch != asked:
             log.warning("%s: generation %d asks for a global batch of %d, outside %d..%d "
