@@ -99,7 +99,8 @@ class GradBuckets:
         # ``local_weight``); None: not measured
         self.measure_at: int | None = None
         self.local_weight = 1.0
-        self._local_sqr = 0.0
+        # summed on the buckets' device: no synchronisation inside backward
+        self._local_sqr = torch.zeros((), dtype=torch.float64, device=self.buffers[-1].device)
         # With every gradient in one bucket there is nothing to overlap: that bucket can
         # only go once backward is over, so ``finish`` copies the gradients in and
         # launches it, without a Python hook per parameter during backward.
@@ -135,7 +136,8 @@ class GradBuckets:
         self._works = []
         self._error = None
         self._launch = launch
-        self._local_sqr = 0.0
+        if self.measure_at is not None:
+            self._local_sqr.zero_()
         if self._tail_np is not None:
             self._tail_np[:] = extras
         elif self.extras:
@@ -181,9 +183,9 @@ class GradBuckets:
         last bucket goes, put the sum in the tail."""
         grads = self._grads(b)
         if grads.numel():
-            self._local_sqr += float(grads.pow(2).sum(dtype=torch.float64))
+            self._local_sqr += grads.pow(2).sum(dtype=torch.float64)
         if b == len(self.buffers) - 1 and self.measure_at is not None:
-            self.tail[self.measure_at] = self._local_sqr * self.local_weight
+            self.tail[self.measure_at].copy_(self._local_sqr * self.local_weight)
 
     def sqnorm(self) -> float:
         """The squared norm of the gradients in the buckets (after ``finish``: the
