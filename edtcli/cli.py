@@ -194,6 +194,10 @@ def _jobs(add: Any, sub: Any) -> None:
         p.add_argument(flag, type=kind)
     p.add_argument("--precision", choices=["fp32", "bf16", "fp16"],
                    help="bf16: autocast on CPU or GPU; fp16: GPU only")  # fmt: skip
+    p.add_argument("--batch-range", type=batch_range, metavar="LOW-HIGH",
+                   help="goodput mode: the scheduler picks the global batch in this range "
+                   "(e.g. 64-4096); --batch-size is then the batch the learning rate is "
+                   "given for")  # fmt: skip
     p.add_argument("--team", help="a team of yours (default: your default team); '' for none")
     p.add_argument("--group", help="a resource group the team may use (default: the team's)")
     jobs = add(sub, "jobs", commands.jobs_list, "list jobs, or show one")
@@ -221,6 +225,14 @@ def _jobs(add: Any, sub: Any) -> None:
     p.add_argument("job", type=int)
     p.add_argument("--file", default="model.pt", help="model.pt (default) or a checkpoint")
     p.add_argument("-o", "--output", help="file or folder to write to")
+
+
+def batch_range(text: str) -> tuple[int, int]:
+    """ "64-4096" -> (64, 4096); the server judges the values (the web's rules)."""
+    low, sep, high = text.partition("-")
+    if not sep or not low.strip().isdigit() or not high.strip().isdigit():
+        raise argparse.ArgumentTypeError(f"write LOW-HIGH, e.g. 64-4096, not {text!r}")
+    return int(low), int(high)
 
 
 def _admin(add: Any, sub: Any) -> None:

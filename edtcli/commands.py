@@ -158,9 +158,9 @@ JOB_COLUMNS = [("id", "id"), ("name", "name"), ("state", "state"), ("workers", "
                ("priority", "priority"), ("progress", "progress"), ("owner", "owner"),
                ("team", "team")]  # fmt: skip
 JOB_KEYS = ["id", "name", "owner", "team", "resource_group", "state", "priority", "workers",
-            "progress", "eta_seconds", "waiting", "model", "dataset", "epochs", "batch_size", "lr",
-            "checkpoints", "logs", "model_ready", "error", "created_at", "started_at",
-            "finished_at", "sweep", "trial_number", "hparams", "trial_state",
+            "progress", "eta_seconds", "waiting", "model", "dataset", "epochs", "batch_size",
+            "batch_range", "lr", "checkpoints", "logs", "model_ready", "error", "created_at",
+            "started_at", "finished_at", "sweep", "trial_number", "hparams", "trial_state",
             "objective"]  # fmt: skip
 SUBMIT_FIELDS = ("name", "epochs", "batch_size", "max_workers", "min_workers", "priority",
                  "checkpoint_every", "lr", "max_micro_batch", "precision")  # fmt: skip
@@ -171,11 +171,15 @@ def _readable(job: dict[str, Any]) -> dict[str, Any]:
     shown = {k: ", ".join(v) if isinstance(v, list) else v for k, v in job.items()}
     shown["workers"] = f"{job['workers']}/{job['max_workers']}"
     shown["progress"] = f"{100 * job['progress']:.0f}%"
+    if job.get("batch_max"):  # goodput mode's; else the batch is fixed
+        shown["batch_range"] = f"{job['batch_min']}-{job['batch_max']}"
     return shown
 
 
 def submit(args: argparse.Namespace, api: Client) -> None:
     body = {k: getattr(args, k) for k in SUBMIT_FIELDS if getattr(args, k) is not None}
+    if getattr(args, "batch_range", None) is not None:  # goodput mode
+        body["batch_min"], body["batch_max"] = args.batch_range
     body["model"] = _resolve(api, "models/", args.model, "model")
     body["dataset"] = _resolve(api, "datasets/", args.dataset, "dataset")
     if args.team is not None:  # left out: the server puts it into your default team

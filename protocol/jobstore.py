@@ -113,9 +113,12 @@ class JobStore:
 
     # Generations ---------------------------------------------------------------------
 
-    def publish_generation(self, members: list[str]) -> int:
-        """Publish the next generation; its member list is written before its number."""
+    def publish_generation(self, members: list[str], batch: int = 0) -> int:
+        """Publish the next generation; its member list (and, in goodput mode, the global
+        ``batch`` it trains at) is written before its number."""
         gen = self.generation() + 1
+        if batch > 0:
+            self.r.set(self.key(f"gen:{gen}:batch"), int(batch))
         self.r.set(self.key(f"gen:{gen}"), json.dumps(members))
         self.r.set(self.key("gen"), gen)
         self.r.publish(self.key("control"), "gen")  # rank 0's watch reads it again
@@ -130,6 +133,13 @@ class JobStore:
     def members(self, gen: int) -> list[str]:
         value = self.r.get(self.key(f"gen:{gen}"))
         return list(json.loads(str(value))) if value is not None else []
+
+    @patient
+    def generation_batch(self, gen: int) -> int:
+        """The global batch generation ``gen`` trains at (goodput mode); 0 where its
+        publisher named none: the learners keep the one they have."""
+        value = self.r.get(self.key(f"gen:{gen}:batch"))
+        return int(str(value)) if value is not None else 0
 
     def poll(self) -> tuple[int, bool]:
         """The latest generation and the stop flag, in one round trip (rank 0, per step).

@@ -12,6 +12,9 @@ Jobs::
 
     edt:job:<id>:gen            the latest generation number (learners' rank 0 reads it)
     edt:job:<id>:gen:<n>        JSON list of the slots of generation n, in rank order
+    edt:job:<id>:gen:<n>:batch  goodput mode: the global batch generation n trains at (an
+                                integer, written before the list; absent: the learners keep
+                                the batch they have, the one in the job's training state)
     edt:job:<id>:adopted        the latest generation whose process group formed
     edt:job:<id>:ready          set of slots whose learner is READY to join
     edt:job:<id>:failures       list of JSON failure reports from learners

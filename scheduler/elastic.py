@@ -87,6 +87,10 @@ class Control:
 
     phase: JobPhase = JobPhase.WAITING
     want: int = 0  # slots the last decision gives it
+    # Goodput mode: the global batch the last decision asked for (0: none asked, the
+    # learners keep theirs), and the one the latest generation published carried
+    batch: int = 0
+    published_batch: int = 0
     members: tuple[str, ...] = ()  # the current generation, in rank order
     joining: tuple[str, ...] = ()  # learners started and not admitted yet
     started: frozenset[str] = frozenset()  # slots where a learner of this job was started
@@ -134,10 +138,12 @@ class Kill:
 
 @dataclass(frozen=True)
 class Publish:
-    """Publish the next generation, ``generation``, of ``members`` (in rank order)."""
+    """Publish the next generation, ``generation``, of ``members`` (in rank order), with
+    the global batch it trains at (goodput mode; 0: the learners keep theirs)."""
 
     members: tuple[str, ...]
     generation: int
+    batch: int = 0
 
 
 @dataclass(frozen=True)
@@ -292,9 +298,11 @@ def look(c: Control, seen: Seen, leases: Mapping[str, str],
 
 
 def apply(c: Control, seen: Seen, want: int, joined: Collection[str], left: Collection[str],
-          token: Tokens) -> tuple[Control, list[Action]]:  # fmt: skip
+          token: Tokens, batch: int = 0) -> tuple[Control, list[Action]]:  # fmt: skip
     """A decision for the job: ``want`` slots, with learners to start on ``joined`` and to
-    take off ``left``."""
+    take off ``left``; in goodput mode, ``batch``: the global batch to train at (0: the
+    last one asked). A batch that changes is published with the next generation, or, the
+    membership staying, with one of the same members (:meth:`_Step.resize`)."""
     if c.phase is JobPhase.SUSPENDING:
         # Its learners are checkpointing to leave: a joiner would see the stop flag and exit
         # at once, again and again. It resumes, with a controller of its own, once out.
@@ -316,6 +324,8 @@ def apply(c: Control, seen: Seen, want: int, joined: Collection[str], left: Coll
         else:
             step.start_joiners(new)
     step.want = want
+    if batch > 0:
+        step.batch = batch
     return step.done_with()
 
 
@@ -351,6 +361,7 @@ class _Step:
     def __init__(self, c: Control, seen: Seen, token: Tokens) -> None:
         self.c, self.seen, self.token = c, seen, token
         self.phase, self.want, self.step, self.done = c.phase, c.want, c.step, c.done
+        self.batch, self.published_batch = c.batch, c.published_batch
         self.members, self.joining = list(c.members), list(c.joining)
         self.started, self.leaving = set(c.started), set(c.leaving)
         self.tail, self.over, self.moved = c.tail, c.over, c.moved
@@ -371,7 +382,8 @@ class _Step:
             looked_at=self.c.learners.looked_at,
         )  # fmt: skip
         state = Control(
-            phase=self.phase, want=self.want, members=tuple(self.members),
+            phase=self.phase, want=self.want, batch=self.batch,
+            published_batch=self.published_batch, members=tuple(self.members),
             joining=tuple(self.joining), started=frozenset(self.started),
             leaving=frozenset(self.leaving), step=self.step, done=self.done, tail=self.tail,
             over=self.over, failure_since=self.failure_since, handled_failures=self.handled,
@@ -462,9 +474,11 @@ class _Step:
     def publish(self, members: list[str], why: str) -> None:
         self.members = members
         self.generation += 1
-        self.actions.append(Publish(tuple(members), self.generation))
+        self.actions.append(Publish(tuple(members), self.generation, self.batch))
+        batch = {"batch": self.batch} if self.batch else {}
         self.event("generation", gen=self.generation, workers=len(members), members=members,
-                   why=why)  # fmt: skip
+                   why=why, **batch)  # fmt: skip
+        self.published_batch = self.batch
 
     def grow_to(self, want: int) -> None:
         """Admit READY joiners until ``want`` members, once there are enough of them."""
@@ -487,12 +501,19 @@ class _Step:
             self.publish(staying, f"shrink to {want}")
 
     def resize(self, alive: Collection[str] | None) -> None:
+        before = self.generation
         if self.leaving or 0 < self.want < len(self.members):  # those placed elsewhere go first
             keep = min(self.want, len(self.members) - len(self.leaving))
             self.shrink_to(keep, set(self.members if alive is None else alive) - self.leaving)
         elif self.want > len(self.members):
             self.grow_to(self.want)
         self.leaving.intersection_update(self.members)
+        # Goodput mode: a new batch with the same members, where no resize carries it (one
+        # that waits for joiners will)
+        if (self.generation == before and self.batch and self.batch != self.published_batch
+                and self.members and not self.leaving and self.want <= len(self.members)
+                and not self.over and self.settled()):  # fmt: skip
+            self.publish(list(self.members), f"global batch {self.batch}")
 
     # Failures -----------------------------------------------------------------------------------
 

@@ -106,6 +106,14 @@ def test_exit_codes_scripts_can_trust(live: LiveEdt) -> None:
     assert missing.stderr == "edt: error: no job 999999: it does not exist or is not yours\n"
     bad = live.edt("erin", "submit", "--model", "1", "--dataset", "1", "--max-workers", "0")
     assert bad.returncode == 1 and "max_workers: " in bad.stderr
+    # goodput mode's range goes as batch_min and batch_max, judged by the server's rules
+    backwards = live.edt("erin", "submit", "--model", "1", "--dataset", "1", "--batch-range",
+                         "64-32")  # fmt: skip
+    assert (
+        backwards.returncode == 1 and "batch_min: cannot exceed batch max (32)" in backwards.stderr
+    )
+    unreadable = live.edt("erin", "submit", "--model", "1", "--dataset", "1", "--batch-range", "64")
+    assert unreadable.returncode == 2 and "write LOW-HIGH, e.g. 64-4096" in unreadable.stderr
     unreachable = live.edt("erin", "--url", f"http://127.0.0.1:{free_port()}", "jobs")
     assert unreachable.returncode == 1 and "cannot reach EDT" in unreachable.stderr
 

@@ -5,6 +5,7 @@ is tests/test_cli.py's, against a live EDT)."""
 
 from __future__ import annotations
 
+import argparse
 import re
 import urllib.parse
 from html.parser import HTMLParser
@@ -29,10 +30,14 @@ from workers.learner.spec import JobSpec
 pytestmark = pytest.mark.django_db
 FORM_DEFAULTS = {"epochs": 5, "batch_size": 64, "max_workers": 2, "min_workers": 1,
                  "priority": 5000, "checkpoint_every": 1, "lr": 0.01, "max_micro_batch": 0,
-                 "precision": "fp32", "name": ""}  # fmt: skip
-WMLA_OPTIONS = {"epochs": "--epochs {}", "batch_size": "--batch-size {}", "lr": "--lr {}",
-                "max_workers": "--edt-options maxWorkers={}",
-                "priority": "--edt-options priority={}"}  # fmt: skip
+                 "precision": "fp32", "batch_min": 0, "batch_max": 0, "name": ""}  # fmt: skip
+WMLA_OPTIONS = {"epochs": "--epochs {}", "batch_size": "--batch-size {}", "lr": "--lr {}"}
+# EDT's own, in one --edt-options
+WMLA_EDT_OPTIONS = {"max_workers": "maxWorkers", "priority": "priority",
+                    "batch_min": "batchMin", "batch_max": "batchMax"}  # fmt: skip
+RANGE_NEEDS_BASE = (
+    "must lie in the batch range 128 to 256: it is the batch the learning rate is given for"
+)
 
 # (what is asked, the field refused, the message expected)
 IMPOSSIBLE = [
@@ -50,7 +55,17 @@ IMPOSSIBLE = [
     ({"priority": 10_001}, "priority", "must be 1 to 10000"),
     ({"checkpoint_every": 0}, "checkpoint_every", "must be 1 to 1000"),
     ({"max_micro_batch": -1}, "max_micro_batch", "must be 0 or more"),
-]
+    # goodput mode's batch range
+    ({"batch_min": 64}, "batch_max",
+     "set it with batch_min: the batch range's high end (goodput mode)"),
+    ({"batch_max": 128}, "batch_min",
+     "set it with batch_max: the batch range's low end (goodput mode)"),
+    ({"batch_min": 128, "batch_max": 64}, "batch_min", "cannot exceed batch max (64)"),
+    ({"batch_min": 128, "batch_max": 256}, "batch_size", RANGE_NEEDS_BASE),
+    ({"batch_min": 32, "batch_max": 512}, "batch_max", "larger than the 256 training samples"),
+    ({"batch_min": 8, "batch_max": 100_000}, "batch_max", "must be 0 to 65536"),
+    ({"batch_min": -1, "batch_max": 128}, "batch_min", "must be 0 to 65536"),
+]  # fmt: skip
 
 
 @pytest.fixture
@@ -89,7 +104,9 @@ def wmla_errors(alice: Any, asked: dict[str, Any]) -> dict[str, Any]:
 
 
 def wmla_post(alice: Any, asked: dict[str, Any]) -> Any:
-    options = " ".join(WMLA_OPTIONS[k].format(v) for k, v in asked.items())
+    options = " ".join(WMLA_OPTIONS[k].format(v) for k, v in asked.items() if k in WMLA_OPTIONS)
+    edt = ",".join(f"{WMLA_EDT_OPTIONS[k]}={v}" for k, v in asked.items() if k in WMLA_EDT_OPTIONS)
+    options += f" --edt-options {edt}" if edt else ""
     args = ("--exec-start edtPyTorch --cs-datastore-meta type=fs,data_path=shapes "
             f"--model-main main.py {options}")  # fmt: skip
     client = APIClient()
@@ -110,7 +127,7 @@ def test_the_page_and_the_api_refuse_it_with_the_same_message(
 
 @pytest.mark.parametrize(
     ("asked", "field", "message"),
-    [case for case in IMPOSSIBLE if set(case[0]) <= set(WMLA_OPTIONS)],
+    [case for case in IMPOSSIBLE if set(case[0]) <= {*WMLA_OPTIONS, *WMLA_EDT_OPTIONS}],
 )
 def test_the_wmla_execs_api_refuses_it_with_the_same_message(
     alice: Any, sources: dict[str, int], asked: dict[str, Any], field: str, message: str
@@ -298,3 +315,67 @@ def test_the_api_docs_state_the_defaults_and_bounds() -> None:
         k: f"{v:g}" if isinstance(v, float) else str(v) for k, v in DEFAULTS.items()}  # fmt: skip
     assert {name: span.strip() for name, _, span in rows if name in BOUNDS} == {
         k: b.span for k, b in BOUNDS.items()}  # fmt: skip
+
+
+# Goodput mode's batch range ------------------------------------------------------------------
+
+GOODPUT = {"batch_min": 32, "batch_max": 256, "batch_size": 64}
+
+
+def test_a_batch_range_passes_everywhere_and_reaches_the_learners(
+    alice: Any, sources: dict[str, int]
+) -> None:
+    """The form, the API and WMLA take a goodput-mode submission; the job's row and its
+    learners' spec carry the range, the batch size being the learning rate's base."""
+    client = Client()
+    client.force_login(alice)
+    reply = client.post("/train/", {**FORM_DEFAULTS, **sources, **GOODPUT})
+    assert reply.status_code == 302, reply.context["form"].errors
+    api = APIClient()
+    api.force_authenticate(alice)
+    answer = api.post("/api/v1/jobs/", {**sources, **GOODPUT}, format="json")
+    assert answer.status_code == 201, answer.content
+    assert {k: answer.json()[k] for k in GOODPUT} == GOODPUT
+    wmla = wmla_post(alice, GOODPUT)
+    assert wmla.status_code == 200, wmla.content
+    jobs = Job.objects.order_by("pk")
+    assert len(jobs) == 3
+    for job in jobs:
+        assert job.goodput and {k: getattr(job, k) for k in GOODPUT} == GOODPUT
+        spec = JobSpec.load(job.spec_path)
+        assert spec.goodput and (spec.batch_min, spec.batch_max, spec.batch_size) == (32, 256, 64)
+    page = client.get(f"/jobs/{jobs[0].pk}/").content.decode()
+    assert 'id="chart-batch"' in page and "32 to 256, the scheduler's choice" in page
+    fixed = services.submit_job(alice, name="fixed", model_path="m.py", data_path="d")
+    assert (
+        not fixed.goodput
+        and 'id="chart-batch"' not in client.get(f"/jobs/{fixed.pk}/").content.decode()
+    )
+
+
+def test_the_rules_of_a_batch_range() -> None:
+    ok = submission.validated({"batch_min": 64, "batch_max": 4096, "batch_size": 64})
+    assert ok.goodput and (ok.batch_min, ok.batch_max) == (64, 4096)
+    assert not submission.validated({}).goodput
+    assert submission.validated({"batch_min": 64, "batch_max": 64, "batch_size": 64}).goodput
+    with pytest.raises(submission.Refused, match="batch_size: must lie in the batch range"):
+        submission.validated({"batch_min": 64, "batch_max": 4096, "batch_size": 8192})
+    # the dataset bounds the range's high end, as it does the batch
+    assert submission_errors({"batch_min": 64, "batch_max": 4096, "batch_size": 64}, 1000) == {
+        "batch_max": "larger than the 1000 training samples"}  # fmt: skip
+
+
+def test_the_cli_takes_a_batch_range_as_low_dash_high() -> None:
+    from edtcli.cli import batch_range
+
+    assert batch_range("64-4096") == (64, 4096)
+    for text in ("64", "64-", "a-b", "64:4096"):
+        with pytest.raises(argparse.ArgumentTypeError, match=r"write LOW-HIGH, e\.g\. 64-4096"):
+            batch_range(text)
+
+
+def test_the_local_driver_refuses_a_bad_range_and_a_batch_without_one() -> None:
+    for argv in (["--batch-min", "64"], ["--schedule", "0:1@128"]):
+        with pytest.raises(SystemExit) as refused:
+            drive.main(["--model", "m.py", "--data", "d", *argv])
+        assert refused.value.code == 2

@@ -171,7 +171,8 @@ class JobSerializer(serializers.ModelSerializer):
         fields = ["id", "name", "owner", "team", "resource_group", "state", "priority",
                   "workers", "max_workers",
                   "min_workers", "model", "dataset", "epochs", "batch_size", "lr",
-                  "checkpoint_every", "max_micro_batch", "precision", "steps_done", "total_steps",
+                  "checkpoint_every", "max_micro_batch", "batch_min", "batch_max", "precision",
+                  "steps_done", "total_steps",
                   "progress", "eta_seconds", "waiting", "created_at", "started_at",
                   "finished_at", "error", "sweep", "trial_number", "hparams",
                   "trial_state", "objective"]  # fmt: skip
@@ -273,6 +274,12 @@ class JobSubmitSerializer(serializers.Serializer):
     lr = bounded(serializers.FloatField, "lr")
     max_micro_batch = bounded(serializers.IntegerField, "max_micro_batch",
                               help_text="0: none; else accumulate over micro-batches")  # fmt: skip
+    batch_min = bounded(serializers.IntegerField, "batch_min",
+                        help_text="goodput mode: the smallest global batch (with batch_max; "
+                                  "both 0: a fixed batch)")  # fmt: skip
+    batch_max = bounded(serializers.IntegerField, "batch_max",
+                        help_text="goodput mode: the largest global batch; batch_size is then "
+                                  "the batch the learning rate is given for")  # fmt: skip
     precision = serializers.ChoiceField(
         choices=PRECISION_CHOICES, default=DEFAULTS["precision"],
         help_text="bf16: autocast on CPU or GPU; fp16: GPU only, with a gradient scaler",

@@ -56,7 +56,8 @@ STATES = {
     Job.State.FAILED: "ERROR",
     Job.State.STOPPED: "KILLED",
 }
-EDT_OPTIONS = {"maxWorkers": "max_workers", "minWorkers": "min_workers", "priority": "priority"}
+EDT_OPTIONS = {"maxWorkers": "max_workers", "minWorkers": "min_workers", "priority": "priority",
+               "batchMin": "batch_min", "batchMax": "batch_max"}  # fmt: skip
 LOG_TAIL_BYTES = 4 * 1024 * 1024
 NOT_FOUND = {404: s.problem("no such exec, or not yours")}
 

@@ -23,6 +23,8 @@ from workers.learner.contract import PLATFORM_HPARAMS
 
 log = logging.getLogger("edt.sweeps")
 
+# A batch range is the scheduler's to move (goodput mode); a trial's batch is its own.
+GOODPUT_FIELDS = ("batch_min", "batch_max")
 SEARCH = ("space", "objective", "direction", "algorithm", "max_trials", "max_parallel",
           "max_time", "reduction_factor", "min_resource")  # fmt: skip
 
@@ -51,6 +53,9 @@ def create_sweep(owner: Any, model: Any, dataset: Any, values: dict[str, Any],
         submission = validated({k: values.get(k) for k in DEFAULTS}, samples)
     except Refused as refused:
         errors.update({k: [v] for k, v in refused.errors.items()})
+    else:
+        if submission.goodput:  # the batch is the trial's (a hyperparameter), never the scheduler's
+            errors["batch_max"] = ["a sweep's trials train at a fixed batch: no batch range"]
     own = [n for n in (values.get("space") or {}) if n not in PLATFORM_HPARAMS]
     if getattr(model, "style", "native") == "wmla" and own:
         errors.setdefault("model", []).append(
@@ -69,7 +74,7 @@ def create_sweep(owner: Any, model: Any, dataset: Any, values: dict[str, Any],
         max_parallel=plan.max_parallel, max_time=plan.max_time,
         reduction_factor=plan.reduction_factor, min_resource=plan.min_resource,
         trial_steps=steps, seed=seed, study_name=f"edt-sweep-{uuid.uuid4().hex}",
-        **submission.values(),
+        **{k: v for k, v in submission.values().items() if k not in GOODPUT_FIELDS},
     )  # fmt: skip
 
 

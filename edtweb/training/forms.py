@@ -58,6 +58,16 @@ class TrainForm(forms.Form):
         forms.IntegerField, "max_micro_batch", label="Micro-batch cap",
         help_text="0: none; else gradients accumulate over micro-batches of at most this size",
     )  # fmt: skip
+    batch_min = bounded(
+        forms.IntegerField, "batch_min", label="Goodput mode: smallest global batch",
+        help_text="with the largest: the scheduler picks the global batch in this range and "
+        "the learning rate follows it (the effective batch is then the learning rate's base); "
+        "0 and 0: a fixed batch",
+    )  # fmt: skip
+    batch_max = bounded(
+        forms.IntegerField, "batch_max", label="Goodput mode: largest global batch",
+        help_text="at most the dataset's training samples",
+    )  # fmt: skip
     precision = forms.ChoiceField(
         choices=PRECISION_CHOICES,
         initial=DEFAULTS["precision"],

@@ -65,6 +65,14 @@ class Job(models.Model):
     max_micro_batch = models.PositiveIntegerField(
         default=DEFAULTS["max_micro_batch"], help_text="0: no cap"
     )
+    # Goodput mode's global batch range (docs/architecture.md, "Goodput mode"); both 0: the
+    # batch is fixed at batch_size
+    batch_min = models.PositiveIntegerField(
+        default=DEFAULTS["batch_min"], help_text="goodput mode: the smallest global batch"
+    )
+    batch_max = models.PositiveIntegerField(
+        default=DEFAULTS["batch_max"], help_text="goodput mode: the largest global batch"
+    )
     lr = models.FloatField(default=DEFAULTS["lr"])
     seed = models.IntegerField(default=0)
     checkpoint_every = models.PositiveIntegerField(default=DEFAULTS["checkpoint_every"])
@@ -99,6 +107,11 @@ class Job(models.Model):
 
     def __str__(self) -> str:
         return f"job {self.pk} ({self.name})"
+
+    @property
+    def goodput(self) -> bool:
+        """Goodput mode: the scheduler picks the global batch within the job's range."""
+        return self.batch_max > 0
 
     @property
     def group_name(self) -> str:

@@ -34,7 +34,8 @@ from edtweb.training.models import Job, Metric
 from edtweb.training.status import status_of, statuses
 from edtweb.training.validation import BOUNDS
 
-CLONED = ("epochs", "batch_size", "max_workers", "min_workers", "priority", "checkpoint_every")
+CLONED = ("epochs", "batch_size", "max_workers", "min_workers", "priority", "checkpoint_every",
+          "batch_min", "batch_max")  # fmt: skip
 
 
 @login_required

@@ -199,9 +199,12 @@ class JobRunner:
             log.info("job %s: the learner on %s is gone (its lease lapsed)", self.job_id, slot)
         return gone
 
-    def apply(self, want: int, joined: Collection[str], left: Collection[str]) -> None:
+    def apply(self, want: int, joined: Collection[str], left: Collection[str],
+              batch: int = 0) -> None:  # fmt: skip
+        """A decision: ``want`` slots, learners to start on ``joined`` and to take off
+        ``left``; ``batch``: a goodput-mode job's global batch (0: the last one asked)."""
         self.state, actions = elastic.apply(self.state, self._counted(self.seen()), want, joined,
-                                            left, new_token)  # fmt: skip
+                                            left, new_token, batch)  # fmt: skip
         self._do(actions)
 
     def tick(self, alive: Collection[str] | None = None, look: bool = True) -> str | None:
@@ -246,8 +249,8 @@ class JobRunner:
                     LEARNER_STARTS.inc()
                 case Kill(slot, sig):
                     self.launcher.kill(slot, sig)
-                case Publish(members, _gen):
-                    self.jobs.publish_generation(list(members))
+                case Publish(members, _gen, batch):
+                    self.jobs.publish_generation(list(members), batch)
                 case RequestStop():
                     self.jobs.request_stop()
                 case Event(kind, data):

@@ -57,8 +57,9 @@ class ModelDefinition:
     loss_fn: Callable[[Any, Any], torch.Tensor]
     build_optimizer: Callable[[Any, float], torch.optim.Optimizer]
     # None: the learner leaves the optimizer's learning rate alone (a WMLA script's own, or
-    # one its callbacks schedule)
-    lr_at: Callable[[int, float], float] | None
+    # one its callbacks schedule). Its step: the global step; in goodput mode the progress
+    # in base-batch steps, a float (docs/architecture.md, "Goodput mode").
+    lr_at: Callable[[float, float], float] | None
     style: str = "native"
     script_values: dict[str, Any] | None = None
     callbacks: list[Any] = field(default_factory=list)
@@ -74,7 +75,7 @@ def default_optimizer(params: Any, lr: float) -> torch.optim.Optimizer:
     return torch.optim.SGD(params, lr=lr, momentum=0.9)
 
 
-def constant_lr(step: int, base_lr: float) -> float:
+def constant_lr(step: float, base_lr: float) -> float:
     return base_lr
 
 

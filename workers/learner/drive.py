@@ -3,7 +3,9 @@
     python -m workers.learner.drive --model examples/mlp.py --data DIR \\
         --schedule "0:1,20:3,40:2,60:3,80:1" --max-steps 100
 
-``--schedule`` lists step:workers pairs. A WMLA script runs as ``__main__`` with the
+``--schedule`` lists step:workers pairs; for a goodput-mode job (``--batch-min``,
+``--batch-max``) an entry may name the global batch too, ``STEP:WORKERS@BATCH`` (e.g.
+``0:1,20:2@256``), published with that generation. A WMLA script runs as ``__main__`` with the
 ``--script-arg`` values as its argv. The driver plays the scheduler's decisions; the
 scheduler's own per-job controller (``scheduler/elastic.py``) plays the protocol: it starts
 joiners first and publishes a generation only when they are READY, shrinks at once,
@@ -66,10 +68,11 @@ def parse_fault(text: str) -> Fault:
 
 
 def parse_schedule(text: str) -> list[tuple[int, int]]:
-    """ "0:1,20:3" -> [(0, 1), (20, 3)], sorted by step; workers at least 1."""
+    """ "0:1,20:3" -> [(0, 1), (20, 3)], sorted by step; workers at least 1 (a batch after
+    ``@`` is :func:`parse_batches`')."""
     pairs = []
     for item in filter(None, (p.strip() for p in text.split(","))):
-        step, _, workers = item.partition(":")
+        step, _, workers = item.partition("@")[0].partition(":")
         if not step.isdigit() or not workers.isdigit() or int(workers) < 1:
             raise ValueError(f"schedule entry {item!r}: write STEP:WORKERS, e.g. 20:3")
         pairs.append((int(step), int(workers)))
@@ -78,8 +81,27 @@ def parse_schedule(text: str) -> list[tuple[int, int]]:
     return sorted(pairs)
 
 
+def parse_batches(text: str) -> list[tuple[int, int]]:
+    """The global batches a schedule names: "0:1,20:2@256" -> [(20, 256)], by step."""
+    found = []
+    for item in filter(None, (p.strip() for p in text.split(","))):
+        entry, at, batch = item.partition("@")
+        if not at:
+            continue
+        if not batch.isdigit() or int(batch) < 1:
+            raise ValueError(f"schedule entry {item!r}: write STEP:WORKERS@BATCH, e.g. 20:3@256")
+        found.append((int(entry.partition(":")[0]), int(batch)))
+    return sorted(found)
+
+
 def workers_at(schedule: list[tuple[int, int]], step: int) -> int:
     return [w for s, w in schedule if s <= step][-1]
+
+
+def batch_at(batches: list[tuple[int, int]], step: int) -> int:
+    """The global batch the schedule names at ``step`` (0: none yet)."""
+    named = [b for s, b in batches if s <= step]
+    return named[-1] if named else 0
 
 
 class LocalLauncher:
@@ -166,8 +188,10 @@ class Driver:
     decision, the controller does the rest."""
 
     def __init__(self, spec: JobSpec, schedule: list[tuple[int, int]], redis_url: str,
-                 kills: list[Fault], gpus: int = 0) -> None:  # fmt: skip
+                 kills: list[Fault], gpus: int = 0,
+                 batches: list[tuple[int, int]] | None = None) -> None:  # fmt: skip
         self.schedule, self.kills = schedule, sorted(kills)
+        self.batches = batches or []
         self.workdir = Path(spec.workdir)
         (self.workdir / "logs").mkdir(parents=True, exist_ok=True)
         spec.save(self.workdir / "spec.json")
@@ -226,7 +250,7 @@ class Driver:
         self.counter += len(new)
         ready = self.jobs.ready_slots()
         waiting = not s.members and not set([*s.joining, *new]) <= ready
-        self.runner.apply(0 if waiting else now, new, ())
+        self.runner.apply(0 if waiting else now, new, (), batch_at(self.batches, s.step))
 
     def tick(self) -> int | None:
         self.read_metrics()
@@ -258,6 +282,8 @@ class Driver:
             and bool(s.members)
             and all(step <= s.step for step, _ in self.schedule)
             and len(s.members) == workers_at(self.schedule, s.step)
+            and all(step <= s.step for step, _ in self.batches)
+            and s.batch == s.published_batch
         )
 
     def run(self, timeout: float) -> int:
@@ -284,6 +310,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--schedule", default="0:1", help="STEP:WORKERS pairs, e.g. 0:1,20:3")
     p.add_argument("--batch-size", type=int, default=DEFAULTS["batch_size"])
     p.add_argument("--max-micro-batch", type=int, default=DEFAULTS["max_micro_batch"])
+    p.add_argument("--batch-min", type=int, default=DEFAULTS["batch_min"],
+                   help="goodput mode: the global batch range's low end")  # fmt: skip
+    p.add_argument("--batch-max", type=int, default=DEFAULTS["batch_max"],
+                   help="goodput mode: the global batch range's high end")  # fmt: skip
     p.add_argument("--epochs", type=int, default=DEFAULTS["epochs"])
     p.add_argument("--max-steps", type=int, default=0)
     p.add_argument("--lr", type=float, default=DEFAULTS["lr"])
@@ -329,7 +359,14 @@ def main(argv: list[str] | None = None) -> int:
         argv=a.script_arg, script_decides=[f for f in a.script_decides.split(",") if f],
     )  # fmt: skip
     kills = [parse_fault(k) for k in a.kill]
-    driver = Driver(spec, parse_schedule(a.schedule), redis_url, kills, a.gpus)
+    try:
+        schedule, batches = parse_schedule(a.schedule), parse_batches(a.schedule)
+    except ValueError as exc:
+        p.error(str(exc))
+    if batches and not spec.goodput:
+        p.error("--schedule names a batch (@BATCH): give the job a batch range "
+                "(--batch-min, --batch-max)")  # fmt: skip
+    driver = Driver(spec, schedule, redis_url, kills, a.gpus, batches)
     print(f"[drive] job {spec.job_id}, workdir {spec.workdir}", flush=True)
     return driver.run(a.deadline)
 

@@ -8,6 +8,11 @@ iteration's batches are built by a background thread while this one trains. On a
 the members form the new generation's process group and rank 0 broadcasts the whole
 training state. A collective that raises or times out is reported; the learner waits for
 the next generation and redoes the iteration (no optimizer step was taken).
+
+A goodput-mode job (docs/architecture.md, "Goodput mode") also measures its gradient
+noise scale from the gradients the step makes anyway (goodput.py), trains at the global
+batch each generation names, with the learning rate scaled by AdaScale's gain, and counts
+its progress in base-batch steps; a fixed-batch job runs none of that.
 """
 
 from __future__ import annotations
@@ -41,12 +46,14 @@ from workers.learner.contract import (
     load_definition,
     run_script,
 )
+from workers.learner.goodput import NoiseScale, small_batch
 from workers.learner.overlap import BucketFailure, GradBuckets, gloo_or_nccl_allreduce
 from workers.learner.partition import (
     iterations_per_epoch,
     micro_batches,
     permutation,
     rank_indices,
+    rank_slice,
     slice_bounds,
 )
 from workers.learner.records import RecordWriter
@@ -61,6 +68,8 @@ WATCH_SECONDS = 0.5  # rank 0's watch reads the generation and stop flag at leas
 WATCH_RETRY_SECONDS = 0.5  # while Redis does not answer
 INLINE_SECONDS = 0.002  # a batch built faster than this is built in the step (Prefetcher)
 MAX_UNWRITTEN = 100_000  # train records kept while rank 0's may be unwritten (Redis away)
+AGREED = 5  # values the all-reduce carries after the gradients (_agreement_tail)
+LOCAL_SQR = AGREED  # goodput mode: then the sum of the ranks' local squared norms
 
 
 class CollectiveFailure(Exception):
@@ -142,6 +151,30 @@ class ControlWatch(threading.Thread):
                 channel.close()
 
 
+class MicroNorms:
+    """Goodput mode with one learner: the squared norm of each micro-batch's own gradient,
+    summed by a hook on each parameter as backward makes its gradient, before autograd adds
+    it to the micro-batches' before (the small batches of the noise scale when no other
+    learner's gradient is there to compare with). Hooked only in goodput mode; counts only
+    while ``on``."""
+
+    def __init__(self, params: Sequence[torch.Tensor]) -> None:
+        device = params[0].device if params else torch.device("cpu")
+        self.total = torch.zeros((), dtype=torch.float64, device=device)
+        self.on = False
+        self.handles = [p.register_hook(self._add) for p in params]  # type: ignore[no-untyped-call]
+
+    def _add(self, grad: torch.Tensor) -> None:
+        if self.on:
+            self.total += grad.detach().pow(2).sum(dtype=torch.float64)
+
+    def take(self) -> float:
+        """The squared norm summed since the last take."""
+        value = float(self.total)
+        self.total.zero_()
+        return value
+
+
 class Prefetcher:
     """Builds the next iteration's batches in a background thread while this one trains,
     where building them takes long enough for that to pay.
@@ -211,6 +244,13 @@ class Learner:
         self._has_state = False
         self._torn = False  # a broadcast into its own tensors failed midway
         self.counters = {"epoch": 0, "iteration": 0, "step": 0}
+        # The global batch of this iteration: the spec's, fixed; in goodput mode the one the
+        # generation names (also kept in the counters, with the samples of the epoch done)
+        self.batch = spec.batch_size
+        self.noise: NoiseScale | None = None  # goodput mode's statistics (goodput.py)
+        self.micro: MicroNorms | None = None  # goodput mode, one learner
+        self._micro_sqr: list[tuple[float, int]] = []  # this step's micro-batches' norms
+        self._gain = 1.0  # goodput mode: the learning rate's factor in the last step
         self._orders: dict[int, list[int]] = {}
         self._saved_step = -1
         # Every member builds the record of each step it trains (the loss and right answers
@@ -306,7 +346,12 @@ class Learner:
         caps = (spec.bucket_bytes,) * 2 if spec.bucket_bytes > 0 else ()
         # + right answers, loss, generation, stop, rank 0's last written step (exact as a
         # float32 up to 2**24 steps)
-        self.buckets = GradBuckets(self.params, 5, *caps)
+        self.batch = spec.batch_size
+        if spec.goodput:  # the sum of the local squared norms rides on the all-reduce too
+            self.noise = NoiseScale(base=spec.batch_size)
+            self.micro = MicroNorms(self.params)
+            self.counters.update(sample=0, batch=self.batch)
+        self.buckets = GradBuckets(self.params, AGREED + (self.noise is not None), *caps)
         self.per_epoch = iterations_per_epoch(len(self.train_set), spec.batch_size)  # type: ignore[arg-type]
         self.total_steps = self.per_epoch * spec.epochs
         if spec.max_steps > 0:
@@ -363,6 +408,7 @@ class Learner:
         self.counters = {k: int(v) for k, v in state["counters"].items()}
         if self.scaler is not None and "scaler" in state:
             self.scaler.load_state_dict(state["scaler"])
+        self._load_goodput(state)
         log.info("%s: loaded checkpoint %s (step %d)", self.slot, path.name, self.counters["step"])
         return True
 
@@ -384,6 +430,7 @@ class Learner:
             try:
                 self.form_group(gen)
                 self.sync_state()
+                self._take_batch(gen)
                 gen = self.train_until_change()
             except CollectiveFailure as exc:
                 log.warning("%s: generation %d failed at step %d: %s",
@@ -536,6 +583,8 @@ class Learner:
         }
         if self.scaler is not None:
             state["scaler"] = self.scaler.state_dict()
+        if self.noise is not None:
+            state["goodput"] = self.noise.state_dict()
         if rng:
             state["rng"] = torch.get_rng_state()
         return state
@@ -546,7 +595,102 @@ class Learner:
         self.counters = {k: int(v) for k, v in state["counters"].items()}
         if self.scaler is not None:
             self.scaler.load_state_dict(state["scaler"])
+        self._load_goodput(state)
         torch.set_rng_state(state["rng"].cpu().clone())  # its own storage: a view would crash
+
+    # Goodput mode ---------------------------------------------------------------------------
+
+    def _load_goodput(self, state: dict[str, Any]) -> None:
+        """The noise scale's statistics and progress, and the batch, from a state received
+        or a checkpoint (one of a fixed-batch run before: the spec's batch, no statistics)."""
+        if self.noise is None:
+            return
+        if "goodput" in state:
+            self.noise.load_state_dict(state["goodput"])
+        self.counters.setdefault("sample", self.counters["iteration"] * self.spec.batch_size)
+        self.batch = self._fit(self.counters.get("batch", self.spec.batch_size))
+        self.counters["batch"] = self.batch
+
+    def _fit(self, batch: int) -> int:
+        """``batch`` within the job's range and its training set."""
+        spec = self.spec
+        return max(1, min(max(batch, spec.batch_min), spec.batch_max, len(self.train_set)))  # type: ignore[arg-type]
+
+    def _take_batch(self, gen: int) -> None:
+        """The global batch generation ``gen`` names, if it names one (every member reads the
+        same key, after the state broadcast: they agree)."""
+        if self.noise is None:
+            return
+        asked = self.jobs.generation_batch(gen)
+        if asked > 0:
+            self._adopt_batch(gen, asked)
+        log.info("%s: generation %d trains at a global batch of %d; progress %.9g base-batch "
+                 "steps, %d noise estimates", self.slot, gen, self.batch, self.noise.progress,
+                 self.noise.observed)  # fmt: skip
+
+    def _adopt_batch(self, gen: int, asked: int) -> None:
+        batch = self._fit(asked)
+        if batch != asked:
+            log.warning("%s: generation %d asks for a global batch of %d, outside %d..%d "
+                        "and the %d samples: training at %d", self.slot, gen, asked,
+                        self.spec.batch_min, self.spec.batch_max, len(self.train_set),  # type: ignore[arg-type]
+                        batch)  # fmt: skip
+        if batch != self.batch:
+            log.info("%s: global batch %d -> %d at step %d", self.slot, self.batch, batch,
+                     self.counters["step"])  # fmt: skip
+        self.batch = self.counters["batch"] = batch
+
+    def _observe(self, tail: list[float]) -> None:
+        """This step's small- and big-batch squared norms into the noise scale: the ranks'
+        local batches against the global one, or with one learner its micro-batches."""
+        assert self.noise is not None
+        B = self.batch
+        unscale = self.scaler.get_scale() ** -2 if self.scaler is not None else 1.0
+        big_sqr = self.buckets.sqnorm() * unscale
+        if self.size > 1:
+            bounds = (slice_bounds(B, self.size, r) for r in range(self.size))
+            count, small = small_batch([hi - lo for lo, hi in bounds])
+            small_sqr = tail[LOCAL_SQR] / count * unscale if count else math.nan
+        else:
+            count, small = small_batch([n for _, n in self._micro_sqr])
+            total = sum(sqr for sqr, _ in self._micro_sqr)
+            small_sqr = total / count * unscale if count else math.nan
+        self.noise.observe(small_sqr, small, big_sqr, B)
+
+    def _goodput_batches(self, epoch: int) -> list[tuple[Any, Any]]:
+        """This iteration's micro-batches in goodput mode: the epoch's order from the samples
+        done, at the current batch (prefetched when the key matches), and the next
+        iteration's started."""
+        start, B, n = self.counters["sample"], self.batch, len(self.train_set)  # type: ignore[arg-type]
+        cap = self._micro_cap()
+        key = (epoch, start, B, self.size, self.rank)
+        batches = self.prefetch.take(key)
+        if batches is None:
+            indices = rank_slice(self._order(epoch), start, B, self.size, self.rank)
+            batches = self.prefetch.build(self._build, indices, cap)
+        nxt = (epoch, start + B) if start + 2 * B <= n else (epoch + 1, 0)
+        if nxt[0] < self.spec.epochs and self.prefetch.wanted():
+            indices = rank_slice(self._order(nxt[0]), nxt[1], B, self.size, self.rank)
+            self.prefetch.ahead((*nxt, B, self.size, self.rank), self._build, indices, cap)
+        if self.device.type == "cpu":
+            return batches
+        return [(self._to_device(x), self._to_device(y)) for x, y in batches]
+
+    def _micro_cap(self) -> int:
+        """The micro-batch cap; with one learner in goodput mode at most half its batch, so
+        that it has two micro-batches to measure the noise scale from (as AdaptDL does)."""
+        cap = self.spec.max_micro_batch
+        if self.size == 1 and self.batch >= 2:
+            half = -(-self.batch // 2)
+            cap = min(cap, half) if cap > 0 else half
+        return cap
+
+    def _steps_estimate(self) -> int:
+        """Goodput mode: the steps of the whole run at the current batch from here."""
+        c, n, B = self.counters, len(self.train_set), self.batch  # type: ignore[arg-type]
+        left = (n - c["sample"]) // B + (self.spec.epochs - c["epoch"] - 1) * (n // B)
+        total = c["step"] + max(left, 0)
+        return min(total, self.spec.max_steps) if self.spec.max_steps > 0 else total
 
     def train_until_change(self) -> int | None:
         """Iterate until the generation changes (its number) or the job ends (None)."""
@@ -556,7 +700,7 @@ class Learner:
                 return None
             if self.orphaned():
                 return None
-            if self.counters["iteration"] >= self.per_epoch:
+            if self._epoch_over():
                 self.end_epoch()
                 continue
             agreed = self.train_step()
@@ -565,6 +709,12 @@ class Learner:
                 return None
             if agreed.gen != self.gen:
                 return agreed.gen
+
+    def _epoch_over(self) -> bool:
+        """No whole global batch left in the epoch (a last partial one is dropped)."""
+        if self.noise is None:
+            return self.counters["iteration"] >= self.per_epoch
+        return self.counters["sample"] + self.batch > len(self.train_set)  # type: ignore[arg-type]
 
     def _finished(self) -> bool:
         c, spec = self.counters, self.spec
@@ -586,9 +736,11 @@ class Learner:
         correct, loss = tail[0], tail[1]
         if not math.isfinite(loss):
             raise UserCodeError(f"the loss is {loss} at epoch {epoch}, iteration {iteration}")
+        if self.noise is not None:
+            self._observe(tail)
         self._apply()
         self._advance()
-        accuracy = 100.0 * correct / self.spec.batch_size
+        accuracy = 100.0 * correct / self.batch
         record = self._train_record(loss, accuracy, time.perf_counter() - started)
         self._keep_unwritten(record, written=int(tail[4]))
         if self.rank == 0:
@@ -601,10 +753,14 @@ class Learner:
         and rank 0's generation and stop flag, from the watch thread (no Redis in the step),
         never behind the generation this learner already formed."""
         if self.rank != 0:
-            return [correct, loss_part, 0.0, 0.0, 0.0]
-        gen, stop = self.watch.latest
-        return [correct, loss_part, float(max(gen, self.gen)), float(stop),
-                float(self.records.written)]  # fmt: skip
+            tail = [correct, loss_part, 0.0, 0.0, 0.0]
+        else:
+            gen, stop = self.watch.latest
+            tail = [correct, loss_part, float(max(gen, self.gen)), float(stop),
+                    float(self.records.written)]  # fmt: skip
+        if self.noise is not None:
+            tail.append(0.0)  # LOCAL_SQR: written as the last bucket goes (overlap.py)
+        return tail
 
     def _order(self, epoch: int) -> list[int]:
         if epoch not in self._orders:
@@ -619,6 +775,8 @@ class Learner:
     def _batches_for(self, epoch: int, iteration: int) -> list[tuple[Any, Any]]:
         """This iteration's micro-batches (prefetched when the key matches), and the next
         iteration's started in the background."""
+        if self.noise is not None:
+            return self._goodput_batches(epoch)
         key = (epoch, iteration, self.size, self.rank)
         batches = self.prefetch.take(key)
         if batches is None:
@@ -631,10 +789,12 @@ class Learner:
             return batches
         return [(self._to_device(x), self._to_device(y)) for x, y in batches]
 
-    def _build(self, indices: list[int]) -> list[tuple[Any, Any]]:
-        """The micro-batches of one iteration, on the host (pinned for a CUDA device)."""
+    def _build(self, indices: list[int], cap: int | None = None) -> list[tuple[Any, Any]]:
+        """The micro-batches of one iteration, on the host (pinned for a CUDA device), of at
+        most ``cap`` samples (the job's cap unless given)."""
         out = []
-        for lo, hi in micro_batches(0, len(indices), self.spec.max_micro_batch):
+        cap = self.spec.max_micro_batch if cap is None else cap
+        for lo, hi in micro_batches(0, len(indices), cap):
             x, y = self._gather(self.train_set, indices[lo:hi])
             if self.device.type == "cuda":
                 x, y = _pin(x), _pin(y)
@@ -656,14 +816,17 @@ class Learner:
             self.model.train()
         self.buckets.begin()
         self.held.clear()  # just before the step's forward and backward need as much (rehearse)
-        B, loss_part, correct = self.spec.batch_size, 0.0, 0.0
+        B, loss_part, correct = self.batch, 0.0, 0.0
         launch = gloo_or_nccl_allreduce(self.pg)
+        micro = self._measuring(batches)
         for k, (x, y) in enumerate(batches):
             n = len(y)
             if self.defn.train_step is not None:
                 loss_value, right = self._script_step(x, y, n / B)
                 loss_part += loss_value * n / B
                 correct += right
+                if micro is not None:  # the script's own loss: its gradient is unscaled
+                    self._micro_sqr.append((micro.take(), n))
                 continue
             with self._autocast():
                 out = self.model(x)
@@ -676,10 +839,32 @@ class Learner:
             if self.scaler is not None:
                 scaled = self.scaler.scale(scaled)
             scaled.backward()  # type: ignore[no-untyped-call]
+            if micro is not None:  # its mean gradient's: backward's is n/B of it
+                self._micro_sqr.append((micro.take() * (B / n) ** 2, n))
+        if micro is not None:
+            micro.on = False
         if self.defn.train_step is not None or not batches:
             self.buckets.arm(launch, self._agreement_tail(correct, loss_part))
         self.buckets.finish()
         return self.buckets.tail.tolist()
+
+    def _measuring(self, batches: list[tuple[Any, Any]]) -> MicroNorms | None:
+        """Goodput mode: set this step's measurement up (off: nothing, None). With peers,
+        the buckets sum this rank's gradient's squared norm, as its local batch's mean
+        gradient's; alone, the micro-batches' own are summed (returned)."""
+        if self.noise is None:
+            return None
+        self._micro_sqr.clear()
+        if self.size > 1:
+            local = sum(len(y) for _, y in batches)
+            self.buckets.measure_at = LOCAL_SQR
+            self.buckets.local_weight = (self.batch / local) ** 2 if local else 0.0
+            return None
+        self.buckets.measure_at = None
+        assert self.micro is not None
+        self.micro.take()
+        self.micro.on = True
+        return self.micro
 
     def _script_step(self, x: Any, y: Any, share: float) -> tuple[float, float]:
         """A WMLA script's ``fn_step_train`` on one micro-batch: it clears the gradients,
@@ -707,19 +892,47 @@ class Learner:
         return torch.utils.data.default_collate([dataset[i] for i in indices])  # type: ignore[no-any-return]
 
     def _apply(self) -> None:
+        if self.noise is not None:
+            self._apply_scaled(self.noise)
+            return
         if self.defn.lr_at is not None:
             lr = self.defn.lr_at(self.counters["step"], self.spec.lr)
             for group in self.optimizer.param_groups:
                 group["lr"] = lr
+        self._step()
+
+    def _step(self) -> None:
         if self.scaler is not None:
             self.scaler.step(self.optimizer)
             self.scaler.update()
         else:
             self.optimizer.step()
 
+    def _apply_scaled(self, noise: NoiseScale) -> None:
+        """Goodput mode: the schedule's learning rate at the progress so far (in base-batch
+        steps), times the gain of this batch for this step (AdaScale); the step then counts
+        its gain in progress."""
+        groups = self.optimizer.param_groups
+        if self.defn.lr_at is not None:
+            lr = self.defn.lr_at(noise.progress, self.spec.lr)
+            for group in groups:
+                group["lr"] = lr
+        base = [group["lr"] for group in groups]
+        self._gain = noise.gain(self.batch)
+        for group, lr in zip(groups, base, strict=True):
+            group["lr"] = lr * self._gain
+        try:
+            self._step()
+        finally:
+            for group, lr in zip(groups, base, strict=True):
+                group["lr"] = lr
+        noise.stepped(self.batch)
+
     def _advance(self) -> None:
         self.counters["iteration"] += 1
         self.counters["step"] += 1
+        if self.noise is not None:
+            self.counters["sample"] += self.batch
 
     def _train_record(self, loss: float, accuracy: float, seconds: float) -> dict[str, Any]:
         c = self.counters
@@ -727,12 +940,30 @@ class Learner:
             "type": "train", "step": c["step"], "epoch": c["epoch"],
             "iteration": c["iteration"], "loss": loss, "workers": self.size, "gen": self.gen,
             "lr": self.optimizer.param_groups[0]["lr"], "time": time.time(),
-            "samples_per_s": self.spec.batch_size / max(seconds, 1e-9),
+            "samples_per_s": self.batch / max(seconds, 1e-9),
             "total_steps": self.total_steps,
         }  # fmt: skip
         if math.isfinite(accuracy):  # a classifier's (JSON has no NaN for the pages)
             record["accuracy"] = accuracy / 100.0
+        if self.noise is not None:
+            record.update(self._goodput_record(self.noise))
         return record
+
+    def _goodput_record(self, noise: NoiseScale) -> dict[str, Any]:
+        """A goodput-mode step's statistics (docs/architecture.md, "Goodput mode"): the
+        batch it trained at, the learning rate it used, the smoothed noise scale and the
+        estimates behind it, the batch's statistical efficiency and gain, the progress."""
+        B, lr = self.batch, self.optimizer.param_groups[0]["lr"]
+        out = {
+            "batch": B, "base_batch": noise.base, "lr": lr * self._gain, "gain": self._gain,
+            "efficiency": noise.efficiency(B), "progress": noise.progress,
+            "grad_sqr": noise.grad_sqr, "grad_var": noise.grad_var,
+            "total_steps": self._steps_estimate(),
+        }  # fmt: skip
+        gns = noise.gns
+        if gns is not None and math.isfinite(gns):
+            out["gns"] = gns
+        return out
 
     def _keep_unwritten(self, record: dict[str, Any], written: int) -> None:
         """Keep this step's record while rank 0 may not have written it: until a later
@@ -784,6 +1015,8 @@ class Learner:
         epoch = self.counters["epoch"]
         self.counters["epoch"] += 1
         self.counters["iteration"] = 0
+        if self.noise is not None:
+            self.counters["sample"] = 0
         loss, correct, count = (float(v) for v in totals)
         loss, acc = loss / max(count, 1.0), correct / max(count, 1.0)
         # built by every member (the totals are all-reduced), like the train records

@@ -15,6 +15,12 @@ The last bucket carries a few extra values after the gradients (the engine's los
 generation and stop flag), so the per-step agreement rides on the gradient collective
 itself and costs no collective of its own. Gradients are summed, never averaged: each rank
 back-propagated ``loss * (its samples / B)``.
+
+In goodput mode (``measure_at``), each bucket's gradients are summed in squares just
+before it is launched, while they are still this rank's own, and the sum, times
+``local_weight``, rides in the tail at ``measure_at``, written just before the last bucket
+goes: the all-reduce adds every rank's up with the gradients (the gradient noise scale's
+small batches, workers/learner/goodput.py). Off, nothing of this runs.
 """
 
 from __future__ import annotations
@@ -89,6 +95,12 @@ class GradBuckets:
         self._works: list[Any] = []
         self._launch: Callable[[torch.Tensor], Any] | None = None
         self._error: BaseException | None = None
+        # Goodput mode: where in the tail this rank's gradient's squared norm goes (times
+        # ``local_weight``); None: not measured
+        self.measure_at: int | None = None
+        self.local_weight = 1.0
+        # summed on the buckets' device: no synchronisation inside backward
+        self._local_sqr = torch.zeros((), dtype=torch.float64, device=self.buffers[-1].device)
         # With every gradient in one bucket there is nothing to overlap: that bucket can
         # only go once backward is over, so ``finish`` copies the gradients in and
         # launches it, without a Python hook per parameter during backward.
@@ -124,6 +136,8 @@ class GradBuckets:
         self._works = []
         self._error = None
         self._launch = launch
+        if self.measure_at is not None:
+            self._local_sqr.zero_()
         if self._tail_np is not None:
             self._tail_np[:] = extras
         elif self.extras:
@@ -151,11 +165,33 @@ class GradBuckets:
     def _launch_ready(self) -> None:
         while self._next < len(self.buffers) and self._pending[self._next] == 0:
             if self._error is None and self._launch is not None:
+                if self.measure_at is not None:
+                    self._measure(self._next)
                 try:
                     self._works.append(self._launch(self.buffers[self._next]))
                 except Exception as exc:  # raised from finish(), not from inside backward
                     self._error = exc
             self._next += 1
+
+    def _grads(self, b: int) -> torch.Tensor:
+        """Bucket ``b``'s gradients (the last one's without the tail)."""
+        buf = self.buffers[b]
+        return buf[: buf.numel() - self.extras] if b == len(self.buffers) - 1 else buf
+
+    def _measure(self, b: int) -> None:
+        """Add bucket ``b``'s squared norm, still this rank's own, to the step's; before the
+        last bucket goes, put the sum in the tail."""
+        grads = self._grads(b)
+        if grads.numel():
+            self._local_sqr += grads.pow(2).sum(dtype=torch.float64)
+        if b == len(self.buffers) - 1 and self.measure_at is not None:
+            self.tail[self.measure_at].copy_(self._local_sqr * self.local_weight)
+
+    def sqnorm(self) -> float:
+        """The squared norm of the gradients in the buckets (after ``finish``: the
+        all-reduced sum), in float64."""
+        return float(sum(self._grads(b).pow(2).sum(dtype=torch.float64)
+                         for b in range(len(self.buffers))))  # fmt: skip
 
     def finish(self) -> None:
         """After the last backward: launch what is left (a parameter without a gradient

@@ -1,4 +1,6 @@
-"""Deterministic global batches (docs/architecture.md, "Effective batch is constant").
+"""Deterministic global batches (docs/architecture.md, "Effective batch is constant"; a
+goodput-mode job's batch moves, "Goodput mode", and its batches start where the samples
+done so far end).
 
 Iteration ``t`` of epoch ``e`` trains on ``perm(seed, e)[t*B:(t+1)*B]``, split into ``N``
 near-equal contiguous slices, one per rank; a slice larger than ``max_micro`` is cut into
@@ -46,6 +48,12 @@ def micro_batches(lo: int, hi: int, max_micro: int) -> list[tuple[int, int]]:
 
 def rank_indices(order: list[int], iteration: int, batch: int, size: int, rank: int) -> list[int]:
     """The sample indices rank trains on at ``iteration``."""
-    start = iteration * batch
+    return rank_slice(order, iteration * batch, batch, size, rank)
+
+
+def rank_slice(order: list[int], start: int, batch: int, size: int, rank: int) -> list[int]:
+    """The sample indices rank trains on in the global batch of ``batch`` samples that
+    starts ``start`` samples into the epoch's order (goodput mode, whose batch may change
+    within an epoch, counts the samples done)."""
     lo, hi = slice_bounds(batch, size, rank)
     return order[start + lo : start + hi]

@@ -17,8 +17,13 @@ class JobSpec:
     model: str  # path of the user's .py file
     data: str  # dataset directory
     workdir: str  # checkpoints/, logs/, model.pt
-    batch_size: int = DEFAULTS["batch_size"]  # the global (effective) batch B
+    # the global (effective) batch B; in goodput mode the base batch M0: the batch the
+    # learning rate is given for, and the first generation's
+    batch_size: int = DEFAULTS["batch_size"]
     max_micro_batch: int = DEFAULTS["max_micro_batch"]  # 0: no cap
+    # Goodput mode's global batch range (both 0: the batch is fixed at batch_size)
+    batch_min: int = DEFAULTS["batch_min"]
+    batch_max: int = DEFAULTS["batch_max"]
     epochs: int = DEFAULTS["epochs"]
     lr: float = DEFAULTS["lr"]
     seed: int = 0
@@ -43,6 +48,12 @@ class JobSpec:
         the job lives, and what no submission chooses: seed, timeout, a script's argv)."""
         mine = {f.name for f in fields(cls)}
         return cls(**{k: v for k, v in submission.values().items() if k in mine}, **rest)
+
+    @property
+    def goodput(self) -> bool:
+        """Goodput mode (docs/architecture.md, "Goodput mode"): the global batch moves
+        within ``batch_min``..``batch_max`` as the scheduler decides."""
+        return self.batch_max > 0
 
     def save(self, path: Path) -> None:
         path.write_text(json.dumps(asdict(self), indent=2))

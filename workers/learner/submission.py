@@ -44,6 +44,10 @@ BOUNDS: dict[str, Bound] = {
     "checkpoint_every": Bound(1, 1000),  # epochs
     "lr": Bound(1e-8, 10.0),
     "max_micro_batch": Bound(0),  # 0: no cap
+    # Goodput mode's global batch range (docs/architecture.md, "Goodput mode"): both 0, the
+    # fixed effective batch; else the scheduler picks each generation's batch within it
+    "batch_min": Bound(0, 65_536),
+    "batch_max": Bound(0, 65_536),
 }
 
 # What a submission that leaves a value out gets, on every path. Five epochs: a run long
@@ -53,6 +57,7 @@ BOUNDS: dict[str, Bound] = {
 DEFAULTS: dict[str, Any] = {
     "epochs": 5, "batch_size": 64, "max_workers": 1, "min_workers": 1, "priority": 5000,
     "checkpoint_every": 1, "lr": 0.01, "max_micro_batch": 0, "precision": "fp32",
+    "batch_min": 0, "batch_max": 0,
 }  # fmt: skip
 
 
@@ -69,9 +74,16 @@ class Submission:
     lr: float
     max_micro_batch: int
     precision: str
+    batch_min: int
+    batch_max: int
 
     def values(self) -> dict[str, Any]:
         return asdict(self)
+
+    @property
+    def goodput(self) -> bool:
+        """Goodput mode: the global batch moves within ``batch_min``..``batch_max``."""
+        return self.batch_max > 0
 
 
 class Refused(ValueError):
@@ -112,4 +124,31 @@ def submission_errors(values: Mapping[str, Any], train_samples: int = 0) -> dict
     batch = values.get("batch_size")
     if train_samples and batch and "batch_size" not in errors and batch > train_samples:
         errors["batch_size"] = f"larger than the {train_samples} training samples"
+    errors.update(batch_range_errors(values, errors, train_samples))
+    return errors
+
+
+def batch_range_errors(
+    values: Mapping[str, Any], found: Mapping[str, str], train_samples: int = 0
+) -> dict[str, str]:
+    """Goodput mode's rules: a range has both ends (1 or more), low to high, holds the
+    base batch (``batch_size``, the batch the learning rate is given for) and fits in the
+    dataset; ``found``: the errors already found (a field refused once is not judged
+    again)."""
+    low, high = values.get("batch_min") or 0, values.get("batch_max") or 0
+    if "batch_min" in found or "batch_max" in found or not (low or high):
+        return {}
+    if not high:
+        return {"batch_max": "set it with batch_min: the batch range's high end (goodput mode)"}
+    if not low:
+        return {"batch_min": "set it with batch_max: the batch range's low end (goodput mode)"}
+    if low > high:
+        return {"batch_min": f"cannot exceed batch max ({high})"}
+    errors = {}
+    if train_samples and high > train_samples:
+        errors["batch_max"] = f"larger than the {train_samples} training samples"
+    batch = values.get("batch_size")
+    if batch and "batch_size" not in found and not low <= batch <= high:
+        errors["batch_size"] = (f"must lie in the batch range {low} to {high}: it is the "
+                                "batch the learning rate is given for")  # fmt: skip
     return errors

@@ -10,5 +10,4 @@ class Migration(migrations.Migration):
         ('training', '0006_job_trial'),
     ]
 
-    operations = [
-    ]
+    operations: list[migrations.operations.base.Operation] = []

@@ -1,11 +1,14 @@
 // The job page's charts: loss and accuracy (by iteration or time, smoothed, linear or log),
-// workers, iterations and throughput over time. The page hands it the history (reset) and
-// live records (add); a chart without data says so instead of drawing empty axes.
+// workers, iterations and throughput over time, and for a goodput-mode job its global batch
+// and statistical efficiency (its records' ``batch`` and ``efficiency``). The page hands it
+// the history (reset) and live records (add); a chart without data says so instead of
+// drawing empty axes.
 window.JobCharts = (function () {
   "use strict";
   const config = { displayModeBar: false, responsive: true, showLink: false, showSendToCloud: false, topojsonURL: "/static/vendor/plotly-basic/" /* nothing from a CDN */ };
   const THROUGHPUT_SMOOTHING = 0.9;
   const ids = { loss: "chart-loss", workers: "chart-workers", steps: "chart-steps", throughput: "chart-throughput" };
+  if (document.getElementById("chart-batch")) ids.batch = "chart-batch"; // goodput mode only
   const opts = { smooth: 0.6, log: false, axis: "step" };
   let train = [], test = [], events = [], endedAt = null, drawn = false, emptyText = "";
   let ema = {};
@@ -30,6 +33,7 @@ window.JobCharts = (function () {
       workers: trainRecs.map((r) => r.workers), steps: trainRecs.map((r) => r.step),
       rate: trainRecs.map((r) => r.samples_per_s),
       rateSmooth: smooth("rate", trainRecs.map((r) => r.samples_per_s), THROUGHPUT_SMOOTHING),
+      batch: trainRecs.map((r) => r.batch), efficiency: trainRecs.map((r) => r.efficiency),
       testX: testRecs.map(x), testLoss: testRecs.map((r) => r.test_loss), testAcc: testRecs.map((r) => r.test_accuracy),
     };
   }
@@ -120,6 +124,17 @@ window.JobCharts = (function () {
     ], Object.assign(base("samples/s", "time"), { showlegend: true, margin: { l: 60, r: 20, t: 30, b: 50 },
       legend: { orientation: "h", x: 0, y: 1.02, yanchor: "bottom" }, yaxis: { title: { text: "samples/s" }, rangemode: "tozero" } }), config)
       .then(keepPlotHeight);
+    if (ids.batch) {
+      Plotly.react(ids.batch, [
+        { x: c.time, y: c.batch, name: "global batch", mode: "lines", line: { shape: "hv", color: "#2457c5" } },
+        { x: c.time, y: c.efficiency, name: "efficiency", mode: "lines", yaxis: "y2", line: { color: "#c4320a" } },
+      ], Object.assign(base("global batch", "time"), { showlegend: true, margin: { l: 60, r: 55, t: 30, b: 50 },
+        legend: { orientation: "h", x: 0, y: 1.02, yanchor: "bottom" },
+        yaxis: { title: { text: "global batch" }, rangemode: "tozero" },
+        yaxis2: { overlaying: "y", side: "right", range: [0, 1.05], title: { text: "efficiency" },
+          tickvals: [0, 0.25, 0.5, 0.75, 1], tickformat: ".0%", showgrid: false } }), config)
+        .then(keepPlotHeight);
+    }
     drawn = true;
   }
 
@@ -130,6 +145,7 @@ window.JobCharts = (function () {
       Plotly.extendTraces(ids.workers, { x: [c.time], y: [c.workers] }, [0]);
       Plotly.extendTraces(ids.steps, { x: [c.time], y: [c.steps] }, [0]);
       Plotly.extendTraces(ids.throughput, { x: [c.time, c.time], y: [c.rate, c.rateSmooth] }, [0, 1]);
+      if (ids.batch) Plotly.extendTraces(ids.batch, { x: [c.time, c.time], y: [c.batch, c.efficiency] }, [0, 1]);
     }
     if (c.testX.length) Plotly.extendTraces(ids.loss, { x: [c.testX, c.testX], y: [c.testLoss, c.testAcc] }, [1, 2]);
   }

@@ -38,6 +38,8 @@
     if (!train.length) return;
     const last = train[train.length - 1];
     document.getElementById("step").textContent = last.step;
+    const batch = document.getElementById("batch"); // a goodput-mode job's batch now
+    if (batch && last.batch) batch.textContent = last.batch;
     recent = recent.concat(train).slice(-50);
     const rate = recent.reduce((s, r) => s + r.samples_per_s, 0) / recent.length;
     document.getElementById("throughput").textContent = ended() ? 0 : rate.toFixed(0);
