@@ -9,7 +9,7 @@ scheduler, metrics consumer, sweep driver, worker host; a Redis with a password)
 through the ``edt`` CLI as a user drives it. The search: the small CNN of examples/cnn.py
 (``bench/sweep_cnn.py``) over its learning rate (log-uniform) and width (8 to 32
 channels), ASHA (random sampling, successive halving with reduction factor 3, rungs at
-epochs 1, 3 and 9), ``--trials`` trials, ``--parallel`` at a time, objective the test loss
+epochs 1 and 3; a trial that reaches epoch 9 completes), ``--trials`` trials, ``--parallel`` at a time, objective the test loss
 (one evaluation per epoch), on synthetic CIFAR-10 (the demo dataset's generator).
 
 - **elastic**: every trial may grow to all ``--slots`` slots: the scheduler shares the slots
