@@ -9,8 +9,9 @@ scheduler, metrics consumer, sweep driver, worker host; a Redis with a password)
 through the ``edt`` CLI as a user drives it. The search: the small CNN of examples/cnn.py
 (``bench/sweep_cnn.py``) over its learning rate (log-uniform) and width (8 to 32
 channels), ASHA (random sampling, successive halving with reduction factor 3, rungs at
-epochs 1 and 3; a trial that reaches epoch 9 completes), ``--trials`` trials, ``--parallel`` at a time, objective the test loss
-(one evaluation per epoch), on synthetic CIFAR-10 (the demo dataset's generator).
+epochs 1 and 3; a trial that reaches epoch 9 completes), ``--trials`` trials,
+``--parallel`` at a time, objective the test loss (one evaluation per epoch), on synthetic
+CIFAR-10 (the demo dataset's generator).
 
 - **elastic**: every trial may grow to all ``--slots`` slots: the scheduler shares the slots
   among the trials running, and when fewer trials than slots run (the sweep's tail, or
@@ -233,6 +234,12 @@ def report(runs: list[Run], args: argparse.Namespace, load: list[float]) -> str:
                 f"{len(run.sweep['trials'])} | {100 * run.use(args.slots):.0f}% | {moved} |"
             )
     lines += ["", f"Wall time, fixed / elastic: {', '.join(f'{g:.2f}' for g in gains)}."]
+    cores = os.cpu_count() or 1
+    if cores < args.slots:
+        lines.append(f"On this machine {args.slots} slots share {cores} cores (one torch thread "
+                     f"a learner): a trial grown to more slots gains at most {cores}x, and only "
+                     f"while fewer trials than slots run (the sweep's tail, a new trial's "
+                     f"start).")  # fmt: skip
     if reach:
         lines.append("Time to the fixed run's best objective, fixed / elastic: "
                      f"{', '.join(f'{g:.2f}' for g in reach)}.")  # fmt: skip
