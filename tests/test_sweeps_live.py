@@ -28,7 +28,7 @@ from tests.harness.stack import LiveEdt, dataset_archive
 from tests.harness.waiting import wait_for
 
 pytestmark = pytest.mark.timeout(900)
-USER = "carol"
+USER = "gina"  # a user of this module's own: the live EDT is shared with other modules
 MODEL = PROJECT_DIR / "tests" / "models" / "sweep_mlp.py"
 
 

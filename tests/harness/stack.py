@@ -28,7 +28,7 @@ from workers import sandbox
 from workers.learner.datasets import write_cifar10
 
 MAX_UPLOAD = 8 * 1024 * 1024
-USERS = ("carol", "dave", "erin", "mallory")  # non-staff; passwords are "<name>-pass-1"
+USERS = ("carol", "dave", "erin", "mallory", "gina")  # non-staff; passwords: "<name>-pass-1"
 STAFF = ("sam",)  # staff (`edt admin`); the password as the others'
 
 
