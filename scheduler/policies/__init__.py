@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from scheduler.policies import fairshare, fifo_gang, las, priority, tiresias
+from scheduler.policies import fairshare, fifo_gang, goodput, las, priority, tiresias
 from scheduler.policies.model import (
     ACTIVE_STATES,
     DEFAULT_PRIORITY,
@@ -23,6 +23,7 @@ from scheduler.policies.model import (
     Team,
 )
 from scheduler.policies.teams import entitlements, slots_by_team
+from scheduler.policies.throughput import ThroughputModel
 
 Policy = Callable[[Snapshot], Decision]
 
@@ -34,6 +35,7 @@ POLICIES: dict[str, Policy] = {
     tiresias.POLICY: tiresias.decide,
     las.POLICY: las.decide,
     las.SPEEDUP_POLICY: las.decide_speedup,
+    goodput.POLICY: goodput.decide,
 }
 DEFAULT_POLICY = fairshare.POLICY
 
@@ -62,6 +64,7 @@ __all__ = [
     "Policy",
     "Snapshot",
     "Team",
+    "ThroughputModel",
     "decide",
     "entitlements",
     "slots_by_team",
