@@ -41,6 +41,7 @@ import math
 from dataclasses import dataclass
 
 _EPS = 1e-9
+_GRID = 48  # batches tried per accumulation count where compute and all-reduce overlap
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,6 +56,7 @@ class ThroughputModel:
     net_sync_s: float | None = None  # all-reduce across hosts
     net_sync_per_learner_s: float | None = None
     min_micro_batch: int = 1  # a smaller micro-batch costs as much as one this size
+    overlap: float = 1.0  # γ: the last micro-batch and the all-reduce overlap (1: not at all)
 
     def __post_init__(self) -> None:
         values = [self.compute_s, self.compute_per_sample_s, self.sync_s, self.sync_per_learner_s]
@@ -65,6 +67,8 @@ class ThroughputModel:
             raise ValueError("throughput model: an iteration must take some time")
         if self.min_micro_batch < 1:
             raise ValueError("throughput model: min_micro_batch must be at least 1")
+        if not 1 <= self.overlap <= 10:
+            raise ValueError("throughput model: overlap must be in [1, 10]")
 
     def compute(self, micro: int) -> float:
         """Seconds for one micro-batch of ``micro`` samples on one learner."""
@@ -89,7 +93,11 @@ class ThroughputModel:
     def iteration(self, learners: int, batch: int, max_micro: int = 0, per_host: int = 0) -> float:
         """Seconds per iteration at global ``batch`` on ``learners`` (see the module)."""
         micro, accum = split(learners, batch, max_micro)
-        return (accum + 1) * self.compute(micro) + self.sync(learners, per_host)
+        compute, sync = self.compute(micro), self.sync(learners, per_host)
+        if self.overlap == 1 or not sync:
+            return (accum + 1) * compute + sync
+        gamma = self.overlap
+        return accum * compute + (compute**gamma + sync**gamma) ** (1 / gamma)
 
 
 def split(learners: int, batch: int, max_micro: int = 0) -> tuple[int, int]:
@@ -171,6 +179,9 @@ def best_batch(
         peak = max(peak, floor_micro)
         for u in (u_low, u_high, math.floor(min(peak, u_high)), math.ceil(min(peak, u_high))):
             candidates.add(min(u_high, max(u_low, u)) * step)
+        if model.overlap != 1 and u_high > u_low:  # no closed form: a fine geometric grid
+            ratio = u_high / u_low
+            candidates.update(round(u_low * ratio ** (i / _GRID)) * step for i in range(1, _GRID))
     best, rate = low, -1.0
     for batch in sorted(candidates):
         value = goodput(model, learners, batch, gns, base, max_micro, per_host)

@@ -276,26 +276,31 @@ class Cluster:
             hosts = room[: math.ceil(size / per_node)]
             if sum(min(r[0], per_node) for r in hosts) < size:
                 continue
-            target = normalise(self._fill(hosts, size))
+            chosen = {h for _, _, h in hosts}
+            kept = [s for s in job.members if self.host_index[s] in chosen]
+            taken: list[str] = []
+            for _, _, host in hosts:  # fullest first: its free slots, then one-GPU jobs'
+                slots = self.by_host[host]
+                room_here = per_node - sum(1 for s in slots if owner.get(s) == name)
+                free = [s for s in slots if s not in owner]
+                swap = [
+                    s for s in slots
+                    if s in owner and owner[s] != name and len(self.active[owner[s]].members) == 1
+                ]  # fmt: skip
+                take = max(0, min(room_here, size - len(kept) - len(taken)))
+                taken += (free + swap)[:take]
+            if len(kept) + len(taken) < size:
+                continue
+            members = (*kept, *taken)
+            counts: dict[int, int] = {}
+            for slot in members:
+                counts[self.host_index[slot]] = counts.get(self.host_index[slot], 0) + 1
+            target = normalise(counts[h] for h in sorted(counts))
             if len(target) >= len(job.placement):
                 continue
             old = job.app.rate(job.placement, job.batch, job.epoch)
             new = job.app.rate(target, job.batch, job.epoch)
             cost = 0.0 if name in changed else pause
-            kept = [s for s in job.members if self.host_index[s] in {r[2] for r in hosts}]
-            need = size - len(kept)
-            chosen = [h for _, _, h in hosts]
-            taken: list[str] = []
-            for host in chosen:  # own slots first, then free, then one-GPU jobs'
-                slots = self.by_host[host]
-                have = sum(1 for s in slots if owner.get(s) == name)
-                want = min(per_node, size) - have if len(chosen) > 1 else size - have
-                free = [s for s in slots if s not in owner]
-                swap = [s for s in slots if s in owner and owner[s] != name]
-                for s in (free + swap)[: max(0, min(want, need - len(taken)))]:
-                    taken.append(s)
-            if len(taken) < need:
-                continue
             displaced = [owner[s] for s in taken if s in owner]
             if (interval - cost) * new - interval * old <= pause * old * len(displaced):
                 continue
@@ -313,19 +318,10 @@ class Cluster:
                     del owner[slot]
             for slot in taken:
                 owner[slot] = name
-            self._seat(job, (*kept, *taken))
+            self._seat(job, members)
             job.pause = max(job.pause, cost)
             job.moves += 1
             changed.add(name)
-
-    def _fill(self, hosts: list[tuple[int, int, int]], size: int) -> list[int]:
-        """The per-node counts of ``size`` learners on ``hosts``, fullest first."""
-        counts, left = [], size
-        for usable, _, _ in hosts:
-            take = min(usable, self.config.per_node, left)
-            counts.append(take)
-            left -= take
-        return counts
 
     def _view(self, job: _Job) -> JobView:
         held = len(job.members)

@@ -45,6 +45,7 @@ from scheduler.policies.throughput import ThroughputModel
 MAX_EPOCHS = {"bert": 2, "cifar10": 100, "deepspeech2": 80, "imagenet": 90, "ncf": 10, "yolov3": 50}
 MAX_LOCAL_BSZ = {"yolov3": 8}
 MAX_NODES = 16
+OVERLAPS = (1.0, 1.25, 1.5, 2.0, 3.0, 5.0, 10.0)  # the overlaps fit_model tries
 NOISE_CAP = 1e9  # a noise scale beyond any batch: every batch as efficient as the smallest
 
 Placement = tuple[int, ...]
@@ -299,9 +300,11 @@ class Application:
 def fit_model(app: Application) -> ThroughputModel:
     """The application's throughput model (:class:`ThroughputModel`), fitted by least
     squares to every measured step (``placements.csv`` and ``scalability.csv``): compute
-    time ``step - sync`` on the local batch; then the rest of the step, ``step - compute``,
-    on ``replicas - 2``, separately for placements on one node (two replicas or more) and on
-    several. Negative coefficients are clipped to 0. What a job that had been profiled on
+    time ``step - sync`` on the local batch; then, for each overlap γ of :data:`OVERLAPS`,
+    the all-reduce each step implies, ``(step^γ - compute^γ)^(1/γ)``, on ``replicas - 2``,
+    separately for placements on one node (two replicas or more) and on several, keeping
+    the γ whose steps are predicted with the least relative squared error (Pollux's model,
+    fitted by a grid over γ and least squares). Negative coefficients are clipped to 0. What a job that had been profiled on
     every placement would know (the engine fits the same model from its own steps)."""
     rows = [
         (len(placement), sum(placement), bsz, step, sync)
@@ -317,18 +320,45 @@ def fit_model(app: Application) -> ThroughputModel:
     alpha, beta = _least_squares([r[2] for r in rows], [r[3] - r[4] for r in rows])
     alpha, beta = max(alpha, 0.0), max(beta, 0.0)
 
-    def rest(chosen: list[tuple[int, int, float, float, float]]) -> tuple[float, float]:
-        xs = [float(r[1] - 2) for r in chosen]
-        ys = [r[3] - (alpha + beta * r[2]) for r in chosen]
+    def rest(
+        chosen: list[tuple[int, int, float, float, float]], gamma: float
+    ) -> tuple[float, float, float]:
+        """(fixed, per learner, squared error of the step) of the all-reduce fitted, for
+        overlap ``gamma``, to the all-reduce each row implies: ``(step^γ - compute^γ)^(1/γ)``."""
+        xs, ys = [], []
+        for _, replicas, bsz, step, _ in chosen:
+            compute = alpha + beta * max(bsz, app.min_local_bsz)
+            xs.append(float(replicas - 2))
+            ys.append(max(step**gamma - compute**gamma, 0.0) ** (1 / gamma))
         if len(set(xs)) < 2:
-            return max(sum(ys) / len(ys), 0.0), 0.0
-        fixed, slope = _least_squares(xs, ys)
-        return max(fixed, 0.0), max(slope, 0.0)
+            fixed, slope = max(sum(ys) / len(ys), 0.0), 0.0
+        else:
+            fixed, slope = _least_squares(xs, ys)
+            fixed, slope = max(fixed, 0.0), max(slope, 0.0)
+        error = 0.0
+        for (_, replicas, bsz, step, _), x in zip(chosen, xs, strict=True):
+            compute = alpha + beta * max(bsz, app.min_local_bsz)
+            sync = fixed + slope * x
+            error += ((compute**gamma + sync**gamma) ** (1 / gamma) / step - 1) ** 2
+        return fixed, slope, error
 
-    sync_s, sync_slope = rest([r for r in rows if r[0] == 1 and r[1] >= 2])
-    net_s, net_slope = rest([r for r in rows if r[0] >= 2])
+    one = [r for r in rows if r[0] == 1 and r[1] >= 2]
+    many = [r for r in rows if r[0] >= 2]
+    fits = []
+    for gamma in OVERLAPS:
+        sync_s, sync_slope, e1 = rest(one, gamma)
+        net_s, net_slope, e2 = rest(many, gamma)
+        fits.append((e1 + e2, gamma, sync_s, sync_slope, net_s, net_slope))
+    _, gamma, sync_s, sync_slope, net_s, net_slope = min(fits)
     return ThroughputModel(
-        alpha, beta, sync_s, sync_slope, net_s, net_slope, max(1, int(app.min_local_bsz))
+        alpha,
+        beta,
+        sync_s,
+        sync_slope,
+        net_s,
+        net_slope,
+        max(1, int(app.min_local_bsz)),
+        gamma,
     )
 
 
