@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import csv
 import math
+import statistics
 from bisect import bisect_left, bisect_right
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
@@ -40,6 +41,8 @@ from functools import cache
 from pathlib import Path
 
 from scheduler.policies.throughput import ThroughputModel
+from scheduler.simulate.engine import GoodputProfile
+from scheduler.simulate.speedup import AppFit
 
 # The artifact's per-application settings (``applications.py``).
 MAX_EPOCHS = {"bert": 2, "cifar10": 100, "deepspeech2": 80, "imagenet": 90, "ncf": 10, "yolov3": 50}
@@ -360,6 +363,31 @@ def fit_model(app: Application) -> ThroughputModel:
         max(1, int(app.min_local_bsz)),
         gamma,
     )
+
+
+def trace_profiles(apps: dict[str, Application], fits: Sequence[AppFit]) -> list[GoodputProfile]:
+    """A goodput profile per application of ``fits``, in their order, for trace jobs (the
+    Philly trace has no batch sizes): the application's fitted throughput model, its range
+    of validated batches with the learning rate given for the smallest, its micro-batch cap,
+    the fit's batch as the user's (clamped into the range), and as a constant noise scale the
+    median over its epochs of the one measured at that batch."""
+    profiles = []
+    for fit in fits:
+        app = apps[fit.app]
+        batch = min(max(fit.batch, app.init_batch), app.max_batch)
+        gns = statistics.median(app.noise_scale(batch, e) for e in range(app.max_epochs))
+        profiles.append(
+            GoodputProfile(
+                app.model,
+                gns,
+                app.init_batch,
+                app.init_batch,
+                app.max_batch,
+                int(app.max_local_bsz),
+                batch,
+            )
+        )
+    return profiles
 
 
 def _least_squares(xs: Sequence[float], ys: Sequence[float]) -> tuple[float, float]:
