@@ -57,8 +57,8 @@ from scheduler.policies import fairshare, las, reasons, speedup, teams
 from scheduler.policies.model import (
     Decision,
     JobView,
+    ReasonFn,
     Snapshot,
-    active,
     make_decision,
     zeros,
 )
@@ -69,10 +69,11 @@ FAIRNESS = -1.0  # Pollux's exponent p of the power mean over speedups
 GNS_STEP = 1.02  # noise scales are rounded to this ratio before a table is built
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, eq=False)
 class Profile:
     """A job's rate ``rate[n]`` on n = 0..top slots (rate[0] = 0), the batch it runs at
-    there (goodput mode; 0 for a fixed batch), and its useful size."""
+    there (goodput mode; 0 for a fixed batch), and its useful size. Compared by identity:
+    profiles come from caches, so equal inputs give the same object."""
 
     rate: tuple[float, ...]
     batch: tuple[int, ...]
@@ -174,7 +175,7 @@ def utility(rate: float, fairness: float) -> float:
     """``rate^p / p`` (``log rate`` at p = 0): what the power mean adds up."""
     if fairness == 0:
         return math.log(rate)
-    return rate**fairness / fairness
+    return float(rate**fairness) / fairness
 
 
 @lru_cache(maxsize=65536)
@@ -324,7 +325,7 @@ def decide(snapshot: Snapshot, fairness: float = FAIRNESS) -> Decision:
         for job in jobs
         if job.goodput_mode and targets[job.id]
     }
-    base: reasons.ReasonFn
+    base: ReasonFn
     if tree is None:
         base = reasons.FairshareExplainer(
             capacity, jobs, pools[0][0], shares, ahead=reasons.LAS_AHEAD
@@ -358,11 +359,11 @@ def _shares(jobs: list[JobView], capacity: int) -> dict[str, float]:
 
 class GoodputExplainer:
     """The reason for a goodput-mode job: the batch and slots it gets and its goodput
-    against what it runs at now ("batch 512 on 4 slots: goodput 1.90× of 256 on 2"), then
+    against what it runs at now ("batch 512 on 4 slots: goodput 1.90x of 256 on 2"), then
     the fair-share line (``base``) its share came from; a fixed-batch job's and a waiting
     job's line is ``base``'s alone."""
 
-    def __init__(self, base: reasons.ReasonFn, profiles: dict[str, Profile],
+    def __init__(self, base: ReasonFn, profiles: dict[str, Profile],
                  batches: dict[str, int], shares: dict[str, float], per_host: int,
                  fairness: float, flat: bool) -> None:  # fmt: skip
         self.base = base
@@ -401,4 +402,4 @@ class GoodputExplainer:
         else:
             was, ref = prof.rate[1], f"{prof.batch[1]} on 1 slot"
         ratio = prof.rate[target] / was if was > 0 else math.inf
-        return f"{here}: goodput {ratio:.2f}× of {ref}; {line}"
+        return f"{here}: goodput {ratio:.2f}x of {ref}; {line}"

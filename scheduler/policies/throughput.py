@@ -41,7 +41,7 @@ import math
 from dataclasses import dataclass
 
 _EPS = 1e-9
-_GRID = 48  # batches tried per accumulation count where compute and all-reduce overlap
+_GRID = 16  # grid points per accumulation count where compute and all-reduce overlap
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,7 +56,7 @@ class ThroughputModel:
     net_sync_s: float | None = None  # all-reduce across hosts
     net_sync_per_learner_s: float | None = None
     min_micro_batch: int = 1  # a smaller micro-batch costs as much as one this size
-    overlap: float = 1.0  # γ: the last micro-batch and the all-reduce overlap (1: not at all)
+    overlap: float = 1.0  # gamma: the last micro-batch and the all-reduce overlap (1: not at all)
 
     def __post_init__(self) -> None:
         values = [self.compute_s, self.compute_per_sample_s, self.sync_s, self.sync_per_learner_s]
@@ -97,7 +97,7 @@ class ThroughputModel:
         if self.overlap == 1 or not sync:
             return (accum + 1) * compute + sync
         gamma = self.overlap
-        return accum * compute + (compute**gamma + sync**gamma) ** (1 / gamma)
+        return accum * compute + float((compute**gamma + sync**gamma) ** (1 / gamma))
 
 
 def split(learners: int, batch: int, max_micro: int = 0) -> tuple[int, int]:
@@ -156,10 +156,15 @@ def best_batch(
     if max_micro > 0:
         first, last = _accum(learners, low, max_micro), _accum(learners, high, max_micro)
         counts = {first, last}
-        for middle in (
+        middles = [
             _fitting_accum(model, learners, gns, sync, max_micro),
             _full_accum(model, learners, gns, sync, max_micro),
-        ):
+        ]
+        if model.overlap != 1:  # the closed forms assume no overlap: search
+            middles.append(
+                _search_accum(model, learners, first, last, high, gns, base, max_micro, per_host)
+            )
+        for middle in middles:
             middle = min(max(middle, first), last)
             counts.update(range(max(first, middle - 1), min(last, middle + 1) + 1))
     else:
@@ -188,6 +193,64 @@ def best_batch(
         if value > rate * (1 + _EPS):
             best, rate = batch, value
     return best, rate
+
+
+def _search(
+    model: ThroughputModel,
+    learners: int,
+    step: int,
+    low: int,
+    high: int,
+    gns: float,
+    base: int,
+    max_micro: int,
+    per_host: int,
+) -> int:
+    """The micro-batch u in ``[low, high]`` of the best goodput at batch ``u·step``: the
+    best of a geometric grid, then a ternary search between its neighbours."""
+
+    def value(u: int) -> float:
+        return goodput(model, learners, u * step, gns, base, max_micro, per_host)
+
+    ratio = high / low
+    grid = sorted({low, high, *(round(low * ratio ** (i / _GRID)) for i in range(1, _GRID))})
+    index = max(range(len(grid)), key=lambda i: value(grid[i]))
+    left, right = grid[max(index - 1, 0)], grid[min(index + 1, len(grid) - 1)]
+    while right - left > 2:
+        third = (right - left) // 3
+        if value(left + third) < value(right - third):
+            left += third
+        else:
+            right -= third
+    return max(range(left, right + 1), key=value)
+
+
+def _search_accum(
+    model: ThroughputModel,
+    learners: int,
+    first: int,
+    last: int,
+    high: int,
+    gns: float,
+    base: int,
+    max_micro: int,
+    per_host: int,
+) -> int:
+    """The accumulation count of the best batch of full micro-batches, by a ternary search
+    over the counts (where no closed form holds: compute and all-reduce overlap)."""
+
+    def value(accum: int) -> float:
+        batch = min(high, learners * (accum + 1) * max_micro)
+        return goodput(model, learners, batch, gns, base, max_micro, per_host)
+
+    left, right = first, last
+    while right - left > 2:
+        third = (right - left) // 3
+        if value(left + third) < value(right - third):
+            left += third
+        else:
+            right -= third
+    return max(range(left, right + 1), key=value)
 
 
 def _accum(learners: int, batch: int, max_micro: int) -> int:

@@ -303,12 +303,13 @@ class Application:
 def fit_model(app: Application) -> ThroughputModel:
     """The application's throughput model (:class:`ThroughputModel`), fitted by least
     squares to every measured step (``placements.csv`` and ``scalability.csv``): compute
-    time ``step - sync`` on the local batch; then, for each overlap γ of :data:`OVERLAPS`,
-    the all-reduce each step implies, ``(step^γ - compute^γ)^(1/γ)``, on ``replicas - 2``,
-    separately for placements on one node (two replicas or more) and on several, keeping
-    the γ whose steps are predicted with the least relative squared error (Pollux's model,
-    fitted by a grid over γ and least squares). Negative coefficients are clipped to 0. What a job that had been profiled on
-    every placement would know (the engine fits the same model from its own steps)."""
+    time ``step - sync`` on the local batch; then, for each overlap gamma of
+    :data:`OVERLAPS`, the all-reduce each step implies, ``(step^gamma -
+    compute^gamma)^(1/gamma)``, on ``replicas - 2``, separately for placements on one node
+    (two replicas or more) and on several, keeping the gamma whose steps are predicted with
+    the least relative squared error (Pollux's model, fitted by a grid over gamma and least
+    squares). Negative coefficients are clipped to 0. What a job profiled on every
+    placement would know (the engine fits the same model from its own steps)."""
     rows = [
         (len(placement), sum(placement), bsz, step, sync)
         for placement, curve in app.placements.items()
@@ -327,7 +328,8 @@ def fit_model(app: Application) -> ThroughputModel:
         chosen: list[tuple[int, int, float, float, float]], gamma: float
     ) -> tuple[float, float, float]:
         """(fixed, per learner, squared error of the step) of the all-reduce fitted, for
-        overlap ``gamma``, to the all-reduce each row implies: ``(step^γ - compute^γ)^(1/γ)``."""
+        overlap ``gamma``, to the all-reduce each row implies:
+        ``(step^gamma - compute^gamma)^(1/gamma)``."""
         xs, ys = [], []
         for _, replicas, bsz, step, _ in chosen:
             compute = alpha + beta * max(bsz, app.min_local_bsz)
@@ -339,7 +341,7 @@ def fit_model(app: Application) -> ThroughputModel:
             fixed, slope = _least_squares(xs, ys)
             fixed, slope = max(fixed, 0.0), max(slope, 0.0)
         error = 0.0
-        for (_, replicas, bsz, step, _), x in zip(chosen, xs, strict=True):
+        for (_, _, bsz, step, _), x in zip(chosen, xs, strict=True):
             compute = alpha + beta * max(bsz, app.min_local_bsz)
             sync = fixed + slope * x
             error += ((compute**gamma + sync**gamma) ** (1 / gamma) / step - 1) ** 2
