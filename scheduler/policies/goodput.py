@@ -267,8 +267,7 @@ def decide(snapshot: Snapshot, fairness: float = FAIRNESS) -> Decision:
         today = las.decide_speedup(snapshot) if flat else fairshare.decide(snapshot)
         return replace(today, policy=POLICY)
     capacity, per_host = snapshot.capacity, snapshot.slots_per_host
-    profiles = {job.id: profile(job, capacity, per_host) for job in jobs}
-    capped = [_capped(job, profiles[job.id]) for job in jobs]
+    profiles, capped = _profiles(jobs, capacity, per_host)
     shares: dict[str, float] = {}
     pools: list[tuple[list[JobView], int]] = []
     by_team: dict[str, float] = {}
@@ -336,6 +335,38 @@ def decide(snapshot: Snapshot, fairness: float = FAIRNESS) -> Decision:
     return make_decision(
         POLICY, snapshot, jobs, targets, explain, shares, by_team, by_user, batches
     )
+
+
+# Recent decisions' profiles and capped views, by the identity of the job's view: a
+# scheduler that keeps a job's view while nothing about it changes (the live snapshot
+# builder does) finds them here. Views are immutable, so the same object has the same
+# answer; each entry holds its view, so its id is not reused while it is here. Kept for
+# every group a scheduler decides, and pruned to the last decision's when it grows.
+_SEEN: dict[int, tuple[JobView, int, int, Profile, JobView]] = {}
+_SEEN_MAX = 50_000
+
+
+def _profiles(
+    jobs: list[JobView], capacity: int, per_host: int
+) -> tuple[dict[str, Profile], list[JobView]]:
+    global _SEEN
+    seen, fresh = _SEEN, {}
+    profiles, capped = {}, []
+    for job in jobs:
+        known = seen.get(id(job))
+        if known is not None and known[0] is job and known[1:3] == (capacity, per_host):
+            prof, view = known[3], known[4]
+        else:
+            prof = profile(job, capacity, per_host)
+            view = _capped(job, prof)
+        fresh[id(job)] = (job, capacity, per_host, prof, view)
+        profiles[job.id] = prof
+        capped.append(view)
+    if len(seen) + len(fresh) > _SEEN_MAX:
+        _SEEN = fresh
+    else:
+        seen.update(fresh)
+    return profiles, capped
 
 
 def _capped(job: JobView, prof: Profile) -> JobView:
