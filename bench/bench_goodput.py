@@ -340,8 +340,8 @@ def philly_rows(seeds: int) -> tuple[list[str], str]:
     serials = [f.serial for f in fits]
     rows = []
     for gpus in PHILLY_SLOTS:  # the week replayed whole: an overload at both sizes
-        runs = {p: run(jobs_from_trace(week, gpus, serials, profiles),
-                       Config(gpus, p, slots_per_host=PER_HOST)) for p in PHILLY_POLICIES}  # fmt: skip
+        jobs = jobs_from_trace(week, gpus, serials, profiles)
+        runs = {p: run(jobs, Config(gpus, p, slots_per_host=PER_HOST)) for p in PHILLY_POLICIES}
         base = runs["fairshare-speedup"].summary.avg_jct
         for policy, result in runs.items():
             m = result.summary
