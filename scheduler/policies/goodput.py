@@ -23,7 +23,7 @@ to maximise ``Σ f · S^p / p`` with ``S(n) = G(n) / G(f)`` the job's speedup ov
 share and ``p = FAIRNESS = -1`` (Pollux's exponent; ``p -> 0`` is the log, p = 1 the plain
 sum): a weighted power mean of the speedups, each job weighed by its fair share, so
 priorities, users and teams count as in fair share, and jobs that all scale linearly get
-exactly their fair shares. Every admitted job starts at its minimum; then, greedily, the next
+their fair shares (up to whole slots). Every admitted job starts at its minimum; then, greedily, the next
 step along the upper concave envelope of a job's ``S^p / p`` that adds the most per slot,
 while it adds anything (ties to the earlier job in fairshare-las' order). For concave
 goodput that greedy is the optimum; the envelope bridges the dip where a job starts to

@@ -14,9 +14,11 @@ in ``accum + 1`` micro-batches of at most ``max_micro`` samples whose gradients 
     t_sync(n)    = 0 on one learner; on one host sync_s + sync_per_learner_s · (n - 2);
                    across hosts net_sync_s + net_sync_per_learner_s · (n - 2)
 
-(Pollux's model with no overlap of compute and all-reduce: its fitted coefficients, named for
-what they are.) Below ``min_micro_batch`` a micro-batch costs as much as one of that size: the
-device is not kept busy.
+(Pollux's model, its fitted coefficients named for what they are.) Below
+``min_micro_batch`` a micro-batch costs as much as one of that size: the device is not kept
+busy. With ``overlap`` gamma > 1 the last micro-batch's backward pass hides part of the
+all-reduce, as Pollux models it: ``accum · t_compute + (t_compute^gamma +
+t_sync^gamma)^(1/gamma)`` (gamma = 1: no overlap, the sum above).
 
 **Statistical efficiency.** With the job's gradient noise scale ``gns`` (in samples; 0 when
 unknown) and ``base`` the batch its learning rate was given for, a sample at batch B is worth
@@ -26,13 +28,19 @@ batch buys nothing and the job stays at its smallest batch.
 
 **Goodput** = ``B / t_iter(n, B) · E(B)``: base-batch-equivalent samples per second.
 
-For a fixed number of micro-batches per learner (``accum``), goodput in B has one maximum,
-at ``B* = sqrt(gns · n · T0 / compute_per_sample_s)`` with ``T0 = (accum + 1) · compute_s +
-t_sync(n)`` (the log-derivative ``1/B - c/(T0 + cB) - 1/(gns + B)``, with ``c =
-compute_per_sample_s / n``, vanishes there and nowhere else), and it only rises with B below
-``min_micro_batch``. :func:`best_batch` therefore checks, for the few accumulation counts
-around the one where B* fits, B* rounded both ways and the ends of each count's interval, and
-keeps the best exactly evaluated (ties to the smaller batch).
+**The best batch.** A batch whose largest slice is m samples costs what ``n·m`` costs and
+trains on more, so the candidates are multiples of n (and the range's ends). With no
+overlap, for a fixed number of micro-batches (``accum``) goodput in B has one maximum, at
+``B* = sqrt(gns · n · T0 / compute_per_sample_s)`` with ``T0 = (accum + 1) · compute_s +
+t_sync(n)`` (the log-derivative ``1/B - c/(T0 + cB) - 1/(gns + B)``, ``c =
+compute_per_sample_s / n``, vanishes there and nowhere else), rising below
+``min_micro_batch``; over accumulation counts, full micro-batches peak near ``k = accum + 1
+= sqrt(t_sync · gns / (n · max_micro · t_compute(max_micro)))``. :func:`best_batch` checks
+the counts around both and at the ends, in each the multiples of ``n·k`` around B* and the
+interval's ends, and keeps the best exactly evaluated (ties to the smaller batch): the best
+of every batch (``tests/test_goodput_policy.py`` checks it against all of them). With
+overlap there is no closed form: a search over the counts and, in each, over micro-batch
+sizes (a grid, then a ternary search), within 1 % of the best in the tests.
 """
 
 from __future__ import annotations
