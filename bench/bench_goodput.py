@@ -134,6 +134,7 @@ def cold_tables() -> None:
     goodput_policy._goodput.cache_clear()
     goodput_policy.envelope.cache_clear()
     goodput_policy.rounded_gns.cache_clear()
+    goodput_policy._SEEN.clear()
 
 
 Action = Callable[[], object]

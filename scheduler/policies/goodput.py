@@ -23,9 +23,10 @@ to maximise ``Σ f · S^p / p`` with ``S(n) = G(n) / G(f)`` the job's speedup ov
 share and ``p = FAIRNESS = -1`` (Pollux's exponent; ``p -> 0`` is the log, p = 1 the plain
 sum): a weighted power mean of the speedups, each job weighed by its fair share, so
 priorities, users and teams count as in fair share, and jobs that all scale linearly get
-their fair shares (up to whole slots). Every admitted job starts at its minimum; then, greedily, the next
-step along the upper concave envelope of a job's ``S^p / p`` that adds the most per slot,
-while it adds anything (ties to the earlier job in fairshare-las' order). For concave
+their fair shares (up to whole slots). Every admitted job starts at its minimum; then,
+greedily, the next step along the upper concave envelope of a job's ``S^p / p`` that adds
+the most per slot, while it adds anything (ties to the earlier job in fairshare-las'
+order). For concave
 goodput that greedy is the optimum; the envelope bridges the dip where a job starts to
 span hosts. Slots no step wants go, up to their max, to the fixed-batch jobs (work
 conserving); a goodput job is never given more than its useful size.
@@ -300,12 +301,15 @@ def decide(snapshot: Snapshot, fairness: float = FAIRNESS) -> Decision:
         entries = []
         left = budget
         for view in members:
+            low = view.min_workers
+            targets[view.id] = low
+            left -= low
+            if view.max_workers <= low:  # at its min, goodput or not: nothing to decide
+                continue
             job = original[view.id]
-            targets[job.id] = job.min_workers
-            left -= job.min_workers
             prof = profiles[job.id]
             cap = view.max_workers if job.goodput_mode else prof.top
-            if cap <= job.min_workers:
+            if cap <= low:
                 continue
             share = shares[job.id]
             scale = share if fairness == 0 else share * prof.at(share) ** -fairness
@@ -350,20 +354,19 @@ def _profiles(
     jobs: list[JobView], capacity: int, per_host: int
 ) -> tuple[dict[str, Profile], list[JobView]]:
     global _SEEN
-    seen, fresh = _SEEN, {}
+    seen = _SEEN
+    fresh: dict[int, tuple[JobView, int, int, Profile, JobView]] = {}
     profiles, capped = {}, []
     for job in jobs:
         known = seen.get(id(job))
-        if known is not None and known[0] is job and known[1:3] == (capacity, per_host):
-            prof, view = known[3], known[4]
-        else:
+        if known is None or known[0] is not job or known[1] != capacity or known[2] != per_host:
             prof = profile(job, capacity, per_host)
-            view = _capped(job, prof)
-        fresh[id(job)] = (job, capacity, per_host, prof, view)
-        profiles[job.id] = prof
-        capped.append(view)
-    if len(seen) + len(fresh) > _SEEN_MAX:
-        _SEEN = fresh
+            known = fresh[id(job)] = (job, capacity, per_host, prof, _capped(job, prof))
+        profiles[job.id] = known[3]
+        capped.append(known[4])
+    if len(seen) + len(fresh) > _SEEN_MAX:  # start again from this decision's jobs
+        _SEEN = {id(job): (job, capacity, per_host, profiles[job.id], view)
+                 for job, view in zip(jobs, capped, strict=True)}  # fmt: skip
     else:
         seen.update(fresh)
     return profiles, capped
@@ -380,11 +383,18 @@ def _capped(job: JobView, prof: Profile) -> JobView:
 def _shares(jobs: list[JobView], capacity: int) -> dict[str, float]:
     """Each job's exact weighted max-min share of ``capacity`` (fairshare's water level)."""
     level = fairshare.water_level(jobs, capacity)
-    den = level[1] if level else 1
+    if level is None:
+        return {job.id: float(job.max_workers) for job in jobs}
+    num, den = level
     out = {}
-    for job in jobs:
-        whole, remainder = fairshare.split(job, level)
-        out[job.id] = whole + remainder / den
+    for job in jobs:  # fairshare.split, inlined: this runs for every job of every decision
+        raw = num * job.priority
+        if raw <= job.min_workers * den:
+            out[job.id] = float(job.min_workers)
+        elif raw >= job.max_workers * den:
+            out[job.id] = float(job.max_workers)
+        else:
+            out[job.id] = raw / den
     return out
 
 
