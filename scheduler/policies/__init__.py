@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from scheduler.policies import fairshare, fifo_gang, las, priority, quota, tiresias
+from scheduler.policies import fairshare, fifo_gang, goodput, las, priority, quota, tiresias
 from scheduler.policies.model import (
     ACTIVE_STATES,
     DEFAULT_PRIORITY,
@@ -23,6 +23,7 @@ from scheduler.policies.model import (
     Team,
 )
 from scheduler.policies.teams import entitlements, slots_by_team
+from scheduler.policies.throughput import ThroughputModel
 
 Policy = Callable[[Snapshot], Decision]
 
@@ -35,6 +36,7 @@ POLICIES: dict[str, Policy] = {
     las.POLICY: las.decide,
     las.SPEEDUP_POLICY: las.decide_speedup,
     quota.POLICY: quota.decide,
+    goodput.POLICY: goodput.decide,
 }
 DEFAULT_POLICY = fairshare.POLICY
 
@@ -63,6 +65,7 @@ __all__ = [
     "Policy",
     "Snapshot",
     "Team",
+    "ThroughputModel",
     "decide",
     "entitlements",
     "slots_by_team",

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import heapq
 import math
+from dataclasses import replace
 from operator import attrgetter
 
 from scheduler.policies import fairshare, reasons, speedup
@@ -112,9 +113,7 @@ def _capped(job: JobView) -> JobView:
     top = speedup.useful(job.speedup, job.min_workers, job.max_workers)
     if top == job.max_workers:
         return job
-    return JobView(job.id, top, job.submitted, job.priority, job.min_workers, job.current,
-                   job.state, job.attained, job.name, job.speedup, job.owner,
-                   job.team)  # fmt: skip
+    return replace(job, max_workers=top)
 
 
 def _spread(jobs: list[JobView], targets: dict[str, int], spare: int) -> dict[str, int]:

@@ -8,9 +8,12 @@ touch live state (docs/architecture.md, "Scheduling contract").
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from operator import attrgetter
+
+from scheduler.policies.throughput import ThroughputModel
 
 QUEUED = "QUEUED"
 RUNNING = "RUNNING"
@@ -32,6 +35,15 @@ class JobView:
     by the least-attained-service orders). ``speedup`` is the job's speedup curve where one
     is known: ``speedup[n - 1]`` is how many times faster than on one slot it runs on n slots
     (see :mod:`scheduler.policies.speedup`); empty means unknown, taken as linear.
+
+    Goodput mode (off unless ``batch_range`` is set): the job may train at any global batch
+    in ``batch_range`` (min, max), and the goodput policy picks its batch with its slots
+    (:mod:`scheduler.policies.goodput`). ``max_micro_batch`` caps the samples one learner
+    computes at once (0: no cap; more accumulate), ``gns`` is its smoothed gradient noise
+    scale in samples (0: unknown), ``base_batch`` the batch its learning rate was given for
+    (0: the range's min), ``throughput`` its fitted time per iteration (None: not measured
+    yet, taken as linear in slots), ``batch`` the global batch it runs at now (0: unknown).
+    Fixed-batch jobs leave them all at their defaults.
     """
 
     id: str
@@ -46,10 +58,20 @@ class JobView:
     speedup: tuple[float, ...] = ()
     owner: str = ""  # the user who submitted it; "" is a user too (the one with no name)
     team: str = ""  # the id of its team in the snapshot's ``teams``; "" for none
+    batch_range: tuple[int, int] | None = None  # goodput mode: (min, max) global batch
+    max_micro_batch: int = 0
+    gns: float = 0.0
+    base_batch: int = 0
+    throughput: ThroughputModel | None = None
+    batch: int = 0
 
     @property
     def label(self) -> str:
         return self.name or self.id
+
+    @property
+    def goodput_mode(self) -> bool:
+        return self.batch_range is not None
 
     def __post_init__(self) -> None:
         if not 1 <= self.min_workers <= self.max_workers:
@@ -58,6 +80,19 @@ class JobView:
             raise ValueError(f"job {self.id}: priority must be {MIN_PRIORITY}..{MAX_PRIORITY}")
         if self.current < 0:
             raise ValueError(f"job {self.id}: current allocation is negative")
+        if self.batch_range is not None:
+            low, high = self.batch_range
+            if not 1 <= low <= high:
+                raise ValueError(f"job {self.id}: batch_range needs 1 <= min <= max")
+            if high < self.min_workers:
+                raise ValueError(
+                    f"job {self.id}: batch_range max {high} gives its {self.min_workers} "
+                    "minimum learners less than a sample each"
+                )
+        if self.max_micro_batch < 0 or self.base_batch < 0 or self.batch < 0:
+            raise ValueError(f"job {self.id}: max_micro_batch, base_batch and batch must be >= 0")
+        if not (math.isfinite(self.gns) and self.gns >= 0):
+            raise ValueError(f"job {self.id}: gns must be a finite number >= 0")
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,15 +140,20 @@ class Team:
 @dataclass(frozen=True, slots=True)
 class Snapshot:
     """The cluster at one instant: ``capacity`` usable slots, the jobs, and the teams the
-    jobs belong to (none: every job sits directly under the group)."""
+    jobs belong to (none: every job sits directly under the group). ``slots_per_host``: the
+    slots of one host, where the goodput policy's throughput models tell one host from
+    several (0: unknown, a job of two or more learners is taken to span hosts)."""
 
     capacity: int
     jobs: Sequence[JobView]
     teams: tuple[Team, ...] = ()
+    slots_per_host: int = 0
 
     def __post_init__(self) -> None:
         if self.capacity < 0:
             raise ValueError("capacity is negative")
+        if self.slots_per_host < 0:
+            raise ValueError("slots_per_host is negative")
         if not isinstance(self.teams, tuple):
             object.__setattr__(self, "teams", tuple(self.teams))
         known = check_teams(self.teams)
@@ -188,6 +228,9 @@ class Decision:
     entitlement (the exact slots hierarchical fair share gives its subtree for what its jobs
     ask, before minimums and whole slots; "" is the jobs of no team) and ``users`` each
     user's, by team then owner: what a page charts a team's or a user's slots against.
+
+    ``batches`` holds the global batch the goodput policy chose for each goodput-mode job it
+    gives slots (absent for fixed-batch jobs and for jobs at 0).
     """
 
     policy: str
@@ -197,6 +240,7 @@ class Decision:
     shares: dict[str, float] = field(default_factory=dict)
     teams: dict[str, float] = field(default_factory=dict)
     users: dict[str, dict[str, float]] = field(default_factory=dict)
+    batches: dict[str, int] = field(default_factory=dict)
 
     def changes(self) -> dict[str, tuple[int, int]]:
         """Job id -> (slots now, slots decided), for the jobs whose count changes."""
@@ -227,6 +271,8 @@ class Decision:
         }
         if job.id in self.shares:
             data["share"] = round(self.shares[job.id], 3)
+        if job.id in self.batches:
+            data["batch"], data["batch_now"] = self.batches[job.id], job.batch
         if job.team or job.owner:
             data["team"], data["owner"] = job.team, job.owner
             if job.team in self.teams:
@@ -285,6 +331,7 @@ def make_decision(
     shares: dict[str, float] | None = None,
     teams: dict[str, float] | None = None,
     users: dict[str, dict[str, float]] | None = None,
+    batches: dict[str, int] | None = None,
 ) -> Decision:
     """Bundle ``targets`` (one per job of ``jobs``, the active jobs) with a reason from
     ``explain`` for every job whose count changes."""
@@ -295,7 +342,9 @@ def make_decision(
         for job in jobs
         if targets[job.id] != job.current
     }
-    return Decision(policy, snapshot, targets, reasons, shares or {}, teams or {}, users or {})
+    return Decision(
+        policy, snapshot, targets, reasons, shares or {}, teams or {}, users or {}, batches or {}
+    )
 
 
 def zeros(jobs: Iterable[JobView]) -> dict[str, int]:

@@ -10,7 +10,15 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from scheduler.simulate.engine import Config, JobResult, Observer, SimJob, Simulator, simulate
+from scheduler.simulate.engine import (
+    Config,
+    GoodputProfile,
+    JobResult,
+    Observer,
+    SimJob,
+    Simulator,
+    simulate,
+)
 from scheduler.simulate.metrics import Summary, summarise
 from scheduler.simulate.speedup import speedup
 from scheduler.simulate.trace import (
@@ -23,10 +31,24 @@ from scheduler.simulate.trace import (
 )
 
 
-def jobs_from_trace(trace: Sequence[TraceJob], gpus: int, serials: Sequence[float]) -> list[SimJob]:
-    """Simulator jobs; job ``row`` gets the serial fraction ``serials[row % len(serials)]``."""
+def jobs_from_trace(
+    trace: Sequence[TraceJob],
+    gpus: int,
+    serials: Sequence[float],
+    profiles: Sequence[GoodputProfile] = (),
+    per_host: int = 8,
+) -> list[SimJob]:
+    """Simulator jobs; job ``row`` gets the serial fraction ``serials[row % len(serials)]``,
+    or with ``profiles`` the goodput profile ``profiles[row % len(profiles)]`` (its work: its
+    duration at its user's batch on its GPUs, at most one per sample of that batch)."""
     jobs = []
     for job in trace:
+        if profiles:
+            profile = profiles[job.row % len(profiles)]
+            size = min(job.num_gpus, profile.high, profile.batch)
+            work = job.duration * profile.rate(size, profile.batch, per_host)
+            jobs.append(SimJob(str(job.row), job.submitted, min(size, gpus), work, profile=profile))
+            continue
         serial = serials[job.row % len(serials)]
         work = job.duration * speedup(serial, job.num_gpus)
         jobs.append(
@@ -54,6 +76,7 @@ def run(jobs: Sequence[SimJob], config: Config, observer: Observer | None = None
 
 __all__ = [
     "Config",
+    "GoodputProfile",
     "JobResult",
     "Observer",
     "Run",

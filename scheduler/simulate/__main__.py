@@ -19,6 +19,7 @@ from pathlib import Path
 from scheduler.policies import POLICIES
 from scheduler.simulate import (
     Config,
+    GoodputProfile,
     Run,
     jobs_from_trace,
     offered_load,
@@ -29,6 +30,7 @@ from scheduler.simulate import (
     teams_cli,
     window,
 )
+from scheduler.simulate.pollux import load_applications, trace_profiles
 from scheduler.simulate.speedup import load_fits, usable
 from scheduler.simulate.trace import DAY
 
@@ -60,6 +62,14 @@ def parser() -> argparse.ArgumentParser:
         "--scalability", type=Path, help="directory of scalability CSVs (default: beside the trace)"
     )
     p.add_argument(
+        "--goodput-profiles",
+        type=Path,
+        metavar="TRACES",
+        help="give every job the goodput profile of an application of the Pollux artifact "
+        "(its traces/ folder), by row as the speedup fits are handed out: its throughput "
+        "model, batch range and noise scale; every policy runs it (goodput picks batches)",
+    )
+    p.add_argument(
         "--serial-fraction",
         type=float,
         help="one Amdahl serial fraction for every job instead of the fit",
@@ -79,6 +89,25 @@ def speedup_model(args: argparse.Namespace) -> tuple[list[float], str]:
     return [
         fit.serial for fit in kept
     ], f"Amdahl fitted from {directory}: {named} (left out: {dropped})"
+
+
+def goodput_model(args: argparse.Namespace) -> tuple[list[GoodputProfile], str]:
+    """The goodput profiles of the applications the speedup fit keeps, and a line saying so."""
+    directory = args.scalability or args.trace.parent / "scalability"
+    kept = usable(load_fits(directory))
+    apps = load_applications(args.goodput_profiles)
+    missing = [fit.app for fit in kept if fit.app not in apps]
+    if missing:
+        raise ValueError(f"no traces of {', '.join(missing)} in {args.goodput_profiles}")
+    profiles = trace_profiles(apps, kept)
+    named = ", ".join(
+        f"{fit.app} batch {p.batch} in {p.low}-{p.high}, noise scale {p.gns:.0f}"
+        for fit, p in zip(kept, profiles, strict=True)
+    )
+    return profiles, (
+        f"goodput profiles (every job's speed; the Amdahl fit only picks its application) "
+        f"from {args.goodput_profiles}: {named}"
+    )
 
 
 def report(result: Run, header: Sequence[str]) -> str:
@@ -125,13 +154,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("no jobs in that window", file=sys.stderr)
         return 1
     config = Config(args.gpus, args.policy, args.resize_pause, args.restart_pause, args.threshold)
-    result = run(jobs_from_trace(trace, args.gpus, serials), config)
+    profiles: list[GoodputProfile] = []
+    profile_line = ""
+    if args.goodput_profiles is not None:
+        try:
+            profiles, profile_line = goodput_model(args)
+        except (OSError, ValueError) as error:
+            print(f"error: {error}", file=sys.stderr)
+            return 1
+    result = run(jobs_from_trace(trace, args.gpus, serials, profiles), config)
     header = [
         f"trace {args.trace.name}: {len(trace)} jobs from day {args.start_day:g}"
         f"{f' for {args.days:g} days' if args.days else ''}, {args.gpus} slots, "
         f"policy {args.policy}",
         *sampled,
         f"speedup: {model}",
+        *([profile_line] if profiles else []),
         f"pauses: resize {args.resize_pause:g} s, restart {args.restart_pause:g} s",
     ]
     print(report(result, header))

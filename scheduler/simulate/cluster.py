@@ -15,17 +15,39 @@ batch size, as the artifact's Tiresias runs it. Under the elastic policies a job
 workload batch size (the user's; EDT never changes it) on any number of GPUs from 1 to its
 best size: the replica count, packed, at which the measured throughput at that batch is
 highest (:func:`best_size`), and the policies see its speedup curve at that batch.
+
+Under ``goodput`` every job but ncf's is in goodput mode, as the artifact's Pollux runs them:
+any global batch from the application's smallest validated batch to its largest, on 1 GPU up
+to as many as that largest batch allows at the smallest measured local batch; its learning
+rate given for the smallest batch; the policy sees the application's throughput model fitted
+to all its measured placements (:func:`scheduler.simulate.pollux.fit_model`) and the noise
+scale the job would measure now (at its batch, in its epoch). The batch the decision picks
+applies at once and costs nothing (the engine changes it between iterations). ncf keeps the
+workload's batch (the artifact pins it too).
+
+**Learner moves** (``moves``): sticky placement never moves a learner whose job keeps its
+count, so a job that started on slots scattered over nodes stays scattered. With moves, after
+each decision every job of two GPUs or more spread over more nodes than it needs is offered
+the packed placement on the fewest nodes that its own slots, free slots and the slots of
+one-GPU jobs (swapped onto the slots it leaves: for a one-GPU job every slot is alike) make
+possible. A move costs each learner's job EDT's resize pause (nothing more where its count
+changed in this decision: the same regroup carries it) and is made only when it pays back
+within one interval: ``(I - c)·r_new - I·r_old > c·r_old·k``, with ``I`` the interval,
+``c`` the pause, ``r`` the job's progress rate on its placement (measured, per placement)
+and ``k`` the one-GPU jobs it displaces.
 """
 
 from __future__ import annotations
 
 import functools
+import math
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from scheduler.placement import Slot, place
 from scheduler.policies import POLICIES, Policy
+from scheduler.policies import goodput as goodput_policy
 from scheduler.policies import tiresias as tiresias_policy
 from scheduler.policies.model import QUEUED, RUNNING, SUSPENDED, JobView, Snapshot
 from scheduler.simulate.pollux import Application, Placement, WorkloadJob, normalise, packed
@@ -34,6 +56,7 @@ INTERVAL = 60.0
 RESTART_PAUSE = 30.0
 RESIZE_PAUSE = 0.1  # bench/results/engine.md: grow 0.106 s, shrink 0.037 s (medians)
 GANG_POLICIES = frozenset({tiresias_policy.POLICY, "fifo-gang", "fifo-backfill"})
+FIXED_BATCH = frozenset({"ncf"})  # kept at the workload's batch under goodput, as the artifact
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,10 +68,15 @@ class ClusterConfig:
     restart_pause: float = RESTART_PAUSE
     resize_pause: float = RESIZE_PAUSE
     threshold: float = tiresias_policy.DEFAULT_THRESHOLD
+    moves: bool = False  # move learners onto fewer nodes where it pays back
 
     @property
     def gang(self) -> bool:
         return self.policy in GANG_POLICIES
+
+    @property
+    def goodput(self) -> bool:
+        return self.policy == goodput_policy.POLICY
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,6 +86,7 @@ class Outcome:
     finished: float
     restarts: int
     resizes: int
+    moves: int = 0
 
     @property
     def jct(self) -> float:
@@ -94,6 +123,9 @@ class _Job:
     finished: float | None = None
     restarts: int = -1  # the first start is not a restart
     resizes: int = 0
+    moves: int = 0
+    goodput: bool = False  # the policy picks its batch
+    batch: int = 0  # the global batch it trains at (the workload's unless in goodput mode)
     view: JobView | None = field(default=None)
 
     def run(self, start: float, seconds: float) -> None:
@@ -104,7 +136,7 @@ class _Job:
         delay = min(self.pause, seconds)
         self.pause -= delay
         now, seconds = start + delay, seconds - delay
-        app, batch = self.app, self.spec.batch
+        app, batch = self.app, self.batch
         while seconds > 0 and self.finished is None:
             rate = app.rate(self.placement, batch, self.epoch)
             end = app.epoch_ends[self.epoch]
@@ -138,6 +170,9 @@ class Cluster:
             for i in range(config.per_node)
         ]
         self.host_index = {slot.id: int(slot.host[1:]) for slot in self.slots}
+        self.by_host = [
+            [s.id for s in self.slots if self.host_index[s.id] == h] for h in range(hosts)
+        ]
         self.pending = deque(sorted(workload, key=lambda j: (j.submitted, j.name)))
         self.apps = apps
         self.active: dict[str, _Job] = {}
@@ -147,10 +182,13 @@ class Cluster:
     def _admit(self, spec: WorkloadJob) -> _Job:
         app = self.apps[spec.app]
         if self.config.gang:
-            return _Job(spec, app, min(spec.replicas, self.config.gpus), ())
+            return _Job(spec, app, min(spec.replicas, self.config.gpus), (), batch=spec.batch)
+        if self.config.goodput and app.name not in FIXED_BATCH:
+            top = min(self.config.gpus, app.max_replicas(app.max_batch))
+            return _Job(spec, app, top, (), goodput=True, batch=app.init_batch)
         curve = speedups(app, spec.batch, self.config.gpus)
         size = best_size(app, spec.batch, self.config.gpus)
-        return _Job(spec, app, size, curve[:size])
+        return _Job(spec, app, size, curve[:size], batch=spec.batch)
 
     def run(self) -> list[Outcome]:
         interval = self.config.interval
@@ -166,7 +204,9 @@ class Cluster:
                 assert job.finished is not None
                 restarts = max(job.restarts, 0)
                 self.outcomes.append(
-                    Outcome(name, job.spec.submitted, job.finished, restarts, job.resizes)
+                    Outcome(
+                        name, job.spec.submitted, job.finished, restarts, job.resizes, job.moves
+                    )
                 )
             while self.pending and self.pending[0].submitted <= self.now:
                 spec = self.pending.popleft()
@@ -177,40 +217,143 @@ class Cluster:
 
     def _decide(self) -> None:
         views = [self._view(job) for job in self.active.values()]
-        decision = self.policy(Snapshot(self.config.gpus, views))
-        if not decision.reasons:
-            return
-        current = {name: job.members for name, job in self.active.items() if job.members}
-        placed = place(self.slots, current, decision.targets)
-        for name in decision.reasons:
-            job = self.active[name]
-            before = len(job.members)
-            job.members = placed.members.get(name, ())
-            by_host: dict[int, int] = {}
-            for slot in job.members:
-                host = self.host_index[slot]
-                by_host[host] = by_host.get(host, 0) + 1
-            job.placement = normalise(by_host[h] for h in sorted(by_host))
-            if not job.members:
-                job.pause = 0.0
-            elif before:
-                job.pause = self.config.resize_pause
-                job.resizes += 1
-            else:
-                job.pause = self.config.restart_pause
-                job.restarts += 1
+        snapshot = Snapshot(self.config.gpus, views, slots_per_host=self.config.per_node)
+        decision = self.policy(snapshot)
+        for name, batch in decision.batches.items():
+            self.active[name].batch = batch
+        changed = set(decision.reasons)
+        if changed:
+            current = {name: job.members for name, job in self.active.items() if job.members}
+            placed = place(self.slots, current, decision.targets)
+            for name in decision.reasons:
+                job = self.active[name]
+                before = len(job.members)
+                self._seat(job, placed.members.get(name, ()))
+                if not job.members:
+                    job.pause = 0.0
+                elif before:
+                    job.pause = self.config.resize_pause
+                    job.resizes += 1
+                else:
+                    job.pause = self.config.restart_pause
+                    job.restarts += 1
+        if self.config.moves:
+            self._move(changed)
+
+    def _seat(self, job: _Job, members: tuple[str, ...]) -> None:
+        job.members = members
+        by_host: dict[int, int] = {}
+        for slot in members:
+            host = self.host_index[slot]
+            by_host[host] = by_host.get(host, 0) + 1
+        job.placement = normalise(by_host[h] for h in sorted(by_host))
+
+    def _move(self, changed: set[str]) -> None:
+        """Learner moves (see the module): jobs spread over more nodes than they need, the
+        largest first, onto the fewest nodes their slots, free slots and one-GPU jobs'
+        slots allow, where that pays back within one interval."""
+        per_node, pause, interval = (
+            self.config.per_node,
+            self.config.resize_pause,
+            self.config.interval,
+        )
+        owner = {slot: name for name, job in self.active.items() for slot in job.members}
+        spread = [
+            job for job in self.active.values()
+            if len(job.members) > 1 and len(job.placement) > math.ceil(len(job.members) / per_node)
+        ]  # fmt: skip
+        for job in sorted(spread, key=lambda j: (-len(j.members), j.spec.name)):
+            name, size = job.spec.name, len(job.members)
+            room = []  # per host: (slots this job could hold there, its own there, host)
+            for host, slots in enumerate(self.by_host):
+                own = sum(1 for s in slots if owner.get(s) == name)
+                usable = sum(
+                    1 for s in slots
+                    if owner.get(s) in (None, name) or len(self.active[owner[s]].members) == 1
+                )  # fmt: skip
+                room.append((usable, own, host))
+            room.sort(key=lambda r: (-min(r[0], per_node), -r[1], r[2]))
+            hosts = room[: math.ceil(size / per_node)]
+            if sum(min(r[0], per_node) for r in hosts) < size:
+                continue
+            chosen = {h for _, _, h in hosts}
+            kept = [s for s in job.members if self.host_index[s] in chosen]
+            taken: list[str] = []
+            for _, _, host in hosts:  # fullest first: its free slots, then one-GPU jobs'
+                slots = self.by_host[host]
+                room_here = per_node - sum(1 for s in slots if owner.get(s) == name)
+                free = [s for s in slots if s not in owner]
+                swap = [
+                    s for s in slots
+                    if s in owner and owner[s] != name and len(self.active[owner[s]].members) == 1
+                ]  # fmt: skip
+                take = max(0, min(room_here, size - len(kept) - len(taken)))
+                taken += (free + swap)[:take]
+            if len(kept) + len(taken) < size:
+                continue
+            members = (*kept, *taken)
+            counts: dict[int, int] = {}
+            for slot in members:
+                counts[self.host_index[slot]] = counts.get(self.host_index[slot], 0) + 1
+            target = normalise(counts[h] for h in sorted(counts))
+            if len(target) >= len(job.placement):
+                continue
+            old = job.app.rate(job.placement, job.batch, job.epoch)
+            new = job.app.rate(target, job.batch, job.epoch)
+            cost = 0.0 if name in changed else pause
+            displaced = [owner[s] for s in taken if s in owner]
+            if (interval - cost) * new - interval * old <= pause * old * len(displaced):
+                continue
+            leaving = [s for s in job.members if s not in kept]
+            for slot, other in zip([s for s in taken if s in owner], leaving, strict=False):
+                mover = self.active[owner[slot]]
+                self._seat(mover, (other,))
+                owner[other] = mover.spec.name
+                if mover.spec.name not in changed:
+                    mover.pause = max(mover.pause, pause)
+                mover.moves += 1
+                changed.add(mover.spec.name)
+            for slot in leaving:
+                if owner.get(slot) == name:
+                    del owner[slot]
+            for slot in taken:
+                owner[slot] = name
+            self._seat(job, members)
+            job.pause = max(job.pause, cost)
+            job.moves += 1
+            changed.add(name)
 
     def _view(self, job: _Job) -> JobView:
         held = len(job.members)
         state = RUNNING if held else SUSPENDED if job.restarts >= 0 else QUEUED
         view = job.view
+        gns = job.app.noise_scale(job.batch, job.epoch) if job.goodput else 0.0
         if (
             view is not None
             and view.current == held
             and view.state == state
             and view.attained == job.attained
+            and view.batch == (job.batch if job.goodput else 0)
+            and view.gns == gns
         ):
             return view
+        if job.goodput:
+            app = job.app
+            job.view = JobView(
+                job.spec.name,
+                job.max_workers,
+                job.spec.submitted,
+                current=held,
+                state=state,
+                attained=job.attained,
+                batch_range=(app.init_batch, app.max_batch),
+                max_micro_batch=int(app.max_local_bsz),
+                gns=gns,
+                base_batch=app.init_batch,
+                throughput=app.model,
+                batch=job.batch,
+            )
+            return job.view
         job.view = JobView(
             job.spec.name,
             job.max_workers,

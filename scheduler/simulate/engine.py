@@ -23,18 +23,46 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from scheduler.policies import POLICIES, Policy, las
+from scheduler.policies import goodput as goodput_policy
 from scheduler.policies import tiresias as tiresias_policy
 from scheduler.policies.model import QUEUED, RUNNING, SUSPENDED, JobView, Snapshot, Team
+from scheduler.policies.throughput import ThroughputModel, goodput
 from scheduler.simulate.speedup import speedup
 
 COMPLETION, WAKE = 0, 1
-AWAKE = frozenset({tiresias_policy.POLICY, las.POLICY, las.SPEEDUP_POLICY})
+AWAKE = frozenset({tiresias_policy.POLICY, las.POLICY, las.SPEEDUP_POLICY, goodput_policy.POLICY})
+CURVES = frozenset({las.SPEEDUP_POLICY, goodput_policy.POLICY})  # policies shown speedup curves
+
+
+@dataclass(frozen=True, slots=True)
+class GoodputProfile:
+    """A job that can train at any global batch in ``[low, high]``: its throughput model,
+    its (constant) gradient noise scale, the batch its learning rate was given for, its
+    micro-batch cap and the batch its user gave it (:mod:`scheduler.policies.throughput`)."""
+
+    model: ThroughputModel
+    gns: float
+    base: int
+    low: int
+    high: int
+    max_micro: int
+    batch: int
+
+    def rate(self, slots: int, batch: int, per_host: int) -> float:
+        """Goodput on ``slots`` packed slots at ``batch``, over one slot's at the user's."""
+        one = goodput(self.model, 1, self.batch, self.gns, self.base, self.max_micro, per_host)
+        return self.goodput(slots, batch, per_host) / one
+
+    def goodput(self, slots: int, batch: int, per_host: int) -> float:
+        return goodput(self.model, slots, batch, self.gns, self.base, self.max_micro, per_host)
 
 
 @dataclass(frozen=True, slots=True)
 class SimJob:
     """A job to simulate: ``work`` is in seconds at one slot's speed; on n slots it
-    progresses ``speedup(serial, n)`` times faster."""
+    progresses ``speedup(serial, n)`` times faster. With a goodput ``profile`` its speed
+    on n slots at batch B is ``profile.rate(n, B)`` instead: under the goodput policy at the
+    batch the policy picks, under the others at the user's batch."""
 
     id: str
     submitted: float
@@ -42,11 +70,19 @@ class SimJob:
     work: float
     serial: float = 0.0
     team: str = ""  # its team's id (the policy sees it where Config.teams is set)
+    profile: GoodputProfile | None = None
 
     @property
     def isolated(self) -> float:
-        """Seconds it would take alone on the cluster, at its max, never paused."""
-        return self.work / speedup(self.serial, self.max_workers)
+        """Seconds it would take alone on the cluster, at its max, never paused (at the
+        user's batch)."""
+        return self.work / self.speed(self.max_workers, 0)
+
+    def speed(self, slots: int, batch: int, per_host: int = 8) -> float:
+        """Work per second on ``slots`` at global ``batch`` (0: the user's)."""
+        if self.profile is None:
+            return speedup(self.serial, slots)
+        return self.profile.rate(slots, batch or self.profile.batch, per_host)
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,6 +99,7 @@ class Config:
     teams: tuple[Team, ...] = ()
     kill: bool = False  # a job losing its slots is killed, not suspended (see the module)
     checkpoint_every: float = 1800.0  # seconds of running between checkpoints (kill only)
+    slots_per_host: int = 8  # goodput profiles: learners packed on hosts of this many slots
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,6 +130,7 @@ class _State:
     run_from: float = 0.0  # when the current run began to compute (after its pause)
     preemptions: int = 0
     lost: float = 0.0
+    batch: int = 0  # the batch the goodput policy picked (0: the user's)
 
 
 def _policy(config: Config) -> Policy:
@@ -116,7 +154,8 @@ class Simulator:
         self.policy = _policy(config)
         # Policies that read attained service: a job's change of queue or class wakes them.
         self.wakes = config.policy in AWAKE
-        self.curves = config.policy == las.SPEEDUP_POLICY  # Amdahl curves for the policy
+        self.curves = config.policy in CURVES  # speedup curves for the policy
+        self.goodput = config.policy == goodput_policy.POLICY
         self.pending = deque(sorted(jobs, key=lambda job: (job.submitted, job.id)))
         self.active: dict[str, _State] = {}
         self.views: dict[str, JobView] = {}  # what the policy sees, kept up to date
@@ -154,7 +193,7 @@ class Simulator:
         while self.pending and self.pending[0].submitted <= now:
             job = self.pending.popleft()
             self.active[job.id] = _State(job, job.work, now)
-            self.views[job.id] = self._view(self.active[job.id], now, self.curves)
+            self.views[job.id] = self._view(self.active[job.id], now)
 
     def _pop_events(self, now: float) -> None:
         """Complete the jobs due now (a due WAKE needs nothing: the decision follows)."""
@@ -176,20 +215,55 @@ class Simulator:
     def _reschedule(self, now: float) -> None:
         if self.wakes:  # attained service grows while jobs run
             for job_id in self.running:
-                self.views[job_id] = self._view(self.active[job_id], now, self.curves)
-        snapshot = Snapshot(self.config.gpus, list(self.views.values()), self.config.teams)
+                self.views[job_id] = self._view(self.active[job_id], now)
+        snapshot = Snapshot(self.config.gpus, list(self.views.values()), self.config.teams,
+                            slots_per_host=self.config.slots_per_host)  # fmt: skip
         decision = self.policy(snapshot)
         self.decisions += 1
         for job_id in decision.reasons:
-            self._resize(self.active[job_id], decision.targets[job_id], now)
+            self._resize(
+                self.active[job_id], decision.targets[job_id], now, decision.batches.get(job_id)
+            )
+        for job_id, batch in decision.batches.items():  # a new batch alone: no pause
+            state = self.active[job_id]
+            if job_id not in decision.reasons and batch != state.batch:
+                self._advance(state, now)
+                state.batch = batch
+                state.version += 1
+                self.views[job_id] = self._view(state, now)
+                self._schedule_events(state, now)
         if self.observer is not None:
             self.observer(now, [(state.job, state.slots) for state in self.active.values()])
 
-    def _view(self, state: _State, now: float, curves: bool = False) -> JobView:
-        """The job as the policy sees it at ``now`` (with its speedup curve if ``curves``)."""
+    def _view(self, state: _State, now: float) -> JobView:
+        """The job as the policy sees it at ``now`` (with its speedup curve where the policy
+        reads one; in goodput mode under the goodput policy)."""
         job = state.job
         phase = RUNNING if state.slots else SUSPENDED if state.started else QUEUED
         attained = state.attained + state.slots * (now - state.since)
+        profile = job.profile
+        if profile is not None and self.goodput:
+            return JobView(
+                job.id,
+                job.max_workers,
+                job.submitted,
+                current=state.slots,
+                state=phase,
+                attained=attained,
+                batch_range=(profile.low, profile.high),
+                max_micro_batch=profile.max_micro,
+                gns=profile.gns,
+                base_batch=profile.base,
+                throughput=profile.model,
+                batch=state.batch,
+                team=job.team if self.config.teams else "",
+            )
+        if not self.curves:
+            curve: tuple[float, ...] = ()
+        elif profile is not None:
+            curve = profile_curve(profile, job.max_workers, self.config.slots_per_host)
+        else:
+            curve = amdahl_curve(job.serial, job.max_workers)
         return JobView(
             job.id,
             job.max_workers,
@@ -197,21 +271,26 @@ class Simulator:
             current=state.slots,
             state=phase,
             attained=attained,
-            speedup=amdahl_curve(job.serial, job.max_workers) if curves else (),
+            speedup=curve,
             team=job.team if self.config.teams else "",
         )
+
+    def _speed(self, state: _State) -> float:
+        return state.job.speed(state.slots, state.batch, self.config.slots_per_host)
 
     def _advance(self, state: _State, now: float) -> None:
         """Account the progress and service since ``state.since``."""
         if state.slots:
             ran = now - max(state.since, state.resume_at)
             if ran > 0:
-                state.remaining -= speedup(state.job.serial, state.slots) * ran
+                state.remaining -= self._speed(state) * ran
             state.attained += state.slots * (now - state.since)
         state.since = now
 
-    def _resize(self, state: _State, slots: int, now: float) -> None:
+    def _resize(self, state: _State, slots: int, now: float, batch: int | None = None) -> None:
         self._advance(state, now)
+        if batch is not None:
+            state.batch = batch
         if state.started:
             state.reallocations += 1
             if slots:
@@ -226,7 +305,7 @@ class Simulator:
         state.started = state.started or slots > 0
         state.slots = slots
         state.version += 1
-        self.views[state.job.id] = self._view(state, now, self.curves)
+        self.views[state.job.id] = self._view(state, now)
         if slots:
             self.running.add(state.job.id)
             self._schedule_events(state, now)
@@ -242,7 +321,7 @@ class Simulator:
         state.lost += since * state.slots
 
     def _schedule_events(self, state: _State, now: float) -> None:
-        rate = speedup(state.job.serial, state.slots)
+        rate = self._speed(state)
         done = max(now, state.resume_at) + max(state.remaining, 0.0) / rate
         heapq.heappush(self.events, (done, state.version, state.job.id, COMPLETION))
         if not self.wakes:
@@ -254,6 +333,12 @@ class Simulator:
         if boundary is not None:
             demoted = now + (boundary - state.attained) / state.slots
             heapq.heappush(self.events, (demoted, state.version, state.job.id, WAKE))
+
+
+@functools.lru_cache(maxsize=1024)
+def profile_curve(profile: GoodputProfile, top: int, per_host: int) -> tuple[float, ...]:
+    """The profile's speedup curve at the user's batch, n = 1..top."""
+    return tuple(profile.rate(n, profile.batch, per_host) for n in range(1, top + 1))
 
 
 @functools.lru_cache(maxsize=1024)

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import csv
 import math
+import statistics
 from bisect import bisect_left, bisect_right
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
@@ -39,10 +40,16 @@ from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
 
+from scheduler.policies.throughput import ThroughputModel
+from scheduler.simulate.engine import GoodputProfile
+from scheduler.simulate.speedup import AppFit
+
 # The artifact's per-application settings (``applications.py``).
 MAX_EPOCHS = {"bert": 2, "cifar10": 100, "deepspeech2": 80, "imagenet": 90, "ncf": 10, "yolov3": 50}
 MAX_LOCAL_BSZ = {"yolov3": 8}
 MAX_NODES = 16
+OVERLAPS = (1.0, 1.25, 1.5, 2.0, 3.0, 5.0, 10.0)  # the overlaps fit_model tries
+NOISE_CAP = 1e9  # a noise scale beyond any batch: every batch as efficient as the smallest
 
 Placement = tuple[int, ...]
 
@@ -140,6 +147,8 @@ class Application:
         self._throughput = cache(self._throughput_uncached)
         self._stats = cache(self._stats_uncached)
         self.rate = cache(self._rate_uncached)  # type: ignore[method-assign]
+        self.noise_scale = cache(self._noise_scale_uncached)  # type: ignore[method-assign]
+        self.model = fit_model(self)
 
     @property
     def init_batch(self) -> int:
@@ -238,17 +247,34 @@ class Application:
         return self._stats(batch, epoch)
 
     def _stats_uncached(self, batch: int, epoch: int) -> float:
+        sqr, var = self.grad_stats(batch, epoch)
+        scale = batch / self.init_batch
+        return (var + sqr) / (var / scale + sqr)
+
+    def grad_stats(self, batch: int, epoch: int) -> tuple[float, float]:
+        """(grad_sqr, grad_var) at global ``batch`` in ``epoch``, interpolated linearly
+        between the validated batches around it."""
         i = bisect_left(self.batches, batch)
         upper = self.validations[min(i, len(self.validations) - 1)]
         lower = upper if upper.batch == batch or i == 0 else self.validations[i - 1]
         if lower is upper:
-            sqr, var = upper.grad_sqr[epoch], upper.grad_var[epoch]
-        else:
-            w = (batch - lower.batch) / (upper.batch - lower.batch)
-            sqr = lower.grad_sqr[epoch] + w * (upper.grad_sqr[epoch] - lower.grad_sqr[epoch])
-            var = lower.grad_var[epoch] + w * (upper.grad_var[epoch] - lower.grad_var[epoch])
-        scale = batch / self.init_batch
-        return (var + sqr) / (var / scale + sqr)
+            return upper.grad_sqr[epoch], upper.grad_var[epoch]
+        w = (batch - lower.batch) / (upper.batch - lower.batch)
+        sqr = lower.grad_sqr[epoch] + w * (upper.grad_sqr[epoch] - lower.grad_sqr[epoch])
+        var = lower.grad_var[epoch] + w * (upper.grad_var[epoch] - lower.grad_var[epoch])
+        return sqr, var
+
+    def noise_scale(self, batch: int, epoch: int) -> float:
+        """The gradient noise scale (samples) a job at ``batch`` measures in ``epoch``:
+        ``init_batch · grad_var / grad_sqr``, so that the artifact's gain per step at batch
+        B is B/init_batch times ``E(B) = (gns + init_batch) / (gns + B)``."""
+        return self._noise_scale_uncached(batch, epoch)  # replaced by a cached one
+
+    def _noise_scale_uncached(self, batch: int, epoch: int) -> float:
+        sqr, var = self.grad_stats(batch, epoch)
+        if sqr <= 0:
+            return NOISE_CAP
+        return min(NOISE_CAP, max(0.0, self.init_batch * var / sqr))
 
     def rate(self, placement: Placement, batch: int, epoch: int) -> float:
         """Progress per second of a job of global ``batch`` on ``placement`` in ``epoch``."""
@@ -272,6 +298,109 @@ class Application:
         """The most replicas a job of ``batch`` can use: each computes at least the smallest
         measured local batch (the artifact's Optimus bound)."""
         return max(1, int(batch // self.min_local_bsz))
+
+
+def fit_model(app: Application) -> ThroughputModel:
+    """The application's throughput model (:class:`ThroughputModel`), fitted by least
+    squares to every measured step (``placements.csv`` and ``scalability.csv``): compute
+    time ``step - sync`` on the local batch; then, for each overlap gamma of
+    :data:`OVERLAPS`, the all-reduce each step implies, ``(step^gamma -
+    compute^gamma)^(1/gamma)``, on ``replicas - 2``, separately for placements on one node
+    (two replicas or more) and on several, keeping the gamma whose steps are predicted with
+    the least relative squared error (Pollux's model, fitted by a grid over gamma and least
+    squares). Negative coefficients are clipped to 0. What a job profiled on every
+    placement would know (the engine fits the same model from its own steps)."""
+    rows = [
+        (len(placement), sum(placement), bsz, step, sync)
+        for placement, curve in app.placements.items()
+        for bsz, step, sync in zip(curve.bsz, curve.step, curve.sync, strict=True)
+    ]
+    rows += [
+        (nodes, replicas, bsz, step, sync)
+        for (nodes, replicas), curve in app.grid.items()
+        if nodes > 4  # the grid's smaller counts are the placements' means
+        for bsz, step, sync in zip(curve.bsz, curve.step, curve.sync, strict=True)
+    ]
+    alpha, beta = _least_squares([r[2] for r in rows], [r[3] - r[4] for r in rows])
+    alpha, beta = max(alpha, 0.0), max(beta, 0.0)
+
+    def rest(
+        chosen: list[tuple[int, int, float, float, float]], gamma: float
+    ) -> tuple[float, float, float]:
+        """(fixed, per learner, squared error of the step) of the all-reduce fitted, for
+        overlap ``gamma``, to the all-reduce each row implies:
+        ``(step^gamma - compute^gamma)^(1/gamma)``."""
+        xs, ys = [], []
+        for _, replicas, bsz, step, _ in chosen:
+            compute = alpha + beta * max(bsz, app.min_local_bsz)
+            xs.append(float(replicas - 2))
+            ys.append(max(step**gamma - compute**gamma, 0.0) ** (1 / gamma))
+        if len(set(xs)) < 2:
+            fixed, slope = max(sum(ys) / len(ys), 0.0), 0.0
+        else:
+            fixed, slope = _least_squares(xs, ys)
+            fixed, slope = max(fixed, 0.0), max(slope, 0.0)
+        error = 0.0
+        for (_, _, bsz, step, _), x in zip(chosen, xs, strict=True):
+            compute = alpha + beta * max(bsz, app.min_local_bsz)
+            sync = fixed + slope * x
+            error += ((compute**gamma + sync**gamma) ** (1 / gamma) / step - 1) ** 2
+        return fixed, slope, error
+
+    one = [r for r in rows if r[0] == 1 and r[1] >= 2]
+    many = [r for r in rows if r[0] >= 2]
+    fits = []
+    for gamma in OVERLAPS:
+        sync_s, sync_slope, e1 = rest(one, gamma)
+        net_s, net_slope, e2 = rest(many, gamma)
+        fits.append((e1 + e2, gamma, sync_s, sync_slope, net_s, net_slope))
+    _, gamma, sync_s, sync_slope, net_s, net_slope = min(fits)
+    return ThroughputModel(
+        alpha,
+        beta,
+        sync_s,
+        sync_slope,
+        net_s,
+        net_slope,
+        max(1, int(app.min_local_bsz)),
+        gamma,
+    )
+
+
+def trace_profiles(apps: dict[str, Application], fits: Sequence[AppFit]) -> list[GoodputProfile]:
+    """A goodput profile per application of ``fits``, in their order, for trace jobs (the
+    Philly trace has no batch sizes): the application's fitted throughput model, its range
+    of validated batches with the learning rate given for the smallest, its micro-batch cap,
+    the fit's batch as the user's (clamped into the range), and as a constant noise scale the
+    median over its epochs of the one measured at that batch."""
+    profiles = []
+    for fit in fits:
+        app = apps[fit.app]
+        batch = min(max(fit.batch, app.init_batch), app.max_batch)
+        gns = statistics.median(app.noise_scale(batch, e) for e in range(app.max_epochs))
+        profiles.append(
+            GoodputProfile(
+                app.model,
+                gns,
+                app.init_batch,
+                app.init_batch,
+                app.max_batch,
+                int(app.max_local_bsz),
+                batch,
+            )
+        )
+    return profiles
+
+
+def _least_squares(xs: Sequence[float], ys: Sequence[float]) -> tuple[float, float]:
+    """(intercept, slope) of ys on xs."""
+    n = len(xs)
+    mean_x, mean_y = sum(xs) / n, sum(ys) / n
+    sxx = sum((x - mean_x) ** 2 for x in xs)
+    if sxx == 0:
+        return mean_y, 0.0
+    slope = sum((x - mean_x) * (y - mean_y) for x, y in zip(xs, ys, strict=True)) / sxx
+    return mean_y - slope * mean_x, slope
 
 
 def _floats(row: dict[str, str]) -> tuple[float, float, float]:

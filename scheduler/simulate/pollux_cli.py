@@ -1,4 +1,4 @@
-"""``python -m scheduler.simulate pollux --workloads DIR --policy NAME --gpus 64 [--json]``.
+"""``python -m scheduler.simulate pollux --workloads DIR --policy NAME [--moves] [--json]``.
 
 Simulates every ``workload-N.csv`` in DIR (the Pollux artifact's workloads) on the
 artifact's cluster (:mod:`scheduler.simulate.cluster`) with one of our policies, and prints
@@ -61,6 +61,11 @@ def parser() -> argparse.ArgumentParser:
         type=float,
         default=RESIZE_PAUSE,
         help="seconds a running job pauses to grow or shrink (default 0.1, EDT's measured)",
+    )
+    p.add_argument(
+        "--moves",
+        action="store_true",
+        help="move learners onto fewer nodes where it pays back within an interval",
     )
     p.add_argument("--load", type=float, help="the load to report (default: from the name)")
     p.add_argument("--procs", type=int, default=2, help="processes (default 2)")
@@ -164,6 +169,7 @@ def main(argv: Sequence[str]) -> int:
         args.interval,
         args.restart_pause,
         args.resize_pause,
+        moves=args.moves,
     )
     try:
         result = simulate_folder(args.workloads, config, args.traces, args.procs, args.load)
@@ -177,6 +183,7 @@ def main(argv: Sequence[str]) -> int:
         f"{args.workloads}: {len(result.outcomes)} workloads, policy {args.policy}, "
         f"{args.gpus} GPUs ({args.per_node} per node), decisions every {args.interval:g} s, "
         f"pauses: restart {args.restart_pause:g} s, resize {args.resize_pause:g} s"
+        f"{', learner moves' if args.moves else ''}"
     )
     for name, outcomes, bound in zip(result.workloads, result.outcomes, result.bounds, strict=True):
         avg = statistics.fmean(o.jct for o in outcomes)
