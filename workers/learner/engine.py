@@ -40,6 +40,7 @@ from workers.learner.contract import (
     is_wmla_script,
     load_definition,
     run_script,
+    write_config,
 )
 from workers.learner.overlap import BucketFailure, GradBuckets, gloo_or_nccl_allreduce
 from workers.learner.partition import (
@@ -255,6 +256,8 @@ class Learner:
 
         workdir = Path(self.spec.workdir)
         os.chdir(workdir)
+        if self.spec.hparams:  # a sweep's trial: its values where WMLA puts them
+            write_config(workdir, self.spec.hparams)
         torch.manual_seed(self.spec.seed)  # WMLA scripts build their model as they run
         try:
             run_script(path, self.spec.argv, drive)
@@ -834,6 +837,8 @@ class Learner:
             return
         self.save_checkpoint()
         torch.save(self.model.state_dict(), Path(self.spec.workdir) / "model.pt")
+        if self.defn.style == "wmla":  # where WMLA's loggers write val_dict_list.json
+            self._driver_log("on_train_end")
         self.records.put({"type": "done", "step": self.counters["step"], "time": time.time()})
 
 
