@@ -86,7 +86,7 @@ def test_new_sweep_from_the_form_then_its_page_state_stop_resume_and_clone(
     shown = client.get(f"/sweeps/{sweep.pk}/")
     text = shown.content.decode()
     assert shown.status_code == 200 and "lrs" in text and 'id="chart-parcoords"' in text
-    assert text.count('class="pick"') == 2 and "vendor/plotly/plotly.min.js" in text
+    assert text.count('class="pick"') == 2 and "vendor/plotly-gl2d/plotly-gl2d.min.js" in text
     state = client.get(f"/sweeps/{sweep.pk}/state").json()
     assert (state["state"], state["running"], state["total"]) == ("RUNNING", 2, 3)
     assert [t["number"] for t in state["trials"]] == [0, 1]

@@ -154,7 +154,7 @@
     const objective = seen.map((t) => t.objective);
     dims.push({ label: state.objective, values: objective });
     Plotly.react(el, [{ type: "parcoords", dimensions: dims,
-      line: { color: objective, colorscale: "Viridis", reversescale: state.direction === "maximize", showscale: true,
+      line: { color: objective, colorscale: "Viridis", reversescale: state.direction === "minimize", showscale: true,
         colorbar: { title: { text: state.objective } } } }],
     { margin: { l: 60, r: 60, t: 40, b: 20 }, height: 300 }, EDTCurves.config);
   }
