@@ -32,6 +32,7 @@ from edtweb.training.models import Job
 from edtweb.training.status import statuses
 from edtweb.training.views import human_duration
 
+MAX_CURVES = 40  # trials' curves on a sweep's page at most (a chart of more says nothing)
 FORM_FIELDS = ("objective", "direction", "algorithm", "max_trials", "max_parallel", "epochs",
                "batch_size", "lr", "max_workers")  # fmt: skip
 
@@ -172,9 +173,14 @@ def sweep_state(request: HttpRequest, pk: int) -> JsonResponse:
 @login_required
 @require_GET
 def sweep_curves(request: HttpRequest, pk: int) -> JsonResponse:
-    """Every trial's loss curve and evaluations, to overlay."""
+    """The trials' loss curves and evaluations, to overlay: every trial's, or of a sweep of
+    more than ``MAX_CURVES`` trials the best one's and the latest others'."""
     sweep = get_owned(request, Sweep, pk)
     trials = list(Job.objects.filter(sweep=sweep).order_by("trial_number", "pk"))
+    if len(trials) > MAX_CURVES:
+        best = view(sweep).best
+        keep = {t.pk for t in trials[-(MAX_CURVES - 1) :]} | ({best.job} if best else set())
+        trials = [t for t in trials if t.pk in keep]
     return JsonResponse({"curves": curves(trials)})
 
 
