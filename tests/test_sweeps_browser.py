@@ -3,7 +3,8 @@ slots, the sweep driver): a sweep made on the New sweep page over the example ML
 learning rate; its page shows its trials appear, train and end without a reload; the
 parallel-coordinates plot draws a line per trial over the learning rate and the objective;
 two trials ticked open the compare page, where the learning rate is marked as what
-differs and their curves are overlaid. Then the pages fit a phone and pass axe."""
+differs and their curves are overlaid, as from two jobs ticked on the jobs list. Then the
+pages (the jobs list with its boxes too) fit a phone and pass axe."""
 
 from __future__ import annotations
 
@@ -120,7 +121,7 @@ def test_a_sweep_made_on_its_page_runs_its_trials_draws_them_and_compares_two(
 
         # Each sweep page fits a phone and passes axe.
         ARTIFACTS.mkdir(exist_ok=True)
-        pages = {"sweeps": "/sweeps/", "sweep-new": "/sweeps/new/",
+        pages = {"jobs-picked": "/jobs/", "sweeps": "/sweeps/", "sweep-new": "/sweeps/new/",
                  "sweep": sweep_url.removeprefix(live.url),
                  "compare": compare_url.removeprefix(live.url)}  # fmt: skip
         found: dict[str, Any] = {}
