@@ -146,7 +146,9 @@ USE_TZ = True
 
 STATIC_URL = "static/"
 # No CDN: EDT works offline. The pages use plotly.js's basic bundle (scatter, bar, pie:
-# 1.2 MB; static/vendor/plotly-basic, from npm's plotly.js-basic-dist-min v4.1.1).
+# 1.2 MB; static/vendor/plotly-basic, from npm's plotly.js-basic-dist-min v4.1.1); a sweep's
+# page its gl2d bundle, for the parallel coordinates (parcoords and scatter: 1.6 MB;
+# static/vendor/plotly-gl2d, from npm's plotly.js-gl2d-dist-min v3.7.0, its latest).
 STATICFILES_DIRS = [BASE_DIR / "static"]
 # `collectstatic` (the launcher runs it when a source file changed) fills it.
 STATIC_ROOT = envpath("EDT_STATIC_ROOT", EDT_DATA_DIR / "staticfiles")

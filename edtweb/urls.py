@@ -10,6 +10,7 @@ from edtweb.api.wmla_urls import conductor_urlpatterns
 from edtweb.dashboard import views
 from edtweb.datasets import views as datasets
 from edtweb.registry import views as registry
+from edtweb.sweeps import views as sweeps
 from edtweb.tenancy import views as tenancy
 from edtweb.training import views as training
 
@@ -41,6 +42,16 @@ urlpatterns = [
     path("jobs/<int:pk>/stop", training.job_stop, name="job-stop"),
     path("jobs/<int:pk>/delete", training.job_delete, name="job-delete"),
     path("jobs/<int:pk>/files/<str:name>", training.job_download, name="job-download"),
+    path("sweeps/", sweeps.sweep_list, name="sweeps"),
+    path("sweeps/new/", sweeps.sweep_new, name="sweep-new"),
+    path("sweeps/<int:pk>/", sweeps.sweep_detail, name="sweep"),
+    path("sweeps/<int:pk>/state", sweeps.sweep_state, name="sweep-state"),
+    path("sweeps/<int:pk>/curves", sweeps.sweep_curves, name="sweep-curves"),
+    path("sweeps/<int:pk>/stop", sweeps.sweep_stop, name="sweep-stop"),
+    path("sweeps/<int:pk>/resume", sweeps.sweep_resume, name="sweep-resume"),
+    path("compare/", sweeps.compare_page, name="compare"),
+    path("compare/curves", sweeps.compare_curves, name="compare-curves"),
+    path("compare.csv", sweeps.compare_csv, name="compare-csv"),
     path("teams/", tenancy.teams_page, name="teams"),
     path("groups/", tenancy.groups_page, name="groups"),
     path("usage/", tenancy.usage_page, name="usage"),

@@ -127,9 +127,14 @@ def test_a_sweep_that_breaks_the_rules_is_a_400_naming_each_field(
     assert fields["max_trials"] == ["budget must be a whole number from 1 to 5000, not 0"]
     empty = api.post(API + "sweeps/", body(owned, space={}), format="json").json()
     assert "the search space is empty" in empty["fields"]["space"][0]
+    # A WMLA-style script gets its values in config.json: any name, the platform's too.
     ModelDefinition.objects.filter(pk=owned["model"]).update(style="wmla")
-    wmla = api.post(API + "sweeps/", body(owned), format="json").json()
-    assert "is a WMLA script" in wmla["fields"]["model"][0]
+    epochs = {**SPACE, "epochs": {"type": "int", "low": 1, "high": 3}}
+    wmla = api.post(API + "sweeps/", body(owned, space=epochs), format="json")
+    assert wmla.status_code == 201, wmla.json()
+    native = ModelDefinition.objects.filter(pk=owned["model"]).update(style="native")
+    refused = api.post(API + "sweeps/", body(owned, space=epochs), format="json").json()
+    assert native and "epochs: the platform's own setting" in refused["fields"]["space"][0]
     ModelDefinition.objects.filter(pk=owned["model"]).update(status="CHECKING")
     checking = api.post(API + "sweeps/", body(owned), format="json").json()
     assert "is CHECKING, not VALID" in checking["fields"]["model"][0]

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from django.urls import path, re_path
 
-from edtweb.api import wmla
+from edtweb.api import wmla, wmla_hpo
 
 app_name = "wmla"
 
@@ -16,6 +16,8 @@ urlpatterns = [
     path("execs/<int:pk>/stop", wmla.ExecStop.as_view(), name="exec-stop"),
     path("execs/<int:pk>/log", wmla.ExecLog.as_view(), name="exec-log"),
     path("execs/<int:pk>/result", wmla.ExecResult.as_view(), name="exec-result"),
+    path("hypersearch", wmla_hpo.Hypersearches.as_view(), name="hypersearches"),
+    path("hypersearch/<str:name>", wmla_hpo.HypersearchDetail.as_view(), name="hypersearch"),
     re_path(r"^(?P<rest>.*)$", wmla.slash_tolerant, name="slash-tolerant"),
 ]
 

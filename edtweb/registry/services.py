@@ -4,6 +4,7 @@ runs the user's code: never in the web process, never lost to a restart of the w
 
 from __future__ import annotations
 
+import json
 import logging
 import shutil
 from pathlib import Path
@@ -97,6 +98,9 @@ def _guess_entry(candidates: list[str]) -> str:
 
 
 CHECK_TIMEOUT = 60.0  # seconds for loading, building and one batch (validate's limit)
+# A WMLA hypersearch's model is checked with one point of its space as config.json, as each
+# trial runs with its own (edtweb/api/wmla_hpo.py writes it before the check starts).
+CHECK_CONFIG = "check-config.json"
 TRIES = 2  # a check whose process died is run once more; the next loss fails the model
 INTERRUPTED = (
     "the model check was interrupted twice (its worker died); upload again or ask an admin"
@@ -128,7 +132,9 @@ def run_check(model_pk: int, data: Path | None = None) -> None:
         return
     try:
         model = ModelDefinition.objects.get(pk=model_pk)
-        result = validate(model.entry_path, data=data, timeout=CHECK_TIMEOUT)
+        point = model.root / CHECK_CONFIG
+        config = json.loads(point.read_text()) if point.is_file() else None
+        result = validate(model.entry_path, data=data, timeout=CHECK_TIMEOUT, config=config)
         ModelDefinition.objects.filter(pk=model_pk).update(
             status=ModelDefinition.Status.VALID if result.ok else ModelDefinition.Status.INVALID,
             style=result.style,

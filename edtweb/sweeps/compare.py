@@ -7,6 +7,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from django.db.models import F
+
 from edtweb.training.models import Job, Metric
 
 MAX_JOBS = 20
@@ -58,3 +60,48 @@ def compare(jobs: Sequence[Job]) -> dict[str, Any]:
     differs = [k for k in keys if len({repr(r["config"].get(k)) for r in rows}) > 1]
     finals = [*FINAL_TRAIN, *FINAL_TEST, "steps", "objective", "seconds"]
     return {"jobs": rows, "config_keys": keys, "final_keys": finals, "differs": differs}
+
+
+CURVE_POINTS = 400  # training points per job on a chart of overlaid curves
+
+
+def curves(jobs: Sequence[Job], points: int = CURVE_POINTS) -> list[dict[str, Any]]:
+    """Each job's training loss (thinned in the database to about ``points``, the last one
+    kept) and every evaluation, as ``[step, time, value]`` rows: the curves the sweep and
+    compare pages overlay, by step or by time."""
+    found = []
+    for job in jobs:
+        train = Metric.objects.filter(job=job, kind="train")
+        total = train.count()
+        stride = max(1, -(-total // max(points, 1)))
+        if stride > 1:
+            train = train.annotate(phase=F("step") % stride).filter(phase=0)
+        rows = list(train.order_by("step").values_list("step", "time", "values"))
+        last = (Metric.objects.filter(job=job, kind="train").order_by("-step")
+                .values_list("step", "time", "values").first())  # fmt: skip
+        if last is not None and (not rows or rows[-1][0] != last[0]):
+            rows.append(last)
+        tests = Metric.objects.filter(job=job, kind="test").order_by("step")
+        found.append({
+            "job": job.pk, "name": job.name, "trial": job.trial_number, "state": job.state,
+            "trial_state": job.trial_state,
+            "loss": [[s, t, v.get("loss")] for s, t, v in rows],
+            "test_loss": [[s, t, v.get("test_loss")] for s, t, v in
+                          tests.values_list("step", "time", "values")],
+            "test_accuracy": [[s, t, v.get("test_accuracy")] for s, t, v in
+                              tests.values_list("step", "time", "values")],
+        })  # fmt: skip
+    return found
+
+
+def csv_rows(compared: dict[str, Any]) -> list[list[Any]]:
+    """The comparison as a table: a header, then one row per job (its configuration, then
+    its final metrics)."""
+    config, final = compared["config_keys"], compared["final_keys"]
+    rows: list[list[Any]] = [["id", "name", "state", "sweep", "trial", "trial_state",
+                              *config, *(f"final {k}" for k in final)]]  # fmt: skip
+    for job in compared["jobs"]:
+        rows.append([job["id"], job["name"], job["state"], job["sweep"], job["trial"],
+                     job["trial_state"], *(job["config"].get(k) for k in config),
+                     *(job["final"].get(k) for k in final)])  # fmt: skip
+    return rows

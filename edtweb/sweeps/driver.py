@@ -43,10 +43,13 @@ from django.utils import timezone
 from optuna.trial import TrialState
 from sqlalchemy.exc import OperationalError as StorageAway
 
-from edtweb.sweeps import services, study
+from edtweb.registry.models import ModelDefinition
+from edtweb.sweeps import results, services, study
 from edtweb.sweeps.models import Sweep
+from edtweb.sweeps.results import RESULT_FILE
 from edtweb.sweeps.space import PRUNING
 from edtweb.sweeps.state import view
+from edtweb.tenancy.models import Team
 from edtweb.training import services as jobs
 from edtweb.training.models import Job, Metric
 from edtweb.training.validation import train_samples, validated
@@ -68,9 +71,17 @@ AWAY = (OperationalError, InterfaceError, redis.RedisError, StorageAway)  # wait
 BOOKKEEPING = {"iteration", "workers", "gen", "total_steps", "replay", "epoch", "time"}
 
 
-def never_recorded(job: Job, objective: str) -> str:
-    """Why the trial fails when its records never held the objective, with the metrics
-    they did hold."""
+def never_recorded(job: Job, sweep: Sweep) -> str:
+    """Why the trial fails when its records (a WMLA hypersearch's: its val_dict_list.json)
+    never held the objective, with the metrics they did hold."""
+    objective = sweep.objective
+    if sweep.hypersearch:
+        found = results.read(job, objective)
+        where = f"the objective '{objective}' was never written to $RESULT_DIR/{RESULT_FILE}"
+        if not found.found:
+            return f"{where}: the trial wrote no such file (a list of {{\"steps\": n, " \
+                   f"\"{objective}\": value}})"  # fmt: skip
+        return f"{where}; it holds: {', '.join(found.keys) or 'nothing'}"
     first = [Metric.objects.filter(job=job, kind=kind).order_by("step")
              .values_list("values", flat=True).first() for kind in ("train", "test")]  # fmt: skip
     names = sorted({k for values in first if values for k in values} - BOOKKEEPING)
@@ -144,6 +155,8 @@ class SweepDriver(LeaseLoop):
     def advance(self, sweep: Sweep) -> None:
         """Steps 1 to 6 of the module's docstring for one sweep."""
         if sweep.state == Sweep.State.QUEUED:
+            if self.model_unchecked(sweep):
+                return
             if not services.transition(sweep.pk, Sweep.State.RUNNING, [Sweep.State.QUEUED],
                                        started_at=timezone.now()):  # fmt: skip
                 return
@@ -182,6 +195,21 @@ class SweepDriver(LeaseLoop):
         if running == 0 and (asked >= sweep.max_trials or self.out_of_time(sweep)):
             self.finish(sweep)
 
+    def model_unchecked(self, sweep: Sweep) -> bool:
+        """A queued sweep whose model is still being checked (a WMLA hypersearch answers at
+        once, as an exec does) waits; one whose check failed fails with the check's error.
+        True when the sweep must not start this round."""
+        model = sweep.model_definition
+        if model is None or model.status == ModelDefinition.Status.VALID:
+            return False
+        if model.status == ModelDefinition.Status.INVALID:
+            where = f" ({model.error_line})" if model.error_line else ""
+            message = f"the model check failed: {model.error}{where}"
+            if services.transition(sweep.pk, Sweep.State.FAILED, [Sweep.State.QUEUED],
+                                   ended_at=timezone.now(), error=message):  # fmt: skip
+                log.warning("sweep %s FAILED: %s", sweep.pk, message)
+        return True
+
     def follow(self, sweep: Sweep, the_study: optuna.Study, job: Job, trial: Frozen | None,
                stopped: list[tuple[int, str]]) -> bool:  # fmt: skip
         """Steps 2 to 4 for one running trial; jobs to stop at the round's end (a trial told
@@ -204,16 +232,24 @@ class SweepDriver(LeaseLoop):
                 and self.handle(the_study, trial).should_prune()
             ):
                 self.prune(sweep, the_study, job)
-            elif job.objective_step is None and self.objective_absent(job, sweep.objective):
+            elif (
+                job.objective_step is None
+                and not sweep.hypersearch  # its file may come at its end only
+                and self.objective_absent(job, sweep.objective)
+            ):
                 return self.objective_missing(sweep, the_study, job)
             return True
         if job.state == Job.State.COMPLETED:
-            if job.objective is None:
+            value = job.objective
+            if sweep.hypersearch:  # every value the pruners' rungs may use, then the best
+                self.report(sweep, the_study, job, trial, every=True)
+                value = results.read(job, sweep.objective).best(sweep.direction)
+            if value is None:
                 return self.objective_missing(sweep, the_study, job)
-            the_study.tell(job.trial_number, job.objective, state=TrialState.COMPLETE)
-            self.settle(job, "COMPLETE", objective=job.objective)
+            the_study.tell(job.trial_number, value, state=TrialState.COMPLETE)
+            self.settle(job, "COMPLETE", objective=value)
             log.info("sweep %s: trial %s completed: %s %g", sweep.pk, job.trial_number,
-                     sweep.objective, job.objective)  # fmt: skip
+                     sweep.objective, value)  # fmt: skip
         elif job.state == Job.State.FAILED:
             the_study.tell(job.trial_number, state=TrialState.FAIL)
             self.settle(job, "FAIL", note=job.error or "its job failed")
@@ -227,25 +263,37 @@ class SweepDriver(LeaseLoop):
             self.settle(job, "FAIL", note="its job was stopped by its owner")
         return True
 
-    def report(self, sweep: Sweep, the_study: optuna.Study, job: Job,
-               trial: Frozen) -> bool:  # fmt: skip
+    def report(self, sweep: Sweep, the_study: optuna.Study, job: Job, trial: Frozen,
+               every: bool = False) -> bool:  # fmt: skip
         """Report the objective's latest value recorded since the last report; True if
-        there was one."""
+        there was one. A WMLA hypersearch's trial: the next value its val_dict_list.json
+        holds (one a round, so that the pruner is asked at each; ``every``: all of them)."""
         after = -1 if job.objective_step is None else job.objective_step
-        found = (Metric.objects.filter(job_id=job.pk, step__gt=after,
-                                       values__has_key=sweep.objective)
-                 .order_by("-step", "-pk").values_list("step", "values").first())  # fmt: skip
-        if found is None:
-            return False
-        step, values = found
-        raw = values[sweep.objective]
-        if isinstance(raw, bool) or not isinstance(raw, (int, float)) or not math.isfinite(raw):
-            raise ValueError(f"the objective '{sweep.objective}' is {raw!r} at step {step} of "
-                             f"job {job.pk}, not a number")  # fmt: skip
-        self.handle(the_study, trial).report(float(raw), int(step))
-        Job.objects.filter(pk=job.pk).update(objective=float(raw), objective_step=step)
-        job.objective, job.objective_step = float(raw), int(step)
-        return True
+        if sweep.hypersearch:
+            points = self.result_points(sweep, job, after)
+            points = points if every else points[:1]
+        else:
+            found = (Metric.objects.filter(job_id=job.pk, step__gt=after,
+                                           values__has_key=sweep.objective)
+                     .order_by("-step", "-pk").values_list("step", "values").first())  # fmt: skip
+            points = [] if found is None else [(int(found[0]), found[1][sweep.objective])]
+        for step, raw in points:
+            if isinstance(raw, bool) or not isinstance(raw, (int, float)) or not math.isfinite(raw):
+                raise ValueError(f"the objective '{sweep.objective}' is {raw!r} at step {step} "
+                                 f"of job {job.pk}, not a number")  # fmt: skip
+            self.handle(the_study, trial).report(float(raw), int(step))
+            Job.objects.filter(pk=job.pk).update(objective=float(raw), objective_step=step)
+            job.objective, job.objective_step = float(raw), int(step)
+        return bool(points)
+
+    def result_points(self, sweep: Sweep, job: Job, after: int) -> list[tuple[int, float]]:
+        """The (step, value) pairs of the trial's val_dict_list.json past ``after``, by
+        step (a step written twice: its last value)."""
+        found = results.read(job, sweep.objective)
+        if found.error:
+            raise ValueError(f"job {job.pk}: {found.error}")
+        by_step = dict(found.points)
+        return sorted((step, value) for step, value in by_step.items() if step > after)
 
     def handle(self, the_study: optuna.Study, trial: Frozen) -> optuna.trial.Trial:
         """The running trial's handle (to report and ask the pruner), kept between rounds."""
@@ -259,7 +307,8 @@ class SweepDriver(LeaseLoop):
         prunes, before the trial's last step (a trial that has trained every step has
         nothing left to save: it completes)."""
         step = job.objective_step
-        last = bool(job.total_steps) and step is not None and step >= job.total_steps
+        total = sweep.trial_steps if sweep.hypersearch else job.total_steps  # in its steps
+        last = bool(total) and step is not None and step >= total
         return sweep.algorithm in PRUNING and not last
 
     def prune(self, sweep: Sweep, the_study: optuna.Study, job: Job) -> None:
@@ -289,7 +338,7 @@ class SweepDriver(LeaseLoop):
     def objective_missing(self, sweep: Sweep, the_study: optuna.Study, job: Job) -> bool:
         """The trial never records the objective: it fails, and so does the sweep (its
         every trial would)."""
-        message = never_recorded(job, sweep.objective)
+        message = never_recorded(job, sweep)
         the_study.tell(job.trial_number, state=TrialState.FAIL)
         self.settle(job, "FAIL", note=message)
         jobs.fail_job(job.pk, message)
@@ -349,12 +398,27 @@ class SweepDriver(LeaseLoop):
                   **{k: v for k, v in params.items() if k in PLATFORM_HPARAMS}}  # fmt: skip
         submission = validated(values, train_samples(sweep.dataset))
         hparams = dict(params)
+        extra: dict[str, Any] = {"hparams": hparams}
+        if sweep.wmla:  # a WMLA-style script: its config.json, its argv, the values it decides
+            extra = {"hparams": {**sweep.wmla.get("config", {}), **hparams},
+                     "argv": list(sweep.wmla.get("argv", [])),
+                     "script_decides": list(sweep.wmla.get("script_decides", []))}  # fmt: skip
+        placed: dict[str, Any] = {}
+        if sweep.hypersearch:  # the team its sigName named (edtweb/api/wmla_hpo.py)
+            team = sweep.wmla.get("team")
+            placed = {"team": Team.objects.filter(pk=team).first() if team else None,
+                      "resource_group": sweep.wmla.get("resource_group") or "default"}  # fmt: skip
         job = jobs.submit_job(
-            sweep.owner, submission, {"hparams": hparams}, name=f"{sweep.name} #{number}",
+            sweep.owner, submission, extra, name=f"{sweep.name} #{number}", **placed,
             model_definition=sweep.model_definition, dataset=sweep.dataset,
             model_path=sweep.model_path, data_path=sweep.data_path, seed=sweep.seed,
             sweep=sweep, trial_number=number, hparams=hparams, trial_state="RUNNING",
         )  # fmt: skip
+        if sweep.hypersearch:  # what the execs API shows of it (edtweb/api/wmla.py)
+            request = sweep.wmla["request"]
+            jobs.record_event(job.pk, "wmla", f"experiment {number} of hypersearch {sweep.name}",
+                              args=request.get("args", ""), framework=sweep.wmla.get(
+                                  "framework", ""), ignored=[])  # fmt: skip
         log.info("sweep %s: trial %s is job %s: %s", sweep.pk, number, job.pk, hparams)
         return job
 

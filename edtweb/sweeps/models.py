@@ -65,6 +65,11 @@ class Sweep(models.Model):
     precision = models.CharField(max_length=4, choices=PRECISION_CHOICES,
                                  default=DEFAULTS["precision"])  # fmt: skip
     seed = models.IntegerField(default=0)
+    # A WMLA hypersearch's (edtweb/api/wmla_hpo.py); empty for others: its request as sent
+    # (``args``, ``sigName``, ``algoDef``, ``hyperParams``), what each trial's spec adds
+    # (``argv``, ``script_decides``) and the fixed values each trial's config.json holds
+    # beside its hyperparameters (``config``: Hyperband's resource)
+    wmla = models.JSONField(default=dict, blank=True)
     # Its course
     state = models.CharField(max_length=10, choices=State.choices, default=State.QUEUED)
     study_name = models.CharField(max_length=100, unique=True, help_text="its Optuna study")
@@ -82,6 +87,12 @@ class Sweep(models.Model):
 
     TRAINING = ("epochs", "batch_size", "max_workers", "min_workers", "priority", "lr",
                 "checkpoint_every", "max_micro_batch", "precision")  # fmt: skip
+
+    @property
+    def hypersearch(self) -> bool:
+        """A WMLA hypersearch's: its trials report their objective in
+        ``$RESULT_DIR/val_dict_list.json`` (edtweb/sweeps/results.py)."""
+        return bool(self.wmla.get("request"))
 
     def training_values(self) -> dict[str, object]:
         """Every trial's submission values before its hyperparameters."""

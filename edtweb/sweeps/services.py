@@ -19,7 +19,6 @@ from edtweb.training import services as jobs
 from edtweb.training.models import Job
 from edtweb.training.validation import DEFAULTS, Refused, train_samples, validated
 from protocol.keys import SWEEPS_WAKE_KEY
-from workers.learner.contract import PLATFORM_HPARAMS
 
 log = logging.getLogger("edt.sweeps")
 
@@ -38,15 +37,23 @@ def wake_driver(reason: str) -> None:
 
 
 def create_sweep(owner: Any, model: Any, dataset: Any, values: dict[str, Any],
-                 name: str = "", seed: int = 0) -> Sweep:  # fmt: skip
-    """A QUEUED sweep of ``model`` on ``dataset`` (the owner's, checked and ready: the
-    caller resolved them), with ``values``: the search (:data:`SEARCH`) and every trial's
-    job values (a submission's fields). Every rule is judged here, once:
-    :class:`SpaceRefused` names each field broken."""
+                 name: str = "", seed: int = 0, wmla: dict[str, Any] | None = None,
+                 trial_steps: int | None = None) -> Sweep:  # fmt: skip
+    """A QUEUED sweep of ``model`` on ``dataset`` (the owner's and ready: the caller
+    resolved them; the model checked, or a WMLA hypersearch's still being checked), with
+    ``values``: the search (:data:`SEARCH`) and every trial's job values (a submission's
+    fields). Every rule is judged here, once: :class:`SpaceRefused` names each field
+    broken. ``wmla``: a WMLA hypersearch's (``Sweep.wmla``). A sweep over a WMLA-style
+    script hands each trial its values in config.json (docs/architecture.md, "Sweeps").
+    ``trial_steps``: a trial's length in the steps its objective is reported at, where the
+    job's values do not say it (a WMLA script's own epochs)."""
     samples = train_samples(dataset)
     errors: dict[str, list[str]] = {}
+    wmla = dict(wmla or {})
+    if getattr(model, "style", "") == "wmla" and not wmla:
+        wmla = {"script": True}
     try:
-        plan = judged({k: values.get(k) for k in SEARCH}, samples)
+        plan = judged({k: values.get(k) for k in SEARCH}, samples, script=bool(wmla))
     except SpaceRefused as refused:
         errors.update(refused.errors)
     try:
@@ -56,16 +63,11 @@ def create_sweep(owner: Any, model: Any, dataset: Any, values: dict[str, Any],
     else:
         if submission.goodput:  # the batch is the trial's (a hyperparameter), never the scheduler's
             errors["batch_max"] = ["a sweep's trials train at a fixed batch: no batch range"]
-    own = [n for n in (values.get("space") or {}) if n not in PLATFORM_HPARAMS]
-    if getattr(model, "style", "native") == "wmla" and own:
-        errors.setdefault("model", []).append(
-            f"model {model.pk} is a WMLA script: its hyperparameters reach it only as "
-            f"{' and '.join(PLATFORM_HPARAMS)}; sweep a native model (build_model) over "
-            f"{', '.join(own)}"
-        )
     if errors:
         raise SpaceRefused(errors)
     steps = submission.epochs * (samples // submission.batch_size) if samples else 0
+    if trial_steps is not None:
+        steps = trial_steps
     return Sweep.objects.create(
         owner=owner, name=name or f"sweep of {model.name} on {dataset.name}",
         model_definition=model, dataset=dataset, model_path=str(model.entry_path),
@@ -73,7 +75,7 @@ def create_sweep(owner: Any, model: Any, dataset: Any, values: dict[str, Any],
         direction=plan.direction, algorithm=plan.algorithm, max_trials=plan.max_trials,
         max_parallel=plan.max_parallel, max_time=plan.max_time,
         reduction_factor=plan.reduction_factor, min_resource=plan.min_resource,
-        trial_steps=steps, seed=seed, study_name=f"edt-sweep-{uuid.uuid4().hex}",
+        trial_steps=steps, seed=seed, study_name=f"edt-sweep-{uuid.uuid4().hex}", wmla=wmla,
         **{k: v for k, v in submission.values().items() if k not in GOODPUT_FIELDS},
     )  # fmt: skip
 
@@ -151,5 +153,6 @@ def clone_sweep(sweep: Sweep, owner: Any, name: str = "") -> Sweep:
         raise SpaceRefused({gone: [f"sweep {sweep.pk}'s {gone} was deleted"]})
     values = {k: getattr(sweep, k) for k in (*SEARCH, *Sweep.TRAINING)}
     clone = create_sweep(owner, sweep.model_definition, sweep.dataset, values,
-                         name=name or f"{sweep.name} (clone)", seed=sweep.seed)  # fmt: skip
+                         name=name or f"{sweep.name} (clone)", seed=sweep.seed,
+                         wmla=sweep.wmla, trial_steps=sweep.trial_steps)  # fmt: skip
     return created(clone)

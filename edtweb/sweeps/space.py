@@ -85,15 +85,18 @@ def _number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
-def param_errors(name: Any, raw: Any, train_samples: int = 0) -> tuple[Param | None, list[str]]:
+def param_errors(name: Any, raw: Any, train_samples: int = 0,
+                 script: bool = False) -> tuple[Param | None, list[str]]:  # fmt: skip
     """The parameter ``name: raw`` judged: the Param, or None and why not (each message
-    starts with the name)."""
+    starts with the name). ``script``: a WMLA-style script's, which reads every value from
+    its config.json, so that the platform's other settings may be its names too (its
+    ``epochs``, say, is the script's to pass to ``train()``)."""
     if not isinstance(name, str) or not name.isidentifier() or keyword.iskeyword(name):
         return None, [f"{name!r}: a hyperparameter's name must be a Python identifier (it "
                       f"becomes a keyword argument of the model's functions)"]  # fmt: skip
     if name == "hparams":
         return None, ["'hparams' is the name of the whole mapping: choose another name"]
-    if name in NOT_SEARCHED:
+    if name in NOT_SEARCHED and not script:
         return None, [f"{name}: the platform's own setting, not a hyperparameter: set it on "
                       f"the sweep (every trial gets it)"]  # fmt: skip
     if not isinstance(raw, Mapping):
@@ -205,11 +208,12 @@ def grid_size(space: tuple[Param, ...]) -> int:
     return size
 
 
-def judged(values: Mapping[str, Any], train_samples: int = 0) -> Plan:
+def judged(values: Mapping[str, Any], train_samples: int = 0, script: bool = False) -> Plan:
     """The sweep ``values`` ask for (``space``, ``objective``, ``direction``, ``algorithm``,
     ``max_trials``, ``max_parallel``, ``max_time``, ``reduction_factor``, ``min_resource``;
     one left out or None at its default), or :class:`SpaceRefused` with every rule broken.
-    A grid's budget is at most its size, and by default the whole grid."""
+    A grid's budget is at most its size, and by default the whole grid. ``script``: the
+    sweep's model is a WMLA-style script (:func:`param_errors`)."""
     errors: dict[str, list[str]] = {}
     raw = values.get("space")
     space: list[Param] = []
@@ -218,7 +222,7 @@ def judged(values: Mapping[str, Any], train_samples: int = 0) -> Plan:
                            "e.g. {lr: {type: loguniform, low: 0.001, high: 0.1}}"]  # fmt: skip
     else:
         for name, spec in raw.items():
-            param, why = param_errors(name, spec, train_samples)
+            param, why = param_errors(name, spec, train_samples, script)
             if param is None:
                 errors.setdefault("space", []).extend(why)
             else:

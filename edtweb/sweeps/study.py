@@ -41,7 +41,7 @@ def storage(url: str | None = None) -> optuna.storages.BaseStorage:
 
 def params(sweep: Sweep) -> tuple[Param, ...]:
     """The sweep's judged space, in its order."""
-    return judged(plan_values(sweep)).space
+    return judged(plan_values(sweep), script=bool(sweep.wmla)).space
 
 
 def plan_values(sweep: Sweep) -> dict[str, Any]:

@@ -38,6 +38,10 @@ class LoggerCallback:
     ) -> None:
         """Each epoch's end: the test loss and accuracy in percent."""
 
+    def on_train_end(self) -> None:
+        """Once training has run to its end (not when stopped), before the job completes:
+        where a hypersearch's trial writes ``$RESULT_DIR/val_dict_list.json``."""
+
 
 def give_params(callbacks: list[Any], params: dict[str, Any]) -> None:
     for callback in callbacks:

@@ -20,6 +20,7 @@ import contextlib
 import functools
 import importlib.util
 import inspect
+import json
 import os
 import runpy
 import sys
@@ -44,6 +45,9 @@ HPARAM_FUNCTIONS = {"build_model": 0, "get_datasets": 1, "loss_fn": 2, "build_op
                     "lr_at": 2}  # fmt: skip
 
 Datasets = tuple[Dataset[Any], Dataset[Any]]
+# Where a WMLA-style script reads a trial's hyperparameters, as WMLA's hypersearch writes
+# them: a JSON object in its working directory (docs/architecture.md, "Sweeps").
+CONFIG_FILE = "config.json"
 
 
 class UserCodeError(Exception):
@@ -117,6 +121,17 @@ def compat_on_path() -> Any:
 
 class _Captured(BaseException):
     """Unwinds a script out of its ``train()`` call once its definition is known."""
+
+
+def write_config(folder: Path, hparams: Mapping[str, Any]) -> Path:
+    """Write a trial's hyperparameters as ``folder/config.json``, what a WMLA-style script
+    reads (``json.load(open("config.json"))``). Atomic: every learner of the job writes the
+    same object, and a script never reads half of one."""
+    target = folder / CONFIG_FILE
+    part = folder / f".{CONFIG_FILE}.{os.getpid()}"
+    part.write_text(json.dumps(dict(hparams), indent=2, sort_keys=True))
+    os.replace(part, target)
+    return target
 
 
 def run_script(path: Path, argv: list[str], driver: Callable[[ModelDefinition], Any]) -> None:

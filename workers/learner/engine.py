@@ -45,6 +45,7 @@ from workers.learner.contract import (
     is_wmla_script,
     load_definition,
     run_script,
+    write_config,
 )
 from workers.learner.goodput import NoiseScale, small_batch
 from workers.learner.overlap import BucketFailure, GradBuckets, gloo_or_nccl_allreduce
@@ -295,6 +296,8 @@ class Learner:
 
         workdir = Path(self.spec.workdir)
         os.chdir(workdir)
+        if self.spec.hparams:  # a sweep's trial: its values where WMLA puts them
+            write_config(workdir, self.spec.hparams)
         torch.manual_seed(self.spec.seed)  # WMLA scripts build their model as they run
         try:
             run_script(path, self.spec.argv, drive)
@@ -1067,6 +1070,8 @@ class Learner:
             return
         self.save_checkpoint()
         torch.save(self.model.state_dict(), Path(self.spec.workdir) / "model.pt")
+        if self.defn.style == "wmla":  # where WMLA's loggers write val_dict_list.json
+            self._driver_log("on_train_end")
         self.records.put({"type": "done", "step": self.counters["step"], "time": time.time()})
 
 

@@ -77,10 +77,13 @@ def validate(
     classes: int | None = 10,
     data: Path | None = None,
     timeout: float = 60.0,
+    config: dict[str, Any] | None = None,
 ) -> ValidationResult:
     """Check the model definition in ``path`` in a child process; never raises for bad code.
 
-    ``timeout`` is in seconds, for loading, building and one batch together.
+    ``timeout`` is in seconds, for loading, building and one batch together. ``config``: a
+    WMLA hypersearch's point, written as ``config.json`` in the working directory the
+    script runs in (as each of its trials finds its own).
     """
     from workers import sandbox
     from workers.learner.allocator import HUGE_PAGES
@@ -95,13 +98,20 @@ def validate(
         tempfile.TemporaryFile() as err,
     ):
         env.update(TMPDIR=tmp, HOME=tmp)  # what the child leaves there goes, even if killed
+        workdir = None
+        if config is not None:
+            from workers.learner.contract import write_config
+
+            workdir = Path(tmp) / "work"
+            workdir.mkdir()
+            write_config(workdir, config)
         read = [Path(path).resolve().parent, *([data] if data is not None else [])]
         policy = sandbox.policy(
             read=read, write=[Path(tmp)], memory=sandbox.memory_limit(),
             cpu_seconds=int(timeout) + CPU_MARGIN,
         )  # fmt: skip
         proc = subprocess.Popen(
-            sandbox.command(policy, _command(path, shape, classes, data, timeout), env),
+            sandbox.command(policy, _command(path, shape, classes, data, timeout, workdir), env),
             cwd=PROJECT_DIR,
             env=env,
             stdin=subprocess.DEVNULL,
@@ -115,10 +125,17 @@ def validate(
 
 
 def _command(
-    path: Path, shape: tuple[int, ...], classes: int | None, data: Path | None, timeout: float
+    path: Path,
+    shape: tuple[int, ...],
+    classes: int | None,
+    data: Path | None,
+    timeout: float,
+    workdir: Path | None = None,
 ) -> list[str]:
     cmd = [sys.executable, "-m", "workers.learner.validate", "--model", str(Path(path).resolve())]
     cmd += ["--shape", ",".join(str(n) for n in shape), "--timeout", str(timeout)]
+    if workdir is not None:
+        cmd += ["--workdir", str(workdir)]
     if classes is not None:
         cmd += ["--classes", str(classes)]
     if data is not None:
@@ -368,8 +385,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--classes", type=int, default=None)
     parser.add_argument("--data", type=Path, default=None, help="a dataset directory")
     parser.add_argument("--timeout", type=float, default=60.0, help="seconds (a backstop)")
+    parser.add_argument(
+        "--workdir", type=Path, default=None, help="the script's working directory (config.json)"
+    )
     args = parser.parse_args(argv)
     out = _claim_stdout()
+    if args.workdir is not None:
+        os.chdir(args.workdir)
     with tempfile.TemporaryDirectory(prefix="edt-data-") as empty:
         _prepare(args, Path(empty))
         result = Checker(args).run()

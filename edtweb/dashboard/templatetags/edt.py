@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Any
 
 from django import template
 from django.utils import timezone
@@ -41,3 +42,17 @@ def eta(seconds: float | None) -> str:
     if seconds is None or seconds == "":
         return ""
     return f"ETA {eta_text(float(seconds))}"
+
+
+@register.filter
+def item(mapping: dict[str, Any] | None, key: str) -> Any:
+    """``mapping[key]`` in a template (a trial's hyperparameter by name); "" when absent."""
+    return "" if mapping is None else mapping.get(key, "")
+
+
+@register.filter
+def num(value: Any) -> str:
+    """A metric or hyperparameter as the sweep pages write it: 4 significant digits."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return "—" if value is None or value == "" else str(value)
+    return f"{value:.4g}"

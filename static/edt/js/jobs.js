@@ -1,6 +1,7 @@
 // Jobs list: workers n/max, progress and ETA of the active jobs refreshed every 2 s (each
 // job's status as the server computed it, shown as it is: edtweb/training/status.py); new
-// jobs appear without a reload; find, filter by state and sort by a column, in the page.
+// jobs appear without a reload; find, filter by state and sort by a column, in the page;
+// jobs ticked (two or more) open the compare page.
 (function () {
   "use strict";
   const table = document.getElementById("jobs");
@@ -40,8 +41,20 @@
     if (!fresh || ids(fresh) === ids(body)) return;
     body.replaceChildren(...fresh.children);
     body.querySelectorAll("input.priority").forEach((s) => window.EDTPriority && window.EDTPriority.bind(s));
+    body.querySelectorAll("input.pick").forEach((box) => { box.checked = picked.has(box.value); });
     arrange();
   }
+
+  // Ticked jobs, kept across the rows' refreshes; two or more: Compare selected.
+  const picked = new Set();
+  const compareButton = document.getElementById("compare-jobs");
+  body.addEventListener("change", (e) => {
+    if (!e.target.classList.contains("pick")) return;
+    if (e.target.checked) picked.add(e.target.value); else picked.delete(e.target.value);
+    compareButton.disabled = picked.size < 2;
+    compareButton.textContent = picked.size ? "Compare selected (" + picked.size + ")" : "Compare selected";
+  });
+  compareButton.addEventListener("click", () => { location.href = "/compare/?ids=" + [...picked].join(","); });
 
   function arrange() {
     const text = find.value.trim().toLowerCase(), state = stateSel.value;
