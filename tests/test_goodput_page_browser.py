@@ -17,7 +17,7 @@ from playwright.sync_api import Page
 from edtweb.training.models import Job, Metric
 from scheduler.store import Store
 from tests.browser import browser_page
-from tests.test_pages_browser import ARTIFACTS
+from tests.harness.pages import ARTIFACTS
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -15,15 +15,10 @@ import pytest
 from playwright.sync_api import Page
 
 from tests.browser import DEMO_DATASET, DEMO_MODEL, browser_page, log_in, start_job, stop_job
-from tests.harness.processes import PROJECT_DIR
+from tests.harness.pages import ARTIFACTS, NOT_OURS, SIZES, settled, violations
 from tests.harness.stack import LiveEdt
 from tests.harness.waiting import wait_for
 from workers.learner.datasets import write_cifar10
-
-ARTIFACTS = PROJECT_DIR / "tests" / "artifacts"
-AXE = PROJECT_DIR / "tests" / "vendor" / "axe-core" / "axe.min.js"  # axe-core 4.14.1, MPL-2.0
-SIZES = {"desktop": (1440, 900), "phone": (390, 844)}
-BAD = ("serious", "critical")
 
 
 def link_to(page: Page, base: str, listing: str, text: str) -> str:
@@ -31,36 +26,6 @@ def link_to(page: Page, base: str, listing: str, text: str) -> str:
     href = page.get_by_role("link", name=text, exact=True).first.get_attribute("href")
     assert href
     return href
-
-
-# Swagger UI's operation headers are buttons holding buttons (swagger-api/swagger-ui#9576):
-# its markup, not ours. Everything else axe checks there too (its colours are restyled).
-NOT_OURS = {"api": ["nested-interactive"]}
-
-
-def violations(page: Page, skip: list[str] | None = None) -> list[dict[str, Any]]:
-    """axe-core's serious and critical findings on the page as it is now, less the rules
-    in ``skip``."""
-    page.add_script_tag(path=str(AXE))
-    rules = {rule: {"enabled": False} for rule in skip or []}
-    options = {"resultTypes": ["violations"], "rules": rules}
-    found = page.evaluate("options => axe.run(document, options)", options)["violations"]
-    return [
-        {"id": v["id"], "impact": v["impact"], "nodes": [n["target"] for n in v["nodes"][:3]]}
-        for v in found
-        if v["impact"] in BAD
-    ]
-
-
-def settled(page: Page) -> None:
-    """Wait until every chart on the page has drawn (or says it has nothing to draw), and
-    the API explorer has drawn its operations."""
-    page.wait_for_load_state("load")
-    if "/api/v1/docs/" in page.url:
-        page.wait_for_selector(".swagger-ui .opblock", timeout=30_000)
-    page.wait_for_function(
-        "[...document.querySelectorAll('.chart')].every(c => c.data || c.dataset.empty)"
-    )
 
 
 @pytest.mark.browser

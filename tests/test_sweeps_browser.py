@@ -15,8 +15,8 @@ import pytest
 from playwright.sync_api import Page
 
 from tests.browser import DEMO_DATASET, DEMO_MODEL, browser_page, log_in
+from tests.harness.pages import ARTIFACTS, SIZES, settled, violations
 from tests.harness.stack import LiveEdt
-from tests.test_pages_browser import ARTIFACTS, SIZES, settled, violations
 
 pytestmark = pytest.mark.timeout(900)
 

@@ -26,7 +26,7 @@ from edtweb.training.models import Job
 from protocol.keys import SHARES_KEPT, SHARES_KEY
 from scheduler.store import Allocation, AllocationRecord, Store
 from tests.browser import browser_page
-from tests.test_pages_browser import ARTIFACTS, SIZES, settled, violations
+from tests.harness.pages import ARTIFACTS, SIZES, settled, violations
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -35,7 +35,8 @@ from scheduler.policies import JobView, Snapshot, decide, entitlements, slots_by
 from scheduler.policies import Team as PolicyTeam
 from scheduler.store import Allocation, AllocationRecord, Store
 
-pytestmark = pytest.mark.django_db
+# A Redis of each test's own: the run's holds the slots of other modules' live hosts.
+pytestmark = [pytest.mark.django_db, pytest.mark.redis("private_redis")]
 
 API = "/api/v1/"
 PREVIEW = API + "cluster/shares/preview/"

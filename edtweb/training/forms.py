@@ -60,12 +60,14 @@ class TrainForm(forms.Form):
     )  # fmt: skip
     batch_min = bounded(
         forms.IntegerField, "batch_min", label="Goodput mode: smallest global batch",
+        required=False,
         help_text="with the largest: the scheduler picks the global batch in this range and "
         "the learning rate follows it (the effective batch is then the learning rate's base); "
         "0 and 0: a fixed batch",
     )  # fmt: skip
     batch_max = bounded(
         forms.IntegerField, "batch_max", label="Goodput mode: largest global batch",
+        required=False,
         help_text="at most the dataset's training samples",
     )  # fmt: skip
     precision = forms.ChoiceField(
@@ -100,6 +102,9 @@ class TrainForm(forms.Form):
         """The submission judged once, when each of its values could be read (a field that
         could not already says so); ``submission`` is what the job is built from."""
         data = super().clean() or {}
+        for name in ("batch_min", "batch_max"):  # optional: left empty, a fixed batch
+            if name in data and data[name] is None:
+                data[name] = DEFAULTS[name]
         team = data.get("team")
         data["resource_group"] = team.resource_group_id if team is not None else DEFAULT_GROUP
         if any(name not in data for name in DEFAULTS):
