@@ -16,7 +16,7 @@ import pytest
 from edtweb.redis_server import RedisServer, free_port, ping_error, redis_password
 from tests.browser import browser_page
 from tests.harness.processes import Processes, alive_pids, subprocess_env
-from tests.harness.waiting import wait_for
+from tests.harness.waiting import load_factor, wait_for
 
 
 def login_page_answers(port: int) -> bool:
@@ -60,7 +60,8 @@ def test_launcher_serves_login_and_cluster_and_stops_cleanly(
         page.wait_for_url(f"http://127.0.0.1:{port}/")
         page.wait_for_selector("#live.up")  # the WebSocket is connected
         alive = page.locator("tr[data-state=alive]")
-        alive.nth(1).wait_for()
+        # Both slots' workers start torch first: on a busy machine, longer than 15 s.
+        alive.nth(1).wait_for(timeout=60_000 * load_factor())
         assert alive.count() == 2
         assert "2 alive" in page.inner_text("#summary")
     stop_and_check_nothing_left(processes, proc, log)
