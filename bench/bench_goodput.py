@@ -31,7 +31,6 @@ sys.path.insert(0, str(PROJECT / "bench"))
 from bench_scheduler import (  # noqa: E402  (bench/ is this script's directory)
     POLLUX,
     POLLUX_LOADS,
-    SECTION,
     TRACE,
     WEEK,
     app_of,
@@ -42,6 +41,7 @@ from bench_scheduler import (  # noqa: E402  (bench/ is this script's directory)
     our_jcts,
     per_app,
 )
+from bench_scheduler import report as scheduler_report  # noqa: E402
 
 from scheduler.placement import Slot, place  # noqa: E402
 from scheduler.policies import RUNNING, JobView, Policy, Snapshot, fairshare  # noqa: E402
@@ -455,25 +455,9 @@ TRIED = "\n".join(
 
 
 def report(sections: dict[str, list[str]], notes: dict[str, str]) -> str:
-    kept = dict(SECTION.findall(RESULTS.read_text())) if RESULTS.exists() else {}
-    lines = ["# The goodput policy: benchmarks", ""]
-    for name in SECTIONS:
-        if name in sections:
-            body = "\n".join(
-                [
-                    f"Run {notes['date']} with `python bench/bench_goodput.py`; machine at "
-                    f"start: {notes['start']}; at the end: {machine()}.",
-                    "",
-                    *sections[name],
-                ]
-            )
-            body += "\n"
-        elif name in kept:
-            body = kept[name]
-        else:
-            continue
-        lines += [f"<!-- section {name} -->", body + f"<!-- /section {name} -->", ""]
-    return "\n".join([*lines, TRIED])
+    text = scheduler_report(sections, notes, "The goodput policy: benchmarks",
+                            "bench/bench_goodput.py", RESULTS, SECTIONS)  # fmt: skip
+    return "\n".join([text, TRIED])
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -730,21 +730,30 @@ SECTIONS = ["decisions", "live", "pollux", "philly"]
 SECTION = re.compile(r"<!-- section (\w+) -->\n(.*?)<!-- /section \1 -->\n", re.S)
 
 
-def previous_sections() -> dict[str, str]:
+def previous_sections(results: Path = RESULTS) -> dict[str, str]:
     """The sections of the last report, kept for the parts this run does not repeat."""
-    if not RESULTS.exists():
+    if not results.exists():
         return {}
-    return dict(SECTION.findall(RESULTS.read_text()))
+    return dict(SECTION.findall(results.read_text()))
 
 
-def report(sections: dict[str, list[str]], notes: dict[str, str]) -> str:
-    kept = previous_sections()
-    lines = ["# Scheduler benchmarks", ""]
-    for name in SECTIONS:
+def report(
+    sections: dict[str, list[str]],
+    notes: dict[str, str],
+    title: str = "Scheduler benchmarks",
+    script: str = "bench/bench_scheduler.py",
+    results: Path = RESULTS,
+    order: Sequence[str] = SECTIONS,
+) -> str:
+    """The report of ``script``: this run's sections, in ``order``, and the last report's
+    (``results``) for those it did not run."""
+    kept = previous_sections(results)
+    lines = [f"# {title}", ""]
+    for name in order:
         if name in sections:
             body = "\n".join(
                 [
-                    f"Run {notes['date']} with `python bench/bench_scheduler.py`; machine at "
+                    f"Run {notes['date']} with `python {script}`; machine at "
                     f"start: {notes['start']}; at the end: {machine()}.",
                     "",
                     *sections[name],

@@ -8,6 +8,7 @@ import getpass
 import json
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -409,17 +410,26 @@ def _team_line(team: dict[str, Any]) -> str:
             f"limit {limit}, group {team['resource_group']}{parent}")  # fmt: skip
 
 
+def _saved(args: argparse.Namespace, api: Client, collection: str, body: dict[str, Any],
+           line: Callable[[dict[str, Any]], str], hint: str = "") -> None:  # fmt: skip
+    """Add ``args.name`` to ``collection`` with ``body`` (no ``hint``), or change it (``hint``
+    says what may change when ``body`` is empty), and show it as ``line`` says."""
+    if not hint:
+        saved = api.call("POST", f"{collection}/", {"name": args.name, **body})
+    elif not body:
+        raise CliError(hint)
+    else:
+        saved = api.call("PATCH", f"{collection}/{args.name}/", body)
+    show(args, saved, line(saved))
+
+
 def admin_teams_add(args: argparse.Namespace, api: Client) -> None:
-    team = api.call("POST", "teams/", {"name": args.name, **_team_body(args)})
-    show(args, team, _team_line(team))
+    _saved(args, api, "teams", _team_body(args), _team_line)
 
 
 def admin_teams_set(args: argparse.Namespace, api: Client) -> None:
-    body = _team_body(args)
-    if not body:
-        raise CliError("say what to change: --parent, --weight, --guarantee, --limit, --group...")
-    team = api.call("PATCH", f"teams/{args.name}/", body)
-    show(args, team, _team_line(team))
+    hint = "say what to change: --parent, --weight, --guarantee, --limit, --group..."
+    _saved(args, api, "teams", _team_body(args), _team_line, hint)
 
 
 def admin_teams_list(args: argparse.Namespace, api: Client) -> None:
@@ -470,16 +480,12 @@ def _group_line(group: dict[str, Any]) -> str:
 
 
 def admin_groups_add(args: argparse.Namespace, api: Client) -> None:
-    group = api.call("POST", "groups/", {"name": args.name, **_group_body(args)})
-    show(args, group, _group_line(group))
+    _saved(args, api, "groups", _group_body(args), _group_line)
 
 
 def admin_groups_set(args: argparse.Namespace, api: Client) -> None:
-    body = _group_body(args)
-    if not body:
-        raise CliError("say what to change: --rule (repeated, in order) or --position")
-    group = api.call("PATCH", f"groups/{args.name}/", body)
-    show(args, group, _group_line(group))
+    hint = "say what to change: --rule (repeated, in order) or --position"
+    _saved(args, api, "groups", _group_body(args), _group_line, hint)
 
 
 def admin_groups_list(args: argparse.Namespace, api: Client) -> None:

@@ -64,3 +64,16 @@ def alice(django_user_model: Any) -> Any:
 @pytest.fixture
 def bob(django_user_model: Any) -> Any:
     return django_user_model.objects.create_user("bob", "bob@example.com", "bob-pass-1")
+
+
+@pytest.fixture
+def people(django_user_model: Any, alice: Any, bob: Any) -> dict[str, Any]:
+    """Alice and Bob, Lena and Olga, and root (staff): the teams' tests' cast."""
+    make = django_user_model.objects.create_user
+    return {
+        "alice": alice,
+        "bob": bob,
+        "lena": make("lena", password="lena-pass-1"),
+        "olga": make("olga", password="olga-pass-1"),
+        "root": make("root", password="root-pass-1", is_staff=True),
+    }

@@ -25,21 +25,13 @@ from edtweb.datasets.models import Dataset
 from edtweb.registry.models import ModelDefinition
 from edtweb.training import services
 from edtweb.training.models import Job, JobEvent, Metric
+from tests.harness.api import token_client
 from tests.harness.processes import PROJECT_DIR
 from tests.harness.waiting import wait_for
 from workers.learner.datasets import write_cifar10
 from workers.learner.spec import JobSpec
 
 pytestmark = pytest.mark.django_db
-
-
-def client_of(user: Any = None) -> APIClient:
-    client = APIClient()
-    if user is not None:
-        client.credentials(
-            HTTP_AUTHORIZATION=f"Token {Token.objects.get_or_create(user=user)[0].key}"
-        )
-    return client
 
 
 @pytest.fixture
@@ -139,7 +131,7 @@ def send(client: APIClient, method: str, url: str, body: Any) -> Any:
 def test_another_users_token_gets_404_on_every_one_of_my_objects(
     objects: dict[str, Any], bob: Any
 ) -> None:
-    bob_client = client_of(bob)
+    bob_client = token_client(bob)
     answers = {}
     for method, path, body, _ in OWNED:
         reply = send(bob_client, method, path.format(**objects), body)
@@ -156,7 +148,7 @@ def test_another_users_token_gets_404_on_every_one_of_my_objects(
 
 
 def test_the_owner_reaches_every_one_of_them(objects: dict[str, Any], alice: Any) -> None:
-    client = client_of(alice)
+    client = token_client(alice)
     answers = {
         f"{method} {path}": send(client, method, path.format(**objects), body).status_code
         for method, path, body, _ in OWNED
@@ -167,7 +159,7 @@ def test_the_owner_reaches_every_one_of_them(objects: dict[str, Any], alice: Any
 
 def test_staff_see_everyones_objects(objects: dict[str, Any], django_user_model: Any) -> None:
     admin = django_user_model.objects.create_user("root", password="x", is_staff=True)
-    staff = client_of(admin)
+    staff = token_client(admin)
     assert staff.get(f"{API}jobs/{objects['j']}/").status_code == 200
     assert [d["name"] for d in staff.get(API + "datasets/").json()["results"]] == ["shapes"]
 
@@ -180,7 +172,7 @@ def test_no_token_gets_401_with_a_hint_everywhere(objects: dict[str, Any]) -> No
         ("get", WMLA + "execs", None),
         ("get", WMLA + "execs/frameworks", None),
     ]
-    anonymous = client_of()
+    anonymous = token_client()
     answers = {}
     for method, path, body in calls:
         reply = send(anonymous, method, path.format(**objects), body)
@@ -242,7 +234,7 @@ def test_a_malformed_submission_is_a_400_naming_the_field(
     objects: dict[str, Any], alice: Any, changes: dict[str, Any], field: str
 ) -> None:
     body = {"model": objects["m"], "dataset": objects["d"], "max_workers": 2, **changes}
-    reply = client_of(alice).post(API + "jobs/", body, format="json")
+    reply = token_client(alice).post(API + "jobs/", body, format="json")
     assert reply.status_code == 400, reply.content
     assert field in reply.json()["fields"], reply.json()
     assert reply.json()["error"].startswith(f"{field}: ")
@@ -264,18 +256,18 @@ def test_a_malformed_submission_is_a_400_naming_the_field(
 def test_malformed_requests_are_400s_naming_the_field(
     objects: dict[str, Any], alice: Any, method: str, path: str, body: Any, field: str
 ) -> None:
-    reply = send(client_of(alice), method, API + path.format(**objects), body)
+    reply = send(token_client(alice), method, API + path.format(**objects), body)
     assert reply.status_code == 400, reply.content
     assert field in reply.json()["fields"]
 
 
 def test_a_body_that_is_not_json_is_a_400_that_says_so(alice: Any) -> None:
-    reply = client_of(alice).post(API + "jobs/", "{nope", content_type="application/json")
+    reply = token_client(alice).post(API + "jobs/", "{nope", content_type="application/json")
     assert reply.status_code == 400 and "JSON parse error" in reply.json()["error"]
 
 
 def test_unknown_api_paths_are_json_404s(alice: Any) -> None:
-    reply = client_of(alice).get(API + "no/such/thing")
+    reply = token_client(alice).get(API + "no/such/thing")
     assert reply.status_code == 404 and "/api/v1/docs/" in reply.json()["error"]
 
 
@@ -283,7 +275,7 @@ def test_unknown_api_paths_are_json_404s(alice: Any) -> None:
 
 
 def test_submit_list_show_reprioritise_and_stop(objects: dict[str, Any], alice: Any) -> None:
-    client = client_of(alice)
+    client = token_client(alice)
     body = {"model": objects["m"], "dataset": objects["d"], "max_workers": 2, "epochs": 3}
     job = client.post(API + "jobs/", body, format="json").json()
     assert (job["state"], job["max_workers"], job["workers"]) == ("QUEUED", 2, 0)
@@ -303,7 +295,7 @@ def test_submit_list_show_reprioritise_and_stop(objects: dict[str, Any], alice: 
 
 
 def test_a_job_trains_in_the_precision_it_asks_for(objects: dict[str, Any], alice: Any) -> None:
-    client = client_of(alice)
+    client = token_client(alice)
     body = {"model": objects["m"], "dataset": objects["d"], "precision": "bf16"}
     job = client.post(API + "jobs/", body, format="json").json()
     assert job["precision"] == "bf16"
@@ -319,7 +311,7 @@ def test_a_submission_must_name_a_checked_model(objects: dict[str, Any], alice: 
         status=ModelDefinition.Status.INVALID, error="NameError: nn"
     )
     body = {"model": objects["m"], "dataset": objects["d"], "max_workers": 1}
-    reply = client_of(alice).post(API + "jobs/", body, format="json")
+    reply = token_client(alice).post(API + "jobs/", body, format="json")
     assert reply.status_code == 400
     assert reply.json()["fields"]["model"] == [
         f"model {objects['m']} is INVALID, not VALID: NameError: nn"
@@ -327,7 +319,7 @@ def test_a_submission_must_name_a_checked_model(objects: dict[str, Any], alice: 
 
 
 def test_logs_read_on_from_an_offset(objects: dict[str, Any], alice: Any) -> None:
-    client = client_of(alice)
+    client = token_client(alice)
     assert client.get(f"{API}jobs/{objects['j']}/logs/").json() == [{"slot": "h.0", "size": 25}]
     first = client.get(f"{API}jobs/{objects['j']}/logs/h.0/", {"limit": 8}).json()
     rest = client.get(f"{API}jobs/{objects['j']}/logs/h.0/", {"offset": first["offset"]}).json()
@@ -344,7 +336,7 @@ def test_metrics_come_downsampled_or_paged(objects: dict[str, Any], alice: Any) 
         objects["j"],
         [*records, {"type": "test", "step": 49, "epoch": 0, "time": 60.0, "loss": 1.5}],
     )
-    client = client_of(alice)
+    client = token_client(alice)
     history = client.get(f"{API}jobs/{objects['j']}/metrics/", {"points": 10}).json()
     assert history["total"] == 50 and 10 <= len(history["train"]) <= 11
     assert history["train"][-1]["step"] == 49 and len(history["test"]) == 1
@@ -355,7 +347,7 @@ def test_metrics_come_downsampled_or_paged(objects: dict[str, Any], alice: Any) 
 
 
 def test_the_final_model_and_checkpoints_download(objects: dict[str, Any], alice: Any) -> None:
-    client = client_of(alice)
+    client = token_client(alice)
     files = client.get(f"{API}jobs/{objects['j']}/checkpoints/").json()
     assert [f["name"] for f in files] == ["step-4.pt", "model.pt"]
     reply = client.get(f"{API}jobs/{objects['j']}/files/model.pt")
@@ -369,7 +361,7 @@ def test_the_final_model_and_checkpoints_download(objects: dict[str, Any], alice
 
 
 def test_a_chunked_upload_resumes_from_where_the_server_says(alice: Any) -> None:
-    client = client_of(alice)
+    client = token_client(alice)
     start = client.post(API + "datasets/uploads/", {"name": "d", "size": 10}, format="json")
     assert start.status_code == 201
     url = f"{API}datasets/uploads/{start.json()['id']}/"
@@ -393,13 +385,13 @@ def test_an_upload_announced_over_the_limit_is_refused_before_any_byte(
     alice: Any, settings: Any
 ) -> None:
     settings.EDT_MAX_UPLOAD_BYTES = 1000
-    reply = client_of(alice).post(API + "datasets/uploads/", {"name": "big", "size": 1001})
+    reply = token_client(alice).post(API + "datasets/uploads/", {"name": "big", "size": 1001})
     assert reply.status_code == 413 and "limited to 1,000 bytes" in reply.json()["error"]
     assert not Dataset.objects.exists()
 
 
 def test_bytes_past_the_announced_size_are_refused(alice: Any) -> None:
-    client = client_of(alice)
+    client = token_client(alice)
     pk = client.post(API + "datasets/uploads/", {"name": "d", "size": 4}).json()["id"]
     reply = client.put(
         f"{API}datasets/uploads/{pk}/",
@@ -460,7 +452,7 @@ def test_a_small_archive_in_one_multipart_post_becomes_ready(
     with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
         tar.add(write_cifar10(tmp_path, train=100, test=20), arcname="cifar-10-batches-py")
     upload = SimpleUploadedFile("tiny.tar.gz", buffer.getvalue())
-    client = client_of(alice)
+    client = token_client(alice)
     reply = client.post(API + "datasets/", {"name": "tiny", "file": upload}, format="multipart")
     assert reply.status_code == 201, reply.content
     url = f"{API}datasets/{reply.json()['id']}/"
@@ -473,7 +465,7 @@ def test_a_small_archive_in_one_multipart_post_becomes_ready(
 
 
 def test_a_multipart_post_without_a_file_names_the_field(alice: Any) -> None:
-    reply = client_of(alice).post(API + "datasets/", {"name": "x"}, format="multipart")
+    reply = token_client(alice).post(API + "datasets/", {"name": "x"}, format="multipart")
     assert reply.status_code == 400 and "file" in reply.json()["fields"]
 
 
@@ -482,7 +474,7 @@ def test_a_multipart_post_without_a_file_names_the_field(alice: Any) -> None:
 
 @pytest.mark.django_db(transaction=True)  # the check runs on the control worker
 def test_a_broken_model_upload_reports_its_error_line(alice: Any, control_worker: Any) -> None:
-    client = client_of(alice)
+    client = token_client(alice)
     source = b"import torch\n\ndef build_model():\n    return torch.nn.Linear(3, 10\n"
     upload = SimpleUploadedFile("broken.py", source)
     model = client.post(API + "models/", {"file": upload}, format="multipart").json()
@@ -506,7 +498,7 @@ def test_an_archive_without_its_entry_module_is_a_400(alice: Any) -> None:
         info.size = len(data)
         tar.addfile(info, io.BytesIO(data))
     upload = SimpleUploadedFile("m.tar", buffer.getvalue())
-    reply = client_of(alice).post(
+    reply = token_client(alice).post(
         API + "models/", {"file": upload, "entry": "main.py"}, format="multipart"
     )
     assert reply.status_code == 400 and "pkg/helper.py" in reply.json()["error"]
@@ -514,21 +506,21 @@ def test_an_archive_without_its_entry_module_is_a_400(alice: Any) -> None:
 
 def test_errors_are_always_json_with_an_error_key(alice: Any) -> None:
     for reply in (
-        client_of(alice).patch(API + "jobs/"),
-        client_of(alice).get(API + "jobs/999999/"),
-        client_of().get(API + "jobs/"),
+        token_client(alice).patch(API + "jobs/"),
+        token_client(alice).get(API + "jobs/999999/"),
+        token_client().get(API + "jobs/"),
     ):
         assert reply["Content-Type"] == "application/json"
         assert set(json.loads(reply.content)) <= {"error", "fields"}
 
 
 def test_a_missing_trailing_slash_gets_a_hint(alice: Any) -> None:
-    reply = client_of(alice).get(API + "jobs")
+    reply = token_client(alice).get(API + "jobs")
     assert reply.status_code == 404 and "did you mean /api/v1/jobs/ ?" in reply.json()["error"]
 
 
 def test_an_unknown_state_filter_is_a_400(alice: Any) -> None:
-    reply = client_of(alice).get(API + "jobs/", {"state": "sleeping"})
+    reply = token_client(alice).get(API + "jobs/", {"state": "sleeping"})
     assert reply.status_code == 400 and "QUEUED" in reply.json()["fields"]["state"][0]
 
 
@@ -538,7 +530,7 @@ def test_an_unknown_state_filter_is_a_400(alice: Any) -> None:
 def test_an_ended_job_is_deleted_with_its_records_files_and_live_state(
     objects: dict[str, Any], alice: Any
 ) -> None:
-    client, pk = client_of(alice), objects["j"]
+    client, pk = token_client(alice), objects["j"]
     job = Job.objects.get(pk=pk)
     record = {"type": "train", "step": 0, "time": 1.0, "loss": 2.3, "workers": 1}
     services.persist_metrics(pk, [record], publish=False)

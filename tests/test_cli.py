@@ -194,6 +194,11 @@ def test_staff_make_teams_and_groups_and_a_member_trains_in_a_team_its_lead_stee
     assert (team["weight"], team["guarantee"], team["limit"]) == (3, 1, 2)
     assert team["allowed_groups"] == ["cli-h100"] and team["resource_group"] == "default"
     live.json("sam", "admin", "teams", "add", "cli-other")
+    unsaid = live.edt("sam", "admin", "teams", "set", "cli-other")
+    assert unsaid.returncode == 1 and "say what to change: --parent" in unsaid.stderr
+    assert live.json("sam", "admin", "teams", "set", "cli-other", "--weight", "2")["weight"] == 2
+    moved = live.json("sam", "admin", "groups", "set", "cli-h100", "--position", "7")
+    assert moved["position"] == 7 and moved["rule_texts"] == group["rule_texts"]
     for user, flags in (("frank", ()), ("carol", ("--lead",))):
         added = live.edt("sam", "admin", "teams", "members", "cli-vision", "add", user, *flags)
         assert added.returncode == 0, added.stderr

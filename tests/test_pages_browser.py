@@ -15,7 +15,7 @@ import pytest
 from playwright.sync_api import Page
 
 from tests.browser import DEMO_DATASET, DEMO_MODEL, browser_page, log_in, start_job, stop_job
-from tests.harness.pages import ARTIFACTS, NOT_OURS, SIZES, settled, violations
+from tests.harness.pages import ARTIFACTS, SIZES, looked_over, settled, violations
 from tests.harness.stack import LiveEdt
 from tests.harness.waiting import wait_for
 from workers.learner.datasets import write_cifar10
@@ -63,18 +63,7 @@ def test_every_page_fits_a_phone_passes_axe_and_is_photographed(live: LiveEdt) -
             "model": link_to(page, live.url, "/models/", DEMO_MODEL),
             "api": "/api/v1/docs/",
         }
-        found: dict[str, Any] = {}
-        for size, (width, height) in SIZES.items():
-            page.set_viewport_size({"width": width, "height": height})
-            for name, path in pages.items():
-                page.goto(live.url + path)
-                settled(page)
-                page.screenshot(path=str(ARTIFACTS / f"{name}-{size}.png"), full_page=True)
-                wide = page.evaluate("document.documentElement.scrollWidth - window.innerWidth")
-                if wide > 0:
-                    found[f"{name} at {size}: scrolls sideways by {wide} px"] = wide
-                if bad := violations(page, NOT_OURS.get(name)):
-                    found[f"{name} at {size}"] = bad
+        found = looked_over(page, live.url, pages)
         stop_job(page, waiting)
         stop_job(page, running)
         # plotly.js (its basic bundle: 1.2 MB) goes out gzipped, hashed, cached for good.

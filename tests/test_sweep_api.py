@@ -8,8 +8,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from rest_framework.authtoken.models import Token
-from rest_framework.test import APIClient
 
 from edtweb.datasets.models import Dataset
 from edtweb.registry.models import ModelDefinition
@@ -17,19 +15,13 @@ from edtweb.sweeps import study
 from edtweb.sweeps.driver import SweepDriver
 from edtweb.training.models import Job
 from scheduler.store import Store
+from tests.harness.api import token_client
 from tests.harness.processes import PROJECT_DIR
 
 pytestmark = pytest.mark.django_db
 API = "/api/v1/"
 SPACE = {"lr": {"type": "loguniform", "low": 0.001, "high": 0.3},
          "width": {"type": "int", "low": 8, "high": 64, "step": 8}}  # fmt: skip
-
-
-def client_of(user: Any) -> APIClient:
-    client = APIClient()
-    token = Token.objects.get_or_create(user=user)[0].key
-    client.credentials(HTTP_AUTHORIZATION=f"Token {token}")
-    return client
 
 
 @pytest.fixture
@@ -55,7 +47,7 @@ def body(owned: dict[str, Any], **changes: Any) -> dict[str, Any]:
 
 
 def test_create_show_list_stop_resume_and_clone(owned: dict[str, Any], alice: Any) -> None:
-    api = client_of(alice)
+    api = token_client(alice)
     made = api.post(API + "sweeps/", body(owned), format="json")
     assert made.status_code == 201, made.json()
     sweep = made.json()
@@ -98,8 +90,8 @@ def test_create_show_list_stop_resume_and_clone(owned: dict[str, Any], alice: An
 def test_another_user_gets_404_on_every_sweep_of_mine(
     owned: dict[str, Any], alice: Any, bob: Any
 ) -> None:
-    pk = client_of(alice).post(API + "sweeps/", body(owned), format="json").json()["id"]
-    bob_api = client_of(bob)
+    pk = token_client(alice).post(API + "sweeps/", body(owned), format="json").json()["id"]
+    bob_api = token_client(bob)
     for method, path in (("get", ""), ("post", "stop/"), ("post", "resume/"), ("post", "clone/")):
         answer = getattr(bob_api, method)(f"{API}sweeps/{pk}/{path}", format="json")
         assert answer.status_code == 404, (path, answer.content)
@@ -113,7 +105,7 @@ def test_another_user_gets_404_on_every_sweep_of_mine(
 def test_a_sweep_that_breaks_the_rules_is_a_400_naming_each_field(
     owned: dict[str, Any], alice: Any
 ) -> None:
-    api = client_of(alice)
+    api = token_client(alice)
     bad = body(owned, space={"lr": {"type": "uniform", "low": 0.3, "high": 0.1},
                              "width": {"type": "loguniform", "low": 0, "high": 8}},
                direction="lower", max_trials=0, max_workers=0)  # fmt: skip
@@ -143,7 +135,7 @@ def test_a_sweep_that_breaks_the_rules_is_a_400_naming_each_field(
 def test_jobs_compare_side_by_side_with_their_differences(
     owned: dict[str, Any], alice: Any, bob: Any
 ) -> None:
-    api = client_of(alice)
+    api = token_client(alice)
     api.post(API + "sweeps/", body(owned, max_parallel=2, lr=0.05), format="json")
     SweepDriver(owned["store"]).round()
     first, second = Job.objects.filter(owner=alice).order_by("trial_number")
@@ -155,6 +147,6 @@ def test_jobs_compare_side_by_side_with_their_differences(
     assert compared["jobs"][0]["config"]["model"] == "mlp"
     assert {"lr", "width"} <= set(compared["differs"]) and "epochs" not in compared["differs"]
     assert compared["final_keys"][:4] == ["loss", "accuracy", "test_loss", "test_accuracy"]
-    assert client_of(bob).get(f"{API}jobs/compare/?ids={first.pk}").status_code == 404
+    assert token_client(bob).get(f"{API}jobs/compare/?ids={first.pk}").status_code == 404
     assert api.get(f"{API}jobs/compare/?ids=a,b").status_code == 400
     assert api.get(f"{API}jobs/compare/").status_code == 400

@@ -14,8 +14,6 @@ import optuna
 import pytest
 from django.utils import timezone
 
-from edtweb.datasets.models import Dataset
-from edtweb.registry.models import ModelDefinition
 from edtweb.sweeps import services as sweeps
 from edtweb.sweeps import study
 from edtweb.sweeps.driver import SweepDriver
@@ -25,7 +23,7 @@ from edtweb.training import services
 from edtweb.training.models import Job
 from protocol.keys import WAKE_KEY
 from scheduler.store import Store
-from tests.harness.processes import PROJECT_DIR
+from tests.harness.sweeps import own_storage, sweep_inputs
 from workers.learner.spec import JobSpec
 
 pytestmark = pytest.mark.django_db
@@ -35,24 +33,13 @@ WIDTH = {"type": "int", "low": 8, "high": 64, "step": 8}
 
 @pytest.fixture
 def storage(tmp_path: Path, settings: Any) -> Iterator[None]:
-    """A study storage of the test's own; a driver made after ``restart`` opens it afresh."""
-    settings.EDT_SWEEP_STORAGE = f"sqlite:///{tmp_path / 'sweeps.sqlite3'}"
-    study.storage.cache_clear()
-    yield
-    study.storage.cache_clear()
+    with own_storage(tmp_path, settings):
+        yield
 
 
 @pytest.fixture
 def owned(alice: Any, store: Store, storage: None) -> dict[str, Any]:
-    dataset = Dataset.objects.create(
-        owner=alice, name="shapes", status=Dataset.Status.READY, format="cifar10",
-        summary={"splits": {"train": {"count": 256}, "test": {"count": 64}}},
-    )  # fmt: skip
-    model = ModelDefinition.objects.create(owner=alice, name="mlp", entry="mlp.py",
-                                           status=ModelDefinition.Status.VALID)  # fmt: skip
-    model.entry_path.parent.mkdir(parents=True, exist_ok=True)
-    model.entry_path.write_bytes((PROJECT_DIR / "examples" / "mlp.py").read_bytes())
-    return {"owner": alice, "model": model, "dataset": dataset, "store": store}
+    return {**sweep_inputs(alice), "store": store}
 
 
 def new_sweep(owned: dict[str, Any], **values: Any) -> Sweep:

@@ -17,38 +17,25 @@ from typing import Any
 import pytest
 from django.test import Client
 
-from edtweb.datasets.models import Dataset
-from edtweb.registry.models import ModelDefinition
-from edtweb.sweeps import study
 from edtweb.sweeps.driver import SweepDriver
 from edtweb.sweeps.models import Sweep
 from edtweb.training import services
 from edtweb.training.models import Job
 from scheduler.store import Store
-from tests.harness.processes import PROJECT_DIR
+from tests.harness.sweeps import own_storage, sweep_inputs
 
 pytestmark = pytest.mark.django_db
 
 
 @pytest.fixture
 def storage(tmp_path: Path, settings: Any) -> Iterator[None]:
-    settings.EDT_SWEEP_STORAGE = f"sqlite:///{tmp_path / 'sweeps.sqlite3'}"
-    study.storage.cache_clear()
-    yield
-    study.storage.cache_clear()
+    with own_storage(tmp_path, settings):
+        yield
 
 
 @pytest.fixture
 def owned(alice: Any, store: Store, storage: None) -> dict[str, Any]:
-    dataset = Dataset.objects.create(
-        owner=alice, name="shapes", status=Dataset.Status.READY, format="cifar10",
-        summary={"splits": {"train": {"count": 256}, "test": {"count": 64}}},
-    )  # fmt: skip
-    model = ModelDefinition.objects.create(owner=alice, name="mlp", entry="mlp.py",
-                                           style="native", status="VALID")  # fmt: skip
-    model.entry_path.parent.mkdir(parents=True, exist_ok=True)
-    model.entry_path.write_bytes((PROJECT_DIR / "examples" / "mlp.py").read_bytes())
-    return {"model": model, "dataset": dataset, "store": store}
+    return {**sweep_inputs(alice), "store": store}
 
 
 def logged_in(user: str) -> Client:

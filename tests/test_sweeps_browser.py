@@ -15,7 +15,7 @@ import pytest
 from playwright.sync_api import Page
 
 from tests.browser import DEMO_DATASET, DEMO_MODEL, browser_page, log_in
-from tests.harness.pages import ARTIFACTS, SIZES, settled, violations
+from tests.harness.pages import ARTIFACTS, looked_over
 from tests.harness.stack import LiveEdt
 
 pytestmark = pytest.mark.timeout(900)
@@ -124,16 +124,5 @@ def test_a_sweep_made_on_its_page_runs_its_trials_draws_them_and_compares_two(
         pages = {"jobs-picked": "/jobs/", "sweeps": "/sweeps/", "sweep-new": "/sweeps/new/",
                  "sweep": sweep_url.removeprefix(live.url),
                  "compare": compare_url.removeprefix(live.url)}  # fmt: skip
-        found: dict[str, Any] = {}
-        for size, (width, height) in SIZES.items():
-            page.set_viewport_size({"width": width, "height": height})
-            for name, path in pages.items():
-                page.goto(live.url + path)
-                settled(page)
-                page.screenshot(path=str(ARTIFACTS / f"{name}-{size}.png"), full_page=True)
-                wide = page.evaluate("document.documentElement.scrollWidth - window.innerWidth")
-                if wide > 0:
-                    found[f"{name} at {size}: scrolls sideways by {wide} px"] = wide
-                if bad := violations(page):
-                    found[f"{name} at {size}"] = bad
+        found = looked_over(page, live.url, pages)
         assert not found, "\n".join(f"{where}: {what}" for where, what in found.items())

@@ -18,7 +18,6 @@ import pytest
 from channels.testing import WebsocketCommunicator
 from django.core.files.uploadedfile import SimpleUploadedFile
 from django.test import Client
-from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
 from edtweb.asgi import application
@@ -31,6 +30,7 @@ from edtweb.tenancy.models import Membership, ResourceGroup, Team
 from edtweb.training import services
 from edtweb.training.models import Job, JobEvent
 from edtweb.training.status import status_of
+from tests.harness.api import token_client
 from tests.harness.processes import PROJECT_DIR
 
 pytestmark = pytest.mark.django_db
@@ -38,24 +38,6 @@ pytestmark = pytest.mark.django_db
 API = "/api/v1/"
 WMLA = "/platform/rest/deeplearning/v1/"
 MLP = PROJECT_DIR / "examples" / "mlp.py"
-
-
-def client_of(user: Any) -> APIClient:
-    client = APIClient()
-    client.credentials(HTTP_AUTHORIZATION=f"Token {Token.objects.get_or_create(user=user)[0].key}")
-    return client
-
-
-@pytest.fixture
-def people(django_user_model: Any, alice: Any, bob: Any) -> dict[str, Any]:
-    make = django_user_model.objects.create_user
-    return {
-        "alice": alice,
-        "bob": bob,
-        "lena": make("lena", password="lena-pass-1"),
-        "olga": make("olga", password="olga-pass-1"),
-        "root": make("root", password="root-pass-1", is_staff=True),
-    }
 
 
 @pytest.fixture
@@ -92,7 +74,7 @@ def ready(alice: Any, redis_server: Any) -> dict[str, Any]:
 
 def submitted(user: Any, ready: dict[str, Any], **fields: Any) -> Any:
     body = {**ready, "epochs": 1, "batch_size": 32, **fields}
-    return client_of(user).post(API + "jobs/", body, format="json")
+    return token_client(user).post(API + "jobs/", body, format="json")
 
 
 # Data ------------------------------------------------------------------------------------
@@ -106,7 +88,7 @@ def test_each_slot_says_its_resource_group_by_the_rules(
     cpu = store.register_slot("grp-cpu", 0, "cpu", pid=1, host_slots=1)
     try:
         slots = {
-            s["slot_id"]: s for s in client_of(people["bob"]).get(API + "cluster/slots/").json()
+            s["slot_id"]: s for s in token_client(people["bob"]).get(API + "cluster/slots/").json()
         }
         assert (slots[gpu]["group"], slots[gpu]["model"], slots[gpu]["host_slots"]) == (
             "h100", "NVIDIA H100 80GB HBM3", 1)  # fmt: skip
@@ -119,7 +101,7 @@ def test_each_slot_says_its_resource_group_by_the_rules(
 def test_the_default_group_always_exists_and_cannot_be_deleted(people: dict[str, Any]) -> None:
     # The data migration's; a database flushed by another module's transactional test has
     # lost it, and reading the groups makes it again.
-    root = client_of(people["root"])
+    root = token_client(people["root"])
     assert [g["name"] for g in root.get(API + "groups/").json()] == ["default"]
     assert ResourceGroup.objects.filter(name="default").exists()
     refused = root.delete(API + "groups/default/")
@@ -146,7 +128,7 @@ def test_a_user_has_one_default_team_the_first_unless_another_is_made_it(
 def test_only_staff_write_teams_groups_members_and_users(
     teams: dict[str, Team], people: dict[str, Any]
 ) -> None:
-    bob = client_of(people["bob"])
+    bob = token_client(people["bob"])
     writes = [
         ("post", API + "groups/", {"name": "x", "rules": ["device=gpu"]}),
         ("patch", API + "groups/h100/", {"position": 1}),
@@ -178,7 +160,7 @@ def test_only_staff_write_teams_groups_members_and_users(
 def test_staff_make_teams_and_members_and_each_mistake_is_named(
     people: dict[str, Any], teams: dict[str, Team]
 ) -> None:
-    root = client_of(people["root"])
+    root = token_client(people["root"])
     made = root.post(API + "teams/", {"name": "ml", "weight": 3, "guarantee": 2, "limit": 8,
                                       "resource_group": "h100"}, format="json")  # fmt: skip
     assert made.status_code == 201, made.json()
@@ -214,7 +196,7 @@ def test_staff_make_teams_and_members_and_each_mistake_is_named(
 
 
 def test_staff_define_groups_by_rules_people_can_write(people: dict[str, Any]) -> None:
-    root = client_of(people["root"])
+    root = token_client(people["root"])
     made = root.post(API + "groups/", {"name": "big", "position": 5,
                      "rules": ["host=gpu*,device=gpu,model=*H100*,slots=8",
                                {"device": "gpu", "slots": 4}]}, format="json")  # fmt: skip
@@ -232,7 +214,7 @@ def test_staff_define_groups_by_rules_people_can_write(people: dict[str, Any]) -
 
 
 def test_staff_make_users_who_can_then_log_in(people: dict[str, Any]) -> None:
-    root = client_of(people["root"])
+    root = token_client(people["root"])
     made = root.post(API + "users/", {"username": "frank", "password": "frank-pass-long-1"},
                      format="json")  # fmt: skip
     assert made.status_code == 201 and made.json() == {"username": "frank", "is_staff": False,
@@ -306,7 +288,7 @@ def test_the_train_form_offers_only_my_teams_with_my_default_chosen(
 def test_a_wmla_exec_goes_into_the_team_its_sig_name_names(
     teams: dict[str, Team], people: dict[str, Any], ready: dict[str, Any]
 ) -> None:
-    alice = client_of(people["alice"])
+    alice = token_client(people["alice"])
     args = (
         "--exec-start edtPyTorch --model-main mlp.py --cs-datastore-meta type=fs,data_path=shapes"
     )
@@ -354,7 +336,7 @@ def test_a_member_sees_the_teams_job_read_only_and_an_outsider_gets_404(
     team_job: Job, people: dict[str, Any]
 ) -> None:
     j = team_job.pk
-    bob, olga = client_of(people["bob"]), client_of(people["olga"])
+    bob, olga = token_client(people["bob"]), token_client(people["olga"])
     for path in READS:
         assert bob.get(API + path.format(j=j)).status_code == 200, path
         assert olga.get(API + path.format(j=j)).status_code == 404, path
@@ -379,13 +361,13 @@ def test_a_lead_reprioritises_and_stops_the_teams_job_but_only_its_owner_deletes
     team_job: Job, people: dict[str, Any]
 ) -> None:
     j = team_job.pk
-    lena = client_of(people["lena"])
+    lena = token_client(people["lena"])
     moved = lena.post(API + f"jobs/{j}/priority/", {"priority": 9000}, format="json")
     assert moved.status_code == 200 and moved.json()["priority"] == 9000
     assert lena.post(API + f"jobs/{j}/stop/").json()["state"] == Job.State.STOPPED
     refused = lena.delete(API + f"jobs/{j}/")
     assert refused.status_code == 403 and "only its owner and staff" in refused.json()["error"]
-    assert client_of(people["alice"]).delete(API + f"jobs/{j}/").status_code == 204
+    assert token_client(people["alice"]).delete(API + f"jobs/{j}/").status_code == 204
 
 
 def test_the_pages_show_a_member_the_teams_job_without_its_controls(
@@ -520,7 +502,7 @@ def test_usage_is_slot_hours_per_team_and_user_of_the_jobs_one_may_see(
     timeline(solo, (0, "generation", 1), (2, "failed", 0))
 
     query = f"since={T0.date()}&until={(T0 + timedelta(days=2)).date()}"
-    root = client_of(people["root"]).get(API + f"usage/?{query}&by=team").json()
+    root = token_client(people["root"]).get(API + f"usage/?{query}&by=team").json()
     assert root["rows"] == [
         {"period": "2026-03-02", "team": "", "slot_hours": 2.0},
         {"period": "2026-03-02", "team": "nlp", "slot_hours": 4.0},
@@ -530,23 +512,23 @@ def test_usage_is_slot_hours_per_team_and_user_of_the_jobs_one_may_see(
     ]
     assert root["totals"] == [{"team": "", "slot_hours": 2.0}, {"team": "nlp", "slot_hours": 10.0},
                               {"team": "vision", "slot_hours": 10.0}]  # fmt: skip
-    weekly = client_of(people["root"]).get(API + f"usage/?{query}&by=user&period=week").json()
+    weekly = token_client(people["root"]).get(API + f"usage/?{query}&by=user&period=week").json()
     assert weekly["rows"] == [
         {"period": "2026-03-02", "user": "alice", "slot_hours": 4.0},
         {"period": "2026-03-02", "user": "bob", "slot_hours": 8.0},
         {"period": "2026-03-02", "user": "olga", "slot_hours": 10.0},
     ]
     # Bob sees his jobs and his team's; Olga hers; Lena (vision's lead) the team's.
-    bob = client_of(people["bob"]).get(API + f"usage/?{query}&by=user").json()
+    bob = token_client(people["bob"]).get(API + f"usage/?{query}&by=user").json()
     assert {t["user"]: t["slot_hours"] for t in bob["totals"]} == {"alice": 4.0, "bob": 8.0}
-    olga = client_of(people["olga"]).get(API + f"usage/?{query}").json()
+    olga = token_client(people["olga"]).get(API + f"usage/?{query}").json()
     assert olga["totals"] == [{"team": "nlp", "slot_hours": 10.0}]
     mistakes = [("by=owner", "by: one of team, user"), ("period=month", "period: one of day"),
                 ("since=yesterday", "write a date (2026-01-05)"),
                 ("since=2026-03-05&until=2026-03-01", "must be before until"),
                 ("since=2000-01-01&until=2026-01-01", "at most 1000 days")]  # fmt: skip
     for bad, words in mistakes:
-        reply = client_of(people["bob"]).get(API + f"usage/?{bad}")
+        reply = token_client(people["bob"]).get(API + f"usage/?{bad}")
         assert reply.status_code == 400 and words in reply.json()["error"], (bad, reply.json())
 
 

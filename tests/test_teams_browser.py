@@ -26,7 +26,7 @@ from edtweb.training.models import Job
 from protocol.keys import SHARES_KEPT, SHARES_KEY
 from scheduler.store import Allocation, AllocationRecord, Store
 from tests.browser import browser_page
-from tests.harness.pages import ARTIFACTS, SIZES, settled, violations
+from tests.harness.pages import looked_over
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -198,28 +198,17 @@ def test_the_teams_groups_usage_and_cluster_pages_fit_a_phone_and_pass_axe(
     share(store, {str(vision.pk): (4, 4.0)}, {})
     pages = {"teams": "/teams/?team=vision", "groups": "/groups/", "usage": "/usage/",
              "cluster-teams": "/"}  # fmt: skip
-    ARTIFACTS.mkdir(exist_ok=True)
-    found: dict[str, Any] = {}
     with browser_page() as page:
         page.goto(live_server.url + "/accounts/login/")
         page.fill("#id_username", "root")
         page.fill("#id_password", "root-pass-1")
         page.click("form[action='/accounts/login/'] button[type=submit]")
         page.wait_for_url(live_server.url + "/")
-        for size, (width, height) in SIZES.items():
-            page.set_viewport_size({"width": width, "height": height})
-            for name, path in pages.items():
-                page.goto(live_server.url + path)
-                settled(page)
-                if name == "teams":
-                    page.wait_for_selector("#shares-preview table")
-                if name == "cluster-teams":
-                    page.wait_for_selector(".share-chart")
-                    page.wait_for_function("document.querySelector('.share-chart').data")
-                page.screenshot(path=str(ARTIFACTS / f"{name}-{size}.png"), full_page=True)
-                wide = page.evaluate("document.documentElement.scrollWidth - window.innerWidth")
-                if wide > 0:
-                    found[f"{name} at {size}: scrolls sideways by {wide} px"] = wide
-                if bad := violations(page):
-                    found[f"{name} at {size}"] = bad
+        ready = {
+            "teams": lambda p: p.wait_for_selector("#shares-preview table"),
+            "cluster-teams": lambda p: p.wait_for_function(
+                "document.querySelector('.share-chart')?.data"
+            ),
+        }
+        found = looked_over(page, live_server.url, pages, ready)
     assert not found, "\n".join(f"{where}: {what}" for where, what in found.items())

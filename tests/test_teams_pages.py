@@ -20,8 +20,6 @@ from typing import Any
 
 import pytest
 from django.test import Client
-from rest_framework.authtoken.models import Token
-from rest_framework.test import APIClient
 
 from edtweb.tenancy import services as tenancy
 from edtweb.tenancy.models import Team
@@ -34,6 +32,7 @@ from scheduler.live.snapshot import SnapshotBuilder
 from scheduler.policies import JobView, Snapshot, decide, entitlements, slots_by_team
 from scheduler.policies import Team as PolicyTeam
 from scheduler.store import Allocation, AllocationRecord, Store
+from tests.harness.api import token_client
 
 # A Redis of each test's own: the run's holds the slots of other modules' live hosts.
 pytestmark = [pytest.mark.django_db, pytest.mark.redis("private_redis")]
@@ -48,24 +47,6 @@ def page_client(user: Any) -> Client:
     client = Client()
     client.force_login(user)
     return client
-
-
-def api_client(user: Any) -> APIClient:
-    client = APIClient()
-    client.credentials(HTTP_AUTHORIZATION=f"Token {Token.objects.get_or_create(user=user)[0].key}")
-    return client
-
-
-@pytest.fixture
-def people(django_user_model: Any, alice: Any, bob: Any) -> dict[str, Any]:
-    make = django_user_model.objects.create_user
-    return {
-        "alice": alice,
-        "bob": bob,
-        "lena": make("lena", password="lena-pass-1"),
-        "olga": make("olga", password="olga-pass-1"),
-        "root": make("root", password="root-pass-1", is_staff=True),
-    }
 
 
 @pytest.fixture
@@ -129,7 +110,7 @@ def test_teams_and_groups_are_staffs_and_usage_everyones(
     nav = page_client(people["root"]).get("/").content.decode()
     assert all(f'href="/{p}/"' in nav for p in ("usage", "teams", "groups"))
     # The preview writes nothing but tells what the teams' settings would do: staff's too.
-    reply = api_client(people["lena"]).post(PREVIEW, {"teams": {}}, format="json")
+    reply = token_client(people["lena"]).post(PREVIEW, {"teams": {}}, format="json")
     assert reply.status_code == 403 and "only staff" in reply.json()["error"]
 
 
@@ -195,7 +176,7 @@ def test_the_preview_is_the_policys_answer_before_and_after_the_change(
     record = AllocationRecord({a.pk: Allocation(tuple(slots[:4])),
                                o.pk: Allocation(tuple(slots[4:8]))}, 8, "fairshare")  # fmt: skip
     store.save_allocations(record, ttl=60)
-    reply = api_client(people["root"]).post(
+    reply = token_client(people["root"]).post(
         PREVIEW, {"teams": {"vision": {"guarantee": 6}}}, format="json"
     )
     assert reply.status_code == 200, reply.json()
@@ -235,7 +216,7 @@ def test_the_preview_is_the_policys_answer_before_and_after_the_change(
 def test_a_preview_of_a_team_with_no_jobs_and_of_an_impossible_change(
     people: dict[str, Any], teams: dict[str, Team], slots: list[str], store: Store
 ) -> None:
-    root = api_client(people["root"])
+    root = token_client(people["root"])
     o = job(people["olga"], "o", teams["nlp"], state=Job.State.QUEUED, max_workers=2)
     answer = root.post(PREVIEW, {"teams": {"vision": {"weight": 5, "limit": 3}}},
                        format="json").json()  # fmt: skip
@@ -266,7 +247,7 @@ def test_a_teams_guarantee_counts_in_its_own_group_alone(
     job(people["olga"], "o", teams["nlp"], Job.State.QUEUED, max_workers=1, group="h100")
     record = AllocationRecord({}, 7, "fairshare", groups={"default": 6, "h100": 1})
     store.save_allocations(record, ttl=60)
-    root = api_client(people["root"])
+    root = token_client(people["root"])
 
     def h100(change: dict[str, Any]) -> dict[str, tuple[int, int, float]]:
         answer = root.post(PREVIEW, {"teams": {"vision": change}}, format="json").json()
@@ -314,7 +295,7 @@ def test_the_shares_read_back_as_each_user_may_see_them(
                  ids["nlp"]: [str(theirs.pk)], "": [str(mine.pk)]}}})  # fmt: skip
     store.r.xadd(SHARES_KEY, {"data": "not json"})  # skipped, never a 500
 
-    root = api_client(people["root"]).get(SHARES).json()
+    root = token_client(people["root"]).get(SHARES).json()
     assert [e["t"] for e in root["entries"]] == [now - 60, now - 30]
     assert root["teams"] == {"": "no team", ids["nlp"]: "nlp", ids["vision"]: "vision",
                              ids["vision-3d"]: "vision-3d"}  # fmt: skip
@@ -327,26 +308,26 @@ def test_the_shares_read_back_as_each_user_may_see_them(
     assert queues == {"vision": ["wait-1", "wait-0", "late"], "nlp": ["nlp-wait"],
                       "no team": ["bobs-solo"]}  # fmt: skip
 
-    bob = api_client(people["bob"]).get(SHARES).json()
+    bob = token_client(people["bob"]).get(SHARES).json()
     assert bob["teams"] == {ids["vision"]: "vision"}
     assert bob["entries"][0]["groups"]["default"]["held"] == 8  # every team together
     assert set(bob["entries"][0]["groups"]["default"]["teams"]) == {ids["vision"]}
     # His team's queue and his own job's; not nlp's.
     assert {q["team"]: [j["name"] for j in q["jobs"]] for q in bob["queue"]} == {
         "vision": ["wait-1", "wait-0", "late"], "no team": ["bobs-solo"]}  # fmt: skip
-    olga = api_client(people["olga"]).get(SHARES).json()
+    olga = token_client(people["olga"]).get(SHARES).json()
     assert olga["teams"] == {ids["nlp"]: "nlp"}
     assert [q["team"] for q in olga["queue"]] == ["nlp"]
 
     # Only what came after a cursor; a time; a mistake.
-    after = api_client(people["root"]).get(SHARES + f"?since={first}").json()
+    after = token_client(people["root"]).get(SHARES + f"?since={first}").json()
     assert [e["t"] for e in after["entries"]] == [now - 30]
-    nothing_new = api_client(people["bob"]).get(SHARES + f"?since={after['cursor']}").json()
+    nothing_new = token_client(people["bob"]).get(SHARES + f"?since={after['cursor']}").json()
     assert nothing_new["entries"] == [] and nothing_new["cursor"] == after["cursor"]
     assert nothing_new["queue"] == bob["queue"]  # still in the scheduler's order
-    recent = api_client(people["root"]).get(SHARES + f"?since={now - 45}").json()
+    recent = token_client(people["root"]).get(SHARES + f"?since={now - 45}").json()
     assert [e["t"] for e in recent["entries"]] == [now - 30]  # by the entries' own time
-    bad = api_client(people["root"]).get(SHARES + "?since=yesterday")
+    bad = token_client(people["root"]).get(SHARES + "?since=yesterday")
     assert bad.status_code == 400 and "a unix time in seconds" in bad.json()["error"]
 
 
@@ -363,7 +344,7 @@ def test_the_schedulers_own_entries_read_back(
     )
     decisions = {group: decide(snapshot) for group, snapshot in snapshots.items()}
     SharesLog(lambda: store.r).offer(decisions)
-    answer = api_client(people["root"]).get(SHARES).json()
+    answer = token_client(people["root"]).get(SHARES).json()
     vision, nlp = str(teams["vision"].pk), str(teams["nlp"].pk)
     (entry,) = answer["entries"]
     default = entry["groups"]["default"]
@@ -382,14 +363,14 @@ def test_the_queue_by_team_needs_no_stream_and_names_only_visible_jobs(
     job(people["olga"], "nlp-b", teams["nlp"], Job.State.SUSPENDED, priority=9000)
     job(people["alice"], "vis", teams["vision"], Job.State.QUEUED, group="h100")
     job(people["alice"], "done", teams["vision"], Job.State.COMPLETED)
-    root = api_client(people["root"]).get(SHARES).json()
+    root = token_client(people["root"]).get(SHARES).json()
     assert root["entries"] == [] and root["cursor"] == ""
     assert [(q["group"], q["team"], [j["name"] for j in q["jobs"]]) for q in root["queue"]] == [
         ("default", "nlp", ["nlp-b", "nlp-a"]), ("h100", "vision", ["vis"])]  # fmt: skip
     # A job of no team, someone else's, shows to Bob as another user's job beside his own.
     job(people["olga"], "olgas-solo", None, Job.State.QUEUED, priority=9999)
     job(people["bob"], "bobs-solo", None, Job.State.QUEUED)
-    bob = api_client(people["bob"]).get(SHARES).json()
+    bob = token_client(people["bob"]).get(SHARES).json()
     solo = next(q for q in bob["queue"] if q["team"] == "no team")
     assert [(j["id"] is None, j["name"], j["priority"]) for j in solo["jobs"]] == [
         (True, "another user's job", None), (False, "bobs-solo", 5000)]  # fmt: skip

@@ -4,6 +4,7 @@ resume, clone; and jobs compared side by side. A sweep's state is read through
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from drf_spectacular.utils import OpenApiParameter, extend_schema
@@ -95,6 +96,18 @@ class SweepDetail(Owned, generics.GenericAPIView):
         return Response(detail(self.get_object()))
 
 
+def changed(
+    sweep: Sweep, change: Callable[[Sweep], bool], refusal: Callable[[Sweep], str]
+) -> Response:
+    """The sweep after ``change`` (stop, resume), or a 409 saying ``refusal`` of the sweep as
+    it stands when the change did not apply."""
+    done = change(sweep)
+    sweep.refresh_from_db()
+    if not done:
+        raise ApiError(refusal(sweep), 409)
+    return Response(detail(sweep))
+
+
 class SweepStop(Owned, generics.GenericAPIView):
     model = Sweep
     noun = "sweep"
@@ -107,12 +120,10 @@ class SweepStop(Owned, generics.GenericAPIView):
     def post(self, request: Request, pk: int) -> Response:
         """Stop the sweep and its running trials (they checkpoint and stop); resume goes on
         from there."""
-        sweep = self.get_object()
-        if not services.stop_sweep(sweep):
-            sweep.refresh_from_db()
-            raise ApiError(f"sweep {sweep.pk} has already ended ({sweep.state})", 409)
-        sweep.refresh_from_db()
-        return Response(detail(sweep))
+        return changed(
+            self.get_object(), services.stop_sweep,
+            lambda sweep: f"sweep {sweep.pk} has already ended ({sweep.state})",
+        )  # fmt: skip
 
 
 class SweepResume(Owned, generics.GenericAPIView):
@@ -127,12 +138,10 @@ class SweepResume(Owned, generics.GenericAPIView):
     def post(self, request: Request, pk: int) -> Response:
         """Resume a stopped sweep: the trials it stopped continue from their checkpoints,
         and it asks for new ones while its budget and time last."""
-        sweep = self.get_object()
-        if not services.resume_sweep(sweep):
-            sweep.refresh_from_db()
-            raise ApiError(f"sweep {sweep.pk} is {sweep.state}: only a STOPPED sweep resumes", 409)
-        sweep.refresh_from_db()
-        return Response(detail(sweep))
+        return changed(
+            self.get_object(), services.resume_sweep,
+            lambda sweep: f"sweep {sweep.pk} is {sweep.state}: only a STOPPED sweep resumes",
+        )  # fmt: skip
 
 
 class SweepClone(Owned, generics.GenericAPIView):

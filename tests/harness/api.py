@@ -8,11 +8,22 @@ import urllib.request
 from collections.abc import Callable
 from typing import Any
 
+from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
 from edtweb.training.models import Job
 
 Get = Callable[[str], tuple[int, Any]]
+
+
+def token_client(user: Any = None) -> APIClient:
+    """An API client that sends ``user``'s token, as a script does (none: anonymous)."""
+    client = APIClient()
+    if user is not None:
+        client.credentials(
+            HTTP_AUTHORIZATION=f"Token {Token.objects.get_or_create(user=user)[0].key}"
+        )
+    return client
 
 
 def api_client_get(job: Job) -> Get:

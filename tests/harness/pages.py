@@ -3,6 +3,7 @@ sizes pages are looked at, where screenshots go, and when a page has drawn."""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from playwright.sync_api import Page
@@ -43,3 +44,28 @@ def settled(page: Page) -> None:
     page.wait_for_function(
         "[...document.querySelectorAll('.chart')].every(c => c.data || c.dataset.empty)"
     )
+
+
+def looked_over(
+    page: Page, url: str, pages: Mapping[str, str], ready: Mapping[str, Callable[[Page], Any]] = {}
+) -> dict[str, Any]:
+    """Each of ``pages`` (name -> path under ``url``) at every size in ``SIZES``, drawn
+    (``settled``, then its ``ready`` wait where it has one), screenshot to ``ARTIFACTS``:
+    what is wrong with each, as "name at size" -> what (sideways scrolling, axe findings
+    other than ``NOT_OURS``'). Empty when all is well."""
+    ARTIFACTS.mkdir(exist_ok=True)
+    found: dict[str, Any] = {}
+    for size, (width, height) in SIZES.items():
+        page.set_viewport_size({"width": width, "height": height})
+        for name, path in pages.items():
+            page.goto(url + path)
+            settled(page)
+            if wait := ready.get(name):
+                wait(page)
+            page.screenshot(path=str(ARTIFACTS / f"{name}-{size}.png"), full_page=True)
+            wide = page.evaluate("document.documentElement.scrollWidth - window.innerWidth")
+            if wide > 0:
+                found[f"{name} at {size}: scrolls sideways by {wide} px"] = wide
+            if bad := violations(page, NOT_OURS.get(name)):
+                found[f"{name} at {size}"] = bad
+    return found
