@@ -238,6 +238,14 @@ def first_error(seen: Seen) -> str | None:
     return f"the learner on {failed[0]} failed; see its log" if failed else None
 
 
+def movable(c: Control, seen: Seen) -> bool:
+    """Its learners could be moved now: it trains on two or more, at its allocation, with
+    no change under way (no joiner, leaver, move or failure, its generation adopted)."""
+    return (c.phase is JobPhase.TRAINING and len(c.members) >= 2 and c.want == len(c.members)
+            and not (c.joining or c.deferred or c.leaving or c.moving or c.over)
+            and c.failure_since is None and seen.adopted == seen.generation)  # fmt: skip
+
+
 def restless(c: Control) -> bool:
     """Its next tick depends on time alone: a failure's grace runs, or a retry's delay."""
     return c.failure_since is not None or bool(c.deferred)

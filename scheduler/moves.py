@@ -17,6 +17,15 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
+# The live loop's parameters (docs/architecture.md, "Learner moves").
+MOVE_EVERY = 60.0  # seconds: the fewest between two moves of a job, and the pay-back horizon
+# Seconds a move pauses its job: the gap it leaves in the job's steps, measured beyond the
+# job's own iteration (bench/results/moves.md), rounded up.
+MOVE_COST = 1.0
+# The gain co-location is taken to bring where the job's rate on the packed placement was
+# never measured: the all-reduce within a host rather than across the network.
+ASSUMED_GAIN = 0.1
+
 
 @dataclass(frozen=True, slots=True)
 class Move:
@@ -60,6 +69,7 @@ def plan(job: str, members: Sequence[str], hosts: Sequence[tuple[str, Sequence[s
     host_of = {slot: name for name, slots in hosts for slot in slots}
     if size < 2 or any(slot not in host_of for slot in members):
         return None
+    owner = {**owner, **dict.fromkeys(members, job)}  # its own slots are never free
     before = len({host_of[slot] for slot in members})
     need = hosts_needed(size, [len(slots) for _, slots in hosts])
     if before <= need:
@@ -100,3 +110,16 @@ def pays_back(old_rate: float, new_rate: float, cost: float, horizon: float,
     ``new_rate`` after a pause of ``cost`` seconds beats staying at ``old_rate`` by more
     than the progress ``displaced`` jobs lose to a pause of ``displaced_pause`` each."""
     return (horizon - cost) * new_rate - horizon * old_rate > displaced_pause * old_rate * displaced
+
+
+def expected_rates(rates: Mapping[tuple[int, int], float], workers: int, before: int,
+                   after: int) -> tuple[float, float]:  # fmt: skip
+    """The job's rate on ``before`` hosts and on ``after`` hosts (``rates``: its measured
+    samples/s per (workers, hosts)); a placement never measured is taken as ``ASSUMED_GAIN``
+    faster packed than spread (a rate of 1 where neither was measured)."""
+    old, new = rates.get((workers, before)), rates.get((workers, after))
+    if old is None:
+        old = new / (1 + ASSUMED_GAIN) if new is not None else 1.0
+    if new is None:
+        new = old * (1 + ASSUMED_GAIN)
+    return old, new
