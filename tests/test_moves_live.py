@@ -36,7 +36,7 @@ def host(slot: str) -> str:
 def test_a_spread_job_moves_its_learner_next_to_the_other_without_losing_a_step(
     cluster: Cluster, store: Store, alice: Any, tmp_path: Path
 ) -> None:
-    cluster.env["EDT_MOVE_INTERVAL"] = "3"  # the fewest seconds between a job's moves
+    cluster.env["EDT_MOVE_INTERVAL"] = "15"  # a move pays back within 15 s: 10 % for 1 s
     cluster.start_slots(2)
     cluster.start_scheduler()
     data = write_cifar10(tmp_path / "data", train=1024, test=64)
@@ -44,7 +44,7 @@ def test_a_spread_job_moves_its_learner_next_to_the_other_without_losing_a_step(
     wait_for(lambda: workers_of(blocker) == 1, 60, "the blocker on one slot of the first host")
     other = f"{cluster.host}b"
     second = cluster.start_host(other, 1)
-    job = submit(alice, "spread", data, epochs=60, max_workers=2)
+    job = submit(alice, "spread", data, epochs=100, max_workers=2)
     wait_for(lambda: workers_of(job) == 2, 60, "the job on 2 slots")
     before = members(job)
     assert {host(s) for s in before} == {cluster.host, other}, before  # spread over both
