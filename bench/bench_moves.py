@@ -43,7 +43,7 @@ from workers.learner.spec import JobSpec  # noqa: E402
 from workers.learner.submission import validated  # noqa: E402
 
 MODEL = PROJECT / "tests" / "models" / "paced_mlp.py"
-CHANGE_AT, STEPS = 30, 90
+CHANGE_AT, STEPS = 30, 500  # the new learner starts meanwhile: seconds on a busy host
 HOWS = ("move", "kill+restart")
 
 
