@@ -43,7 +43,7 @@ from workers.learner.spec import JobSpec  # noqa: E402
 from workers.learner.submission import validated  # noqa: E402
 
 MODEL = PROJECT / "tests" / "models" / "paced_mlp.py"
-CHANGE_AT, STEPS = 30, 500  # the new learner starts meanwhile: seconds on a busy host
+CHANGE_AT, STEPS, AFTER = 30, 5000, 10  # a run ends AFTER steps of the new learner
 HOWS = ("move", "kill+restart")
 
 
@@ -54,6 +54,7 @@ class ChangeDriver(Driver):
     def __init__(self, how: str, *args: Any) -> None:
         super().__init__(*args)
         self.how, self.changed = how, False
+        self.joined_at: int | None = None
 
     def inject_faults(self) -> None:
         s = self.runner.state
@@ -65,6 +66,16 @@ class ChangeDriver(Driver):
         if self.how == "kill+restart":
             self.runner.kill(old)
         self.runner.apply(2, ["new"], [old])
+
+    def tick(self) -> int | None:
+        """As the drive's, ending the run once the new learner trained ``AFTER`` steps."""
+        s = self.runner.state
+        if "new" in s.members and self.joined_at is None:
+            self.joined_at = s.step
+        if self.joined_at is not None and s.step >= self.joined_at + AFTER:
+            self.read_metrics()
+            return 0
+        return super().tick()
 
 
 def lines(path: Path) -> list[dict[str, Any]]:
@@ -87,7 +98,7 @@ def one_run(how: str, redis_url: str, data: Path, tmp: Path) -> dict[str, float]
         r for r in lines(work / "metrics.jsonl") if r["type"] == "train" and not r.get("replay")
     ]
     steps = [r["step"] for r in train]
-    if sorted(set(steps)) != list(range(1, STEPS + 1)):
+    if sorted(set(steps)) != list(range(1, max(steps) + 1)):
         raise RuntimeError(f"{how}: a step was lost: {steps}")
     times = [r["time"] for r in train]
     before = [b - a for a, b in itertools.pairwise(t for t in times if t <= fault["time"])]
