@@ -3,13 +3,14 @@ protocol"): one frozen state, and pure functions that take it with one observati
 job and return the next state and the actions to carry out.
 
 It starts joiners first and publishes the generation that includes them only once they are
-READY, shrinks at once, replaces a generation after a learner fails, starts over from the
-latest checkpoint when every learner is gone, and moves the job through its phases
-(``scheduler/phases.py``). It judges from their leases whether the learners it sent are
-still there. How learners are started and the actions carried out is the executor's
-business (``scheduler/live/job.py``): Celery tasks on slot queues for the live scheduler,
-local processes for the drive command. At most one published generation is waiting to be
-adopted at any time.
+READY, shrinks at once, moves a learner to another slot in one generation (the new one
+joins with the state as the old one leaves, once the new one is READY), replaces a
+generation after a learner fails, starts over from the latest checkpoint when every
+learner is gone, and moves the job through its phases (``scheduler/phases.py``). It judges
+from their leases whether the learners it sent are still there. How learners are started
+and the actions carried out is the executor's business (``scheduler/live/job.py``): Celery
+tasks on slot queues for the live scheduler, local processes for the drive command. At
+most one published generation is waiting to be adopted at any time.
 
 Nothing here reads a clock, Redis or a process: what the step needs is in its ``Seen``.
 """
@@ -97,6 +98,9 @@ class Control:
     # Members placed elsewhere: their slots are another job's from that decision on, though
     # they train here until the shrink's generation (which waits for the job to settle).
     leaving: frozenset[str] = frozenset()
+    # Moves under way: (joiner, member) pairs, the member leaving in the generation that
+    # admits the joiner (docs/architecture.md, "Learner moves"); until then it trains on.
+    moving: tuple[tuple[str, str], ...] = ()
     step: int = 0  # the learners' step, as their latest record says
     done: bool = False  # training finished and its records are stored
     tail: str = ""  # the stream id of the learners' latest record seen
@@ -234,6 +238,14 @@ def first_error(seen: Seen) -> str | None:
     return f"the learner on {failed[0]} failed; see its log" if failed else None
 
 
+def movable(c: Control, seen: Seen) -> bool:
+    """Its learners could be moved now: it trains on two or more, at its allocation, with
+    no change under way (no joiner, leaver, move or failure, its generation adopted)."""
+    return (c.phase is JobPhase.TRAINING and len(c.members) >= 2 and c.want == len(c.members)
+            and not (c.joining or c.deferred or c.leaving or c.moving or c.over)
+            and c.failure_since is None and seen.adopted == seen.generation)  # fmt: skip
+
+
 def restless(c: Control) -> bool:
     """Its next tick depends on time alone: a failure's grace runs, or a retry's delay."""
     return c.failure_since is not None or bool(c.deferred)
@@ -301,13 +313,19 @@ def apply(c: Control, seen: Seen, want: int, joined: Collection[str], left: Coll
           token: Tokens, batch: int = 0) -> tuple[Control, list[Action]]:  # fmt: skip
     """A decision for the job: ``want`` slots, with learners to start on ``joined`` and to
     take off ``left``; in goodput mode, ``batch``: the global batch to train at (0: the
-    last one asked). A batch that changes is published with the next generation, or, the
+    last one asked). Members on ``left`` that joiners on ``joined`` replace, the count
+    holding, are moved (:meth:`_Step.move`): each trains on until its joiner is READY,
+    then one generation admits the joiners and drops them; a joiner that dies first calls
+    its move off. A batch that changes is published with the next generation, or, the
     membership staying, with one of the same members (:meth:`_Step.resize`)."""
     if c.phase is JobPhase.SUSPENDING:
         # Its learners are checkpointing to leave: a joiner would see the stop flag and exit
         # at once, again and again. It resumes, with a controller of its own, once out.
         return c, []
     step = _Step(c, seen, token)
+    for slot in left:  # a move's joiner called off: the move is off, its member stays
+        if slot in step.moving:
+            step.leaving.discard(step.moving.pop(slot))
     for slot in left:
         if slot in step.deferred:  # not started yet: nothing to call off
             step.deferred.remove(slot)
@@ -323,6 +341,7 @@ def apply(c: Control, seen: Seen, want: int, joined: Collection[str], left: Coll
             step.deferred += new
         else:
             step.start_joiners(new)
+    step.pair_moves([s for s in left if s in step.leaving], new, want)
     step.want = want
     if batch > 0:
         step.batch = batch
@@ -364,6 +383,7 @@ class _Step:
         self.batch, self.published_batch = c.batch, c.published_batch
         self.members, self.joining = list(c.members), list(c.joining)
         self.started, self.leaving = set(c.started), set(c.leaving)
+        self.moving = dict(c.moving)  # joiner -> the member it replaces
         self.tail, self.over, self.moved = c.tail, c.over, c.moved
         self.failure_since, self.handled = c.failure_since, c.handled_failures
         self.tokens, self.sent_at = dict(c.learners.tokens), dict(c.learners.sent_at)
@@ -376,6 +396,7 @@ class _Step:
         self.actions: list[Action] = []
 
     def done_with(self) -> tuple[Control, list[Action]]:
+        moving = self.settle_moves()
         learners = Learners(
             tokens=self.tokens, sent_at=self.sent_at, leased=frozenset(self.leased),
             missing_since=self.missing, gone=frozenset(self.gone),
@@ -385,9 +406,10 @@ class _Step:
             phase=self.phase, want=self.want, batch=self.batch,
             published_batch=self.published_batch, members=tuple(self.members),
             joining=tuple(self.joining), started=frozenset(self.started),
-            leaving=frozenset(self.leaving), step=self.step, done=self.done, tail=self.tail,
-            over=self.over, failure_since=self.failure_since, handled_failures=self.handled,
-            moved=self.moved, learners=learners, waiting_on_dead=self.c.waiting_on_dead,
+            leaving=frozenset(self.leaving), moving=moving, step=self.step, done=self.done,
+            tail=self.tail, over=self.over, failure_since=self.failure_since,
+            handled_failures=self.handled, moved=self.moved, learners=learners,
+            waiting_on_dead=self.c.waiting_on_dead,
             start_failures=self.start_failures, retries=self.retries, retry_at=self.retry_at,
             deferred=tuple(self.deferred), last_crash=self.last_crash,
             max_start_failures=self.c.max_start_failures,
@@ -483,12 +505,56 @@ class _Step:
     def grow_to(self, want: int) -> None:
         """Admit READY joiners until ``want`` members, once there are enough of them."""
         missing = want - len(self.members)
-        joiners = [s for s in self.joining if s in self.ready][:missing]
+        joiners = [s for s in self.joining if s in self.ready and s not in self.moving][:missing]
         if missing <= 0 or len(joiners) < missing or not self.settled():
             return
         self.joining = [s for s in self.joining if s not in joiners]
         self.retries = 0  # learners join again: the next failure waits the first delay
         self.publish(self.members + joiners, f"grow to {want}")
+
+    def pair_moves(self, left: list[str], joined: list[str], want: int) -> None:
+        """Members ``left`` that the joiners ``joined`` (started or deferred) replace, as
+        many as keep the count at ``want``, become moves."""
+        olds = [s for s in left if s in self.members and s not in self.moving.values()]
+        news = [s for s in joined if s in self.joining or s in self.deferred]
+        staying = len(self.members) - len(self.leaving) + len(self.moving)
+        for new, old in list(zip(news, olds, strict=False))[: max(0, want - staying)]:
+            self.moving[new] = old
+
+    def move(self) -> None:
+        """Once every move's joiner is READY and the job settled: one generation of the
+        members that stay and the joiners, without the members they replace (who finish
+        the iteration and leave; rank 0 of the new generation gives the joiners the
+        state)."""
+        moves = list(self.moving.items())
+        if not self.settled() or any(new not in self.ready for new, _ in moves):
+            return
+        olds = {old for _, old in moves}
+        news = [new for new, _ in moves]
+        self.joining = [s for s in self.joining if s not in news]
+        self.moving = {}
+        self.retries = 0
+        why = "move " + ", ".join(f"{old} -> {new}" for new, old in moves)
+        staying = [s for s in self.members if s not in olds]
+        if staying:
+            self.publish(staying + news, why)
+        else:  # no member would be left to give the state: the new ones join first
+            self.moving = dict(moves)
+            self.publish(self.members + news, f"{why} (joining first)")
+
+    def settle_moves(self) -> tuple[tuple[str, str], ...]:
+        """The moves still under way. One whose member left the generation (it died, or a
+        shrink took it) leaves its joiner a plain joiner; one whose joiner joined (beside
+        it, where no member stayed to give the state) leaves its member a plain leaver,
+        gone with the next generation; one whose joiner is gone (it died before joining,
+        or was called off) is off, and its member stays."""
+        for new, old in list(self.moving.items()):
+            if old not in self.members or new in self.members:  # it left, or its joiner is in
+                del self.moving[new]
+            elif new not in self.joining and new not in self.deferred:
+                del self.moving[new]
+                self.leaving.discard(old)
+        return tuple(self.moving.items())
 
     def shrink_to(self, want: int, alive: Collection[str]) -> None:
         """Keep the ``want`` longest-standing members whose slots are ``alive``; the others
@@ -502,9 +568,12 @@ class _Step:
 
     def resize(self, alive: Collection[str] | None) -> None:
         before = self.generation
-        if self.leaving or 0 < self.want < len(self.members):  # those placed elsewhere go first
-            keep = min(self.want, len(self.members) - len(self.leaving))
-            self.shrink_to(keep, set(self.members if alive is None else alive) - self.leaving)
+        plain = self.leaving.difference(self.moving.values())  # not waiting for a joiner
+        if plain or 0 < self.want < len(self.members):  # those placed elsewhere go first
+            keep = min(self.want, len(self.members) - len(plain))
+            self.shrink_to(keep, set(self.members if alive is None else alive) - plain)
+        elif self.moving:
+            self.move()
         elif self.want > len(self.members):
             self.grow_to(self.want)
         self.leaving.intersection_update(self.members)

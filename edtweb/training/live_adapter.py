@@ -93,6 +93,25 @@ def observed_rates(job_id: int, window: int = WINDOW) -> dict[int, float]:
     return {workers: statistics.median(rates) for workers, rates in seen.items()}
 
 
+def placement_rates(job_id: int, window: int = WINDOW) -> dict[tuple[int, int], float]:
+    """(worker count, hosts they spanned) -> median samples/s over the job's latest
+    ``window`` iterations (the learners' measured rate per placement, which learner moves
+    weigh: docs/architecture.md, "Learner moves")."""
+    rows = (
+        Metric.objects.filter(job_id=job_id, kind="train")
+        .order_by("-step")
+        .values_list("values", flat=True)[:window]
+    )
+    seen: dict[tuple[int, int], list[float]] = {}
+    for values in rows:
+        workers, hosts = values.get("workers"), values.get("hosts")
+        rate = values.get("samples_per_s")
+        if (isinstance(workers, int) and isinstance(hosts, int)
+                and isinstance(rate, (int, float)) and rate > 0):  # fmt: skip
+            seen.setdefault((workers, hosts), []).append(float(rate))
+    return {placement: statistics.median(rates) for placement, rates in seen.items()}
+
+
 class DjangoJobBook:
     """``scheduler.live.ports.JobBook`` over the database."""
 
@@ -126,6 +145,9 @@ class DjangoJobBook:
     def observed_rates(self, job_id: int) -> dict[int, float]:
         return observed_rates(job_id)
 
+    def placement_rates(self, job_id: int) -> dict[tuple[int, int], float]:
+        return placement_rates(job_id)
+
     def tenancy(self) -> Tenancy:
         """Read at most once a second (three queries; a step may run many times a second)."""
         now = time.monotonic()
@@ -152,6 +174,7 @@ def live_ports() -> Ports:
         redis_url=settings.REDIS_URL,
         secret=settings.SECRET_KEY,
         start_failures=settings.EDT_START_FAILURES,
+        move_every=settings.EDT_MOVE_INTERVAL,
     )
 
 

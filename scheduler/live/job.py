@@ -179,6 +179,11 @@ class JobRunner:
         seen = self.ended()
         return {s for s in started.difference(held) if not elastic.exited(self.state, seen, s)}
 
+    def movable(self) -> bool:
+        """Its learners could be moved now (no change under way: ``elastic.movable``)."""
+        j = self.jobs
+        return elastic.movable(self.state, Seen(generation=j.generation(), adopted=j.adopted()))
+
     def pending(self) -> bool:
         """A step soon would move the job on (it just changed phase, or a failure's grace
         runs)."""

@@ -20,6 +20,7 @@ from protocol.slots import SlotInfo
 from scheduler.dispatch import Dispatches
 from scheduler.groups import Rule, group_of
 from scheduler.live.job import JobRunner
+from scheduler.live.moving import Mover
 from scheduler.live.ports import RUNNING, SUSPENDED, JobRow, Ports, Tenancy
 from scheduler.live.shares import SharesLog
 from scheduler.live.snapshot import BY_SERVICE, BY_SPEEDUP, SnapshotBuilder
@@ -78,6 +79,7 @@ class LiveScheduler:
         self.slot_groups: dict[str, str] = {}  # slot id -> its group by those rules
         self.shares = SharesLog(ports.redis)
         self.group_capacity: dict[str, int] = {}  # usable slots per group at the last step
+        self.mover = Mover(self.book, ports.move_every)  # learner moves (moving.py)
 
     def step(self, alive: list[SlotInfo]) -> bool:
         """One decision and one protocol step for every job; True when a job wants another
@@ -117,6 +119,7 @@ class LiveScheduler:
             if applied:
                 self.decided, self.unapplied = inputs, None
         self.shares.flush()  # an entry that waited out the last one's second
+        self.dirty.update(self.mover.step(self.runners, jobs, groups))
         soon = self._advance({s.slot_id for s in alive}, look)
         self.dispatches.send()  # what the ticks started (a retry whose delay is over)
         return soon

@@ -18,6 +18,7 @@ from protocol.learner_task import LearnerPaths
 from scheduler.elastic import START_FAILURES
 from scheduler.groups import DEFAULT as DEFAULT_GROUP
 from scheduler.groups import Rule
+from scheduler.moves import MOVE_EVERY
 from scheduler.policies import Team
 
 # A job's resting states, as the job rows spell them.
@@ -95,6 +96,11 @@ class JobBook(Protocol):
         """Worker count -> median samples/s over the job's latest iterations."""
         ...
 
+    def placement_rates(self, job_id: int) -> dict[tuple[int, int], float]:
+        """(worker count, hosts they spanned) -> median samples/s over the job's latest
+        iterations."""
+        ...
+
     def paths(self, job_ids: list[int]) -> dict[int, LearnerPaths]:
         """The jobs' paths as the platform recorded them, for their learner tasks."""
         ...
@@ -112,7 +118,8 @@ class Ports:
     object: scheduler/dispatch.py builds the messages from it); ``redis_url`` and ``secret``:
     what the learners' per-job ACL users are derived from (protocol/redis_acl.py);
     ``start_failures``: how many learners in a row may exit before joining a job before it
-    fails (``EDT_START_FAILURES``)."""
+    fails (``EDT_START_FAILURES``); ``move_every``: the fewest seconds between two learner
+    moves of a job, and the horizon a move must pay back within (``EDT_MOVE_INTERVAL``)."""
 
     book: JobBook
     redis: Callable[[], redis.Redis]
@@ -121,3 +128,5 @@ class Ports:
     secret: str
     # Learners failing before they join, in a row, after which a job fails (a crash loop).
     start_failures: int = START_FAILURES
+    # Learner moves: at most one per job per this many seconds, each paying back within it.
+    move_every: float = MOVE_EVERY

@@ -32,19 +32,20 @@ the packed placement on the fewest nodes that its own slots, free slots and the 
 one-GPU jobs (swapped onto the slots it leaves: for a one-GPU job every slot is alike) make
 possible. A move costs each learner's job EDT's resize pause (nothing more where its count
 changed in this decision: the same regroup carries it) and is made only when it pays back
-within one interval: ``(I - c)·r_new - I·r_old > c·r_old·k``, with ``I`` the interval,
-``c`` the pause, ``r`` the job's progress rate on its placement (measured, per placement)
-and ``k`` the one-GPU jobs it displaces.
+within one interval: ``(I - c)·r_new - I·r_old > p·r_old·k``, with ``I`` the interval,
+``c`` the job's pause (0 where its count changed), ``p`` the resize pause, ``r`` the job's
+progress rate on its placement (measured, per placement) and ``k`` the one-GPU jobs it
+displaces (``scheduler/moves.py``: the live loop's rules).
 """
 
 from __future__ import annotations
 
 import functools
-import math
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from scheduler import moves
 from scheduler.placement import Slot, place
 from scheduler.policies import POLICIES, Policy
 from scheduler.policies import goodput as goodput_policy
@@ -251,60 +252,33 @@ class Cluster:
     def _move(self, changed: set[str]) -> None:
         """Learner moves (see the module): jobs spread over more nodes than they need, the
         largest first, onto the fewest nodes their slots, free slots and one-GPU jobs'
-        slots allow, where that pays back within one interval."""
-        per_node, pause, interval = (
-            self.config.per_node,
-            self.config.resize_pause,
-            self.config.interval,
-        )
+        slots allow, where that pays back within one interval (``scheduler/moves.py``,
+        the live loop's rules)."""
+        pause, interval = self.config.resize_pause, self.config.interval
         owner = {slot: name for name, job in self.active.items() for slot in job.members}
-        spread = [
-            job for job in self.active.values()
-            if len(job.members) > 1 and len(job.placement) > math.ceil(len(job.members) / per_node)
-        ]  # fmt: skip
+        hosts = [(f"n{h:03d}", slots) for h, slots in enumerate(self.by_host)]
+
+        def swappable(other: str) -> bool:
+            return len(self.active[other].members) == 1
+
+        spread = [job for job in self.active.values() if len(job.members) > 1]
         for job in sorted(spread, key=lambda j: (-len(j.members), j.spec.name)):
-            name, size = job.spec.name, len(job.members)
-            room = []  # per host: (slots this job could hold there, its own there, host)
-            for host, slots in enumerate(self.by_host):
-                own = sum(1 for s in slots if owner.get(s) == name)
-                usable = sum(
-                    1 for s in slots
-                    if owner.get(s) in (None, name) or len(self.active[owner[s]].members) == 1
-                )  # fmt: skip
-                room.append((usable, own, host))
-            room.sort(key=lambda r: (-min(r[0], per_node), -r[1], r[2]))
-            hosts = room[: math.ceil(size / per_node)]
-            if sum(min(r[0], per_node) for r in hosts) < size:
+            name = job.spec.name
+            move = moves.plan(name, job.members, hosts, owner, swappable)
+            if move is None:
                 continue
-            chosen = {h for _, _, h in hosts}
-            kept = [s for s in job.members if self.host_index[s] in chosen]
-            taken: list[str] = []
-            for _, _, host in hosts:  # fullest first: its free slots, then one-GPU jobs'
-                slots = self.by_host[host]
-                room_here = per_node - sum(1 for s in slots if owner.get(s) == name)
-                free = [s for s in slots if s not in owner]
-                swap = [
-                    s for s in slots
-                    if s in owner and owner[s] != name and len(self.active[owner[s]].members) == 1
-                ]  # fmt: skip
-                take = max(0, min(room_here, size - len(kept) - len(taken)))
-                taken += (free + swap)[:take]
-            if len(kept) + len(taken) < size:
-                continue
-            members = (*kept, *taken)
             counts: dict[int, int] = {}
-            for slot in members:
+            for slot in move.members:
                 counts[self.host_index[slot]] = counts.get(self.host_index[slot], 0) + 1
             target = normalise(counts[h] for h in sorted(counts))
-            if len(target) >= len(job.placement):
-                continue
             old = job.app.rate(job.placement, job.batch, job.epoch)
             new = job.app.rate(target, job.batch, job.epoch)
             cost = 0.0 if name in changed else pause
-            displaced = [owner[s] for s in taken if s in owner]
-            if (interval - cost) * new - interval * old <= pause * old * len(displaced):
+            displaced = [owner[s] for s in move.taken if s in owner]
+            if not moves.pays_back(old, new, cost, interval, len(displaced), pause):
                 continue
-            leaving = [s for s in job.members if s not in kept]
+            taken, members = list(move.taken), move.members
+            leaving = list(move.left)
             for slot, other in zip([s for s in taken if s in owner], leaving, strict=False):
                 mover = self.active[owner[slot]]
                 self._seat(mover, (other,))

@@ -235,6 +235,7 @@ class Learner:
         self.gen = 0
         self.rank = 0
         self.size = 1
+        self.hosts = 1  # the hosts its generation spans (train records: per-placement rates)
         self.pg: Any = None
         self.spares: statecast.Spares = {}  # memory for the first state received (adopt)
         self.held: list[torch.Tensor] = []  # the rehearsal's gradients, until the first step
@@ -488,6 +489,7 @@ class Learner:
     def form_group(self, gen: int) -> None:
         members = self.jobs.members(gen)
         self.gen, self.rank, self.size = gen, members.index(self.slot), len(members)
+        self.hosts = len({member.rpartition(".")[0] for member in members})
         timeout = datetime.timedelta(seconds=self.spec.collective_timeout)
         store = dist.PrefixStore(f"gen{gen}", self.rdv)  # type: ignore[attr-defined]
         try:
@@ -942,6 +944,7 @@ class Learner:
         record = {
             "type": "train", "step": c["step"], "epoch": c["epoch"],
             "iteration": c["iteration"], "loss": loss, "workers": self.size, "gen": self.gen,
+            "hosts": self.hosts,
             "lr": self.optimizer.param_groups[0]["lr"], "time": time.time(),
             "samples_per_s": self.batch / max(seconds, 1e-9),
             "total_steps": self.total_steps,
