@@ -216,6 +216,9 @@ EDT_HEARTBEAT_TTL = envint("EDT_HEARTBEAT_TTL", 6)
 # A job whose learners exit before joining this many times in a row, with no step trained
 # in between, fails with the last one's error (each retry waits 1 s, doubling to 30 s).
 EDT_START_FAILURES = envint("EDT_START_FAILURES", 5)
+# The scheduler's allocation policy (scheduler.policies.POLICIES): `edt_scheduler --policy`
+# overrides it, `edt_run --policy` sets it for the scheduler it starts.
+EDT_POLICY = envstr("EDT_POLICY", "fairshare")
 # Sweeps: the Optuna storage of every sweep's study (samplers' and pruners' state, every
 # trial's reported values), written by the active sweep driver alone (edtweb/sweeps/driver.py).
 EDT_SWEEP_STORAGE = envstr("EDT_SWEEP_STORAGE", f"sqlite:///{EDT_DATA_DIR / 'sweeps.sqlite3'}")
