@@ -12,11 +12,12 @@ pair, in turn (interleaved, the order alternating):
 
 - **fixed batch** (the baseline): ``--batch-size 64``, E epochs; its final test accuracy
   ``A`` and its wall time ``T`` (submit to its last evaluation);
-- **goodput mode**: ``--batch-size 64 --batch-range 64-1024``, the same learning rate and
-  epochs; the scheduler picks its batch with its slots (docs/architecture.md, "Goodput
-  mode"); its time ``T'``, from its submit to its first evaluation at ``A - 1`` point or
-  better (then it is stopped). A run that never gets there counts its whole run and is
-  marked.
+- **goodput mode**: ``--batch-size 64 --batch-range 64-1024``, the same learning rate, and
+  ``GOODPUT_EPOCHS`` times the epochs as its budget (at a larger batch an epoch is worth
+  fewer base-batch steps: the same epochs end below the fixed run's accuracy); the
+  scheduler picks its batch with its slots (docs/architecture.md, "Goodput mode"); its time
+  ``T'``, from its submit to its first evaluation at ``A - 1`` point or better (then it is
+  stopped). A run that never gets there counts its whole run and is marked.
 
 The goal: ``T' / T <= 0.8`` (median of the pairs). Writes bench/results/goodput-live.md,
 with the load average before and after (the machine is shared).
@@ -51,11 +52,15 @@ MLP = PROJECT_DIR / "examples" / "mlp.py"
 PACED = PROJECT_DIR / "tests" / "models" / "paced_mlp.py"
 SLOTS = 4
 BLOCKER_SLOTS = 3
-GROW_AFTER = 15.0  # seconds of training on one slot before the blocker leaves
-TRAIN, TEST = 4096, 512
-LR = 0.05
+GROW_AFTER = 10.0  # seconds of training on one slot before the blocker leaves
+TRAIN, TEST = 16384, 1024
+# The demo data are easy: at the platform's default rate (0.01) the MLP is at 100 % after
+# its first epoch, before the job ever grows, and nothing is left to measure (see the
+# results). At this rate its test accuracy still climbs at the 4th epoch.
+LR = 0.0002
 BASE, RANGE = 64, "64-1024"
 TOLERANCE = 0.01  # one point of test accuracy
+GOODPUT_EPOCHS = 3  # the goodput run's budget of epochs, per epoch of the fixed run
 USER = "carol"
 
 
@@ -64,7 +69,7 @@ def wait(done: Callable[[], bool], seconds: float, what: str) -> float:
     while not done():
         if time.monotonic() - started > seconds:
             raise TimeoutError(f"waited {seconds:.0f} s for {what}")
-        time.sleep(0.1)
+        time.sleep(0.25)
     return time.monotonic() - started
 
 
@@ -81,8 +86,9 @@ class Bench:
         return [r for _, r in JobStore(self.client, str(job_id)).read_metrics()
                 if r.get("type") == kind and not r.get("replay")]  # fmt: skip
 
-    def state(self, job_id: int) -> str:
-        return str(self.live.json(USER, "jobs", str(job_id))["state"])
+    def ended(self, job_id: int) -> bool:
+        """Its learners wrote their last record (training over)."""
+        return JobStore(self.client, str(job_id)).progress().ended
 
     def submit(self, *args: str) -> int:
         job = self.live.json(USER, "submit", "--dataset", "shapes", *args, timeout=120)
@@ -101,8 +107,8 @@ class Bench:
         started = time.time()
         job = self.submit("--model", "mlp", "--name", "goodput" if extra else "fixed",
                           "--max-workers", str(SLOTS), "--priority", "1000", "--lr", str(LR),
-                          "--batch-size", str(BASE), "--epochs", str(self.epochs),
-                          *extra)  # fmt: skip
+                          "--batch-size", str(BASE), "--epochs",
+                          str(self.epochs * (GOODPUT_EPOCHS if extra else 1)), *extra)  # fmt: skip
         wait(lambda: bool(self.records(job, "train")), 300, "the first training step")
         first = float(self.records(job, "train")[0]["time"])
         wait(lambda: time.time() >= first + GROW_AFTER, 60, "the time to grow")
@@ -116,18 +122,24 @@ class Bench:
                     if float(r["test_accuracy"]) >= goodput - TOLERANCE:
                         reached = float(r["time"])
                         return True
-            return self.state(job) in ("COMPLETED", "FAILED", "STOPPED")
+            return self.ended(job)
 
         wait(over, 900, "the run's end")
         tests = self.records(job, "test")
         trains = self.records(job, "train")
-        if reached is not None and self.state(job) not in ("COMPLETED", "FAILED", "STOPPED"):
+        if not self.ended(job):
             self.stop(job)
         wait(lambda: not self.held(job) and not self.held(blocker), 300, "the slots free")
         end = reached if reached is not None else float(tests[-1]["time"])
+        final = float(tests[-1]["test_accuracy"]) if tests else 0.0
+        # The fixed run's own time to its final accuracy less a point (a saturated run's
+        # wall time is mostly spent where nothing improves).
+        own = next((float(r["time"]) for r in tests
+                    if float(r["test_accuracy"]) >= final - TOLERANCE), end)  # fmt: skip
         return {
+            "to_target": own - started,
             "seconds": end - started,
-            "accuracy": float(tests[-1]["test_accuracy"]) if tests else 0.0,
+            "accuracy": final,
             "reached": reached is not None,
             "batches": sorted({int(r.get("batch", BASE)) for r in trains}),
             "workers": max(int(r["workers"]) for r in trains),
@@ -183,6 +195,7 @@ def main() -> None:
 def write(rows: list[dict[str, dict[str, Any]]], before: tuple[float, ...],
           after: tuple[float, ...], epochs: int) -> None:  # fmt: skip
     ratios = [r["goodput"]["seconds"] / r["fixed"]["seconds"] for r in rows]
+    own = [r["goodput"]["seconds"] / r["fixed"]["to_target"] for r in rows]
     fixed_t = [r["fixed"]["seconds"] for r in rows]
     mode_t = [r["goodput"]["seconds"] for r in rows]
     missed = sum(not r["goodput"]["reached"] for r in rows)
@@ -197,7 +210,8 @@ def write(rows: list[dict[str, dict[str, Any]]], before: tuple[float, ...],
         f"beside a blocker on {BLOCKER_SLOTS}, which leaves {GROW_AFTER:.0f} s after the "
         "run's first step: the job grows from 1 to 4 slots. Fixed batch: batch 64, wall time "
         "from submit to its last evaluation, its final test accuracy A. Goodput mode: "
-        f"batch range {RANGE}, base 64, wall time from submit to its first evaluation at "
+        f"batch range {RANGE}, base 64, at most {GOODPUT_EPOCHS}x the epochs, wall time "
+        "from submit to its first evaluation at "
         f"A - {TOLERANCE * 100:.0f} point or better. {len(rows)} interleaved pairs, the order "
         "alternating. Load average (1, 5, 15 min) before: "
         + " / ".join(f"{v:.1f}" for v in before)
@@ -205,15 +219,17 @@ def write(rows: list[dict[str, dict[str, Any]]], before: tuple[float, ...],
         + " / ".join(f"{v:.1f}" for v in after)
         + " (the machine is shared).",
         "",
-        "| pair | fixed: s, accuracy, batches | goodput: s, accuracy, batches, reached | ratio |",
-        "|---|---|---|---|",
+        "| pair | fixed: s (to A - 1 point), A, batches | goodput: s, accuracy, batches, "
+        "reached | ratio | ratio to fixed's time to A - 1 point |",
+        "|---|---|---|---|---|",
     ]
     for i, (r, ratio) in enumerate(zip(rows, ratios, strict=True), start=1):
         f, g = r["fixed"], r["goodput"]
         lines.append(
-            f"| {i} | {f['seconds']:.1f}, {f['accuracy']:.3f}, {f['batches']} | "
-            f"{g['seconds']:.1f}, {g['accuracy']:.3f}, {g['batches']}, "
-            f"{'yes' if g['reached'] else 'NO'} | {ratio:.2f} |"
+            f"| {i} | {f['seconds']:.1f} ({f['to_target']:.1f}), {f['accuracy']:.3f}, "
+            f"{f['batches']} | {g['seconds']:.1f}, {g['accuracy']:.3f}, {g['batches']}, "
+            f"{'yes' if g['reached'] else 'NO'} | {ratio:.2f} | "
+            f"{g['seconds'] / f['to_target']:.2f} |"
         )
     lines += [
         "",
@@ -222,6 +238,7 @@ def write(rows: list[dict[str, dict[str, Any]]], before: tuple[float, ...],
         f"| fixed batch, s | {spread(fixed_t)} |",
         f"| goodput mode, s | {spread(mode_t)} |",
         f"| ratio goodput / fixed | {spread(ratios)} |",
+        f"| ratio goodput / fixed's time to A - 1 point | {spread(own)} |",
         "",
         f"Goal (median ratio <= 0.80, the accuracy reached in every pair): "
         f"{'met' if median <= 0.8 and not missed else 'NOT met'} (median {median:.2f}"
