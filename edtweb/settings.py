@@ -219,6 +219,9 @@ EDT_START_FAILURES = envint("EDT_START_FAILURES", 5)
 # Learner moves (docs/architecture.md, "Learner moves"): at most one per job per this many
 # seconds, each made only where it pays back within them.
 EDT_MOVE_INTERVAL = envint("EDT_MOVE_INTERVAL", 60)
+# The scheduler's allocation policy (scheduler.policies.POLICIES): `edt_scheduler --policy`
+# overrides it, `edt_run --policy` sets it for the scheduler it starts.
+EDT_POLICY = envstr("EDT_POLICY", "fairshare")
 # Sweeps: the Optuna storage of every sweep's study (samplers' and pruners' state, every
 # trial's reported values), written by the active sweep driver alone (edtweb/sweeps/driver.py).
 EDT_SWEEP_STORAGE = envstr("EDT_SWEEP_STORAGE", f"sqlite:///{EDT_DATA_DIR / 'sweeps.sqlite3'}")

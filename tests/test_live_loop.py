@@ -30,7 +30,10 @@ from scheduler.groups import parse_rule
 from scheduler.live import ports as P
 from scheduler.live.loop import LiveScheduler
 from scheduler.live.ports import JobRow, Ports, Tenancy
-from scheduler.policies import Team
+from scheduler.policies import Team, goodput
+from scheduler.policies.goodput import BATCH_CHANGE_GAIN, rounded_gns
+from scheduler.policies.throughput import ThroughputModel, best_batch
+from scheduler.policies.throughput import goodput as goodput_of
 
 EPOCH = datetime(2026, 1, 1, tzinfo=UTC)
 MESSAGES = Celery("edt-table")  # builds learner task messages; nothing is sent through it
@@ -44,18 +47,25 @@ class InMemoryBook:
     rows: dict[int, JobRow] = field(default_factory=dict)
     events: list[tuple[int, str, str]] = field(default_factory=list)
     teams: Tenancy = field(default_factory=Tenancy)
+    records: dict[int, list[dict[str, Any]]] = field(default_factory=dict)  # train records
+    reverse: bool = False  # the rows in reversed order: no decision may depend on it
 
     def submit(self, pk: int, max_workers: int, priority: int = 50, owner: str = "",
-               team: str = "", group: str = "default") -> None:  # fmt: skip
+               team: str = "", group: str = "default", batch: int = 0,
+               batch_range: tuple[int, int] = (0, 0)) -> None:  # fmt: skip
         at = EPOCH + timedelta(seconds=pk)
         self.rows[pk] = JobRow(pk, f"job{pk}", P.QUEUED, priority, max_workers, 1, 0.0, at,
-                               owner, team, group)  # fmt: skip
+                               owner, team, group, batch, *batch_range)  # fmt: skip
 
     def tenancy(self) -> Tenancy:
         return self.teams
 
     def schedulable(self, created: dict[int, datetime]) -> list[JobRow]:
-        return [r for r in self.rows.values() if r.state in P.ACTIVE]
+        rows = [r for r in self.rows.values() if r.state in P.ACTIVE]
+        return rows[::-1] if self.reverse else rows
+
+    def train_records(self, job_id: int) -> list[dict[str, Any]]:
+        return list(self.records.get(job_id, []))
 
     def _move(self, pk: int, to: str, allowed: tuple[str, ...]) -> bool:
         row = self.rows[pk]
@@ -314,7 +324,66 @@ def a_user_with_three_jobs_gets_one_share_not_three(w: World) -> None:
     assert members[4] == 4 and members[1] + members[2] + members[3] == 4, members
 
 
+# Goodput mode (docs/architecture.md, "Goodput mode"): the batches the policy picks reach
+# the generations. The job's train records are made from a known throughput model, which
+# four timings determine exactly (scheduler/policies/throughput_fit.py).
+TRUE_MODEL = ThroughputModel(0.01, 0.0005, 0.05, 0.01)
+
+
+def goodput_records(gns: float, timings: list[tuple[int, int]], batch: int) -> list[dict[str, Any]]:
+    """Train records as a goodput-mode job's rank 0 writes them: three iterations at each
+    (workers, batch) of ``timings``, timed by TRUE_MODEL, the newest at ``batch``."""
+    records, step = [], 0
+    for workers, at in [*timings, (2, batch)]:
+        for _ in range(3):
+            step += 1
+            seconds = TRUE_MODEL.iteration(workers, at)
+            records.append({"step": step, "workers": workers, "batch": at, "gns": gns,
+                            "samples_per_s": at / seconds, "base_batch": 64})  # fmt: skip
+    return records
+
+
+def a_goodput_jobs_batch_goes_with_its_generations(w: World) -> None:
+    """A goodput-mode job (base batch 64, range 64..4096) beside a fixed-batch one, each of
+    max 2 on 8 slots. Not measured yet: its base batch, named by its first generation.
+    Measured (a large noise scale): the policy's batch on the same 2 slots is published
+    with a new generation of the same members; the fixed-batch job's generations stay as
+    they were and name no batch. A noise scale that moves the best batch a little, for less
+    than BATCH_CHANGE_GAIN, starts no generation."""
+    w.live = LiveScheduler(w.ports, goodput.POLICY)
+    assert w.live.goodputs is not None
+    w.live.goodputs.refresh = 0.0  # the records read at every step
+    w.book.submit(1, max_workers=2, batch=64, batch_range=(64, 4096))
+    w.book.submit(2, max_workers=2, batch=64)
+    w.settle()
+    assert w.members() == {1: 2, 2: 2}
+    goodput_job, fixed = w.store(1), w.store(2)
+    gen, fixed_gen = goodput_job.generation(), fixed.generation()
+    assert goodput_job.generation_batch(gen) == 64  # the fallback: its base batch
+    members = goodput_job.members(gen)
+    timings = [(1, 64), (2, 64), (4, 64), (2, 256)]
+    w.book.records[1] = goodput_records(2000.0, timings, 64)
+    chosen, _ = best_batch(TRUE_MODEL, 2, 64, 4096, rounded_gns(2000.0), 64)
+    assert chosen > 64
+    w.settle()
+    assert w.members() == {1: 2, 2: 2}
+    assert goodput_job.generation() == gen + 1 and goodput_job.members(gen + 1) == members
+    assert goodput_job.generation_batch(gen + 1) == chosen
+    assert ("global batch " + str(chosen)) in " ".join(e[2] for e in w.book.events if e[0] == 1)
+    # A little more noise: another best batch, not 5 % better than the present one.
+    nearby, _ = best_batch(TRUE_MODEL, 2, 64, 4096, rounded_gns(2200.0), 64)
+    gns = rounded_gns(2200.0)
+    ratio = goodput_of(TRUE_MODEL, 2, nearby, gns, 64) / goodput_of(TRUE_MODEL, 2, chosen, gns, 64)
+    assert nearby != chosen and 1 < ratio < BATCH_CHANGE_GAIN, (nearby, chosen, ratio)
+    w.book.records[1] = goodput_records(2200.0, timings, chosen)
+    w.settle()
+    assert goodput_job.generation() == gen + 1
+    assert fixed.generation() == fixed_gen and fixed.generation_batch(fixed_gen) == 0
+    assert w.live.runners[2].state.batch == 0
+
+
 ROWS = [
+    a_goodput_jobs_batch_goes_with_its_generations,
     one_job_alone_takes_every_slot,
     each_group_s_jobs_train_on_its_own_slots,
     a_guarantee_is_taken_back_from_a_borrower_in_place,
@@ -346,4 +415,6 @@ def world(private_redis: RedisServer) -> Iterator[Callable[[int], World]]:
 def test_the_live_loop_table(world: Callable[[int], World], order: str) -> None:
     rows = ROWS if order == "forward" else ROWS[::-1]
     for row in rows:
-        row(world(8))
+        w = world(8)
+        w.book.reverse = order == "reversed"
+        row(w)

@@ -31,14 +31,16 @@ NEW_BY_ID = 500  # at most this many new jobs' times are read by id; more: every
 
 # A row's columns as the database names them: JobRow's fields, its owner's name, its team.
 HEAD = ("pk", "name", "state", "priority", "max_workers", "min_workers", "collective_timeout")
-TAIL = ("owner__username", "team_id", "resource_group")
+TAIL = ("owner__username", "team_id", "resource_group", "batch_size", "batch_min", "batch_max",
+        "max_micro_batch")  # fmt: skip
 
 
 def _row(head: tuple[Any, ...], created_at: datetime, tail: tuple[Any, ...]) -> JobRow:
     pk, name, state, priority, max_workers, min_workers, timeout = head
-    owner, team, group = tail
+    owner, team, group, batch_size, batch_min, batch_max, max_micro = tail
     return JobRow(pk, name, state, priority, max_workers, min_workers, timeout, created_at,
-                  owner or "", str(team or ""), group or DEFAULT_GROUP)  # fmt: skip
+                  owner or "", str(team or ""), group or DEFAULT_GROUP, batch_size, batch_min,
+                  batch_max, max_micro)  # fmt: skip
 
 
 def job_rows(jobs: Any, created: dict[int, datetime] | None = None) -> list[JobRow]:
@@ -112,6 +114,17 @@ def placement_rates(job_id: int, window: int = WINDOW) -> dict[tuple[int, int], 
     return {placement: statistics.median(rates) for placement, rates in seen.items()}
 
 
+def train_records(job_id: int, window: int = WINDOW) -> list[dict[str, Any]]:
+    """The job's latest ``window`` train records, each with its ``step`` (goodput mode's
+    noise scale and iteration times: scheduler/policies/throughput_fit.py)."""
+    rows = (
+        Metric.objects.filter(job_id=job_id, kind="train")
+        .order_by("-step")
+        .values_list("step", "values")[:window]
+    )
+    return [{**values, "step": step} for step, values in rows]
+
+
 class DjangoJobBook:
     """``scheduler.live.ports.JobBook`` over the database."""
 
@@ -147,6 +160,9 @@ class DjangoJobBook:
 
     def placement_rates(self, job_id: int) -> dict[tuple[int, int], float]:
         return placement_rates(job_id)
+
+    def train_records(self, job_id: int) -> list[dict[str, Any]]:
+        return train_records(job_id)
 
     def tenancy(self) -> Tenancy:
         """Read at most once a second (three queries; a step may run many times a second)."""

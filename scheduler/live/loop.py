@@ -19,6 +19,7 @@ from protocol.connection import REDIS_DOWN
 from protocol.slots import SlotInfo
 from scheduler.dispatch import Dispatches
 from scheduler.groups import Rule, group_of
+from scheduler.live.goodputs import Goodput, Goodputs
 from scheduler.live.job import JobRunner
 from scheduler.live.moving import Mover
 from scheduler.live.ports import RUNNING, SUSPENDED, JobRow, Ports, Tenancy
@@ -27,7 +28,7 @@ from scheduler.live.snapshot import BY_SERVICE, BY_SPEEDUP, SnapshotBuilder
 from scheduler.live.speedups import Curves
 from scheduler.metrics import DECISION_SECONDS, STEP_SECONDS
 from scheduler.placement import Placement, Slot, place
-from scheduler.policies import Decision, decide
+from scheduler.policies import Decision, JobView, decide, goodput
 from scheduler.store import (
     Allocation,
     AllocationRecord,
@@ -59,6 +60,8 @@ class LiveScheduler:
         self.runners: dict[int, JobRunner] = {}
         # samples/s per size
         self.curves = Curves(self.book.observed_rates) if policy in BY_SPEEDUP else None
+        # goodput-mode jobs' noise scales and throughput models (the goodput policy's)
+        self.goodputs = Goodputs(self.book.train_records) if policy == goodput.POLICY else None
         self.capacity = 0  # usable slots at the last decision
         self.announced: dict[str, str] = {}  # job -> the last allocation change recorded
         self.redis_run: str | None = None  # the Redis server whose ACL users we granted
@@ -110,12 +113,16 @@ class LiveScheduler:
         curves = self.curves
         speedups = {pk: curves.curve(pk, j.max_workers) for pk, j in jobs.items()} if curves else {}
         attained = self._attained(client, jobs) if self.policy in BY_SERVICE else {}
+        per_host = max((s.host_slots for s in alive), default=0)
+        measured = self._measured(jobs, per_host)
         # The same jobs, slots, holdings and tenancy as the last decision, carried out: the
         # same decision again, with nothing to apply (not for inputs that move with time).
-        inputs = None if (attained or speedups) else (list(jobs.values()), groups, held, tenancy)
+        moving = attained or speedups or measured
+        inputs = None if moving else (list(jobs.values()), groups, held, tenancy)
         if inputs is None or inputs != self.decided:
             with DECISION_SECONDS.time():
-                applied = self._decide(jobs, groups, held, holding, speedups, attained, tenancy)
+                applied = self._decide(jobs, groups, held, holding, speedups, attained, tenancy,
+                                       measured, per_host)  # fmt: skip
             if applied:
                 self.decided, self.unapplied = inputs, None
         self.shares.flush()  # an entry that waited out the last one's second
@@ -127,18 +134,20 @@ class LiveScheduler:
     def _decide(self, jobs: dict[int, JobRow], groups: dict[str, list[Slot]],
                 held: dict[int, int], holding: dict[int, list[str]],
                 speedups: dict[int, tuple[float, ...]], attained: dict[int, float],
-                tenancy: Tenancy) -> bool:  # fmt: skip
+                tenancy: Tenancy, measured: dict[int, Goodput] | None = None,
+                per_host: int = 0) -> bool:  # fmt: skip
         """Decide by the policy in each resource group and carry the decisions out; False
         when they could not be (said by :meth:`_not_applied`, and tried again at the next
         step)."""
         self.decided = None
         capacities = {group: len(slots) for group, slots in groups.items()}
         snapshots = self.snapshots.build_groups(jobs.values(), capacities, held, tenancy,
-                                                speedups, attained)  # fmt: skip
+                                                speedups, attained, goodputs=measured,
+                                                per_host=per_host)  # fmt: skip
         decisions = {group: decide(snapshot, self.policy) for group, snapshot in snapshots.items()}
         assert self.dispatches is not None
         try:
-            self._apply(jobs, groups, decisions, holding)
+            self._apply(jobs, groups, decisions, holding, per_host)
         except (*REDIS_DOWN, *self.book.AWAY):
             raise  # away: the step fails and is retried with backoff (service.py)
         except Exception as exc:  # said, and the jobs go on
@@ -171,6 +180,23 @@ class LiveScheduler:
                 for pk, r in self.runners.items() if r.holding()}  # fmt: skip
         return AllocationRecord(jobs, self.capacity, self.policy, dict(self.attained or {}),
                                 dict(self.group_capacity))  # fmt: skip
+
+    def _measured(self, jobs: dict[int, JobRow], per_host: int) -> dict[int, Goodput]:
+        """Under the goodput policy, each goodput-mode job's noise scale and throughput model
+        as its records say (``goodputs.py``), and the batch it runs at: the one its
+        controller last asked, else its newest record's (docs/architecture.md, "Goodput
+        mode")."""
+        if self.goodputs is None:
+            return {}
+        self.goodputs.forget(set(jobs))
+        out = {}
+        for pk, job in jobs.items():
+            if job.batch_max:
+                seen = self.goodputs.of(pk, job.max_micro_batch, per_host)
+                runner = self.runners.get(pk)
+                asked = runner.state.batch if runner is not None else 0
+                out[pk] = seen._replace(batch=asked or seen.batch)
+        return out
 
     def _attained(self, client: Any, jobs: dict[int, JobRow]) -> dict[int, float]:
         """Each active job's attained service: what the last record said, plus its members
@@ -272,8 +298,15 @@ class LiveScheduler:
         return slot
 
     def _apply(self, jobs: dict[int, JobRow], groups: dict[str, list[Slot]],
-               decisions: dict[str, Decision], holding: dict[int, list[str]]) -> None:  # fmt: skip
+               decisions: dict[str, Decision], holding: dict[int, list[str]],
+               per_host: int = 0) -> None:  # fmt: skip
+        """Carry the decisions out: each job's slots placed, its runner given its target,
+        the slots it gains and loses and, in goodput mode, its batch: with a change of
+        slots always, alone only where it pays (``goodput.batch_change_pays``: a new
+        generation of the same members costs a pause)."""
         targets: dict[str, int] = {}
+        batches: dict[str, int] = {}
+        views: dict[str, JobView] = {}
         joined: dict[str, tuple[str, ...]] = {}
         left: dict[str, tuple[str, ...]] = {}
         for group, decision in decisions.items():
@@ -282,6 +315,9 @@ class LiveScheduler:
             joined.update(placement.joined)
             left.update(placement.left)
             targets.update(decision.targets)
+            if decision.batches:
+                batches.update(decision.batches)
+                views.update((v.id, v) for v in decision.snapshot.jobs if v.id in decision.batches)
             self._announce(decision)
         starting = [j for pk, j in jobs.items() if pk not in self.runners and targets.get(str(pk))]
         if starting:
@@ -290,8 +326,10 @@ class LiveScheduler:
             key = str(pk)
             target = targets.get(key, 0)
             came, went = joined.get(key, ()), left.get(key, ())
-            if target != runner.want or came or went:
-                runner.apply(target, came, went)
+            batch = batches.get(key, 0)
+            moved = target != runner.want or came or went
+            if moved or (batch and goodput.batch_change_pays(views[key], target, batch, per_host)):
+                runner.apply(target, came, went, batch)
                 self.dirty.add(pk)
 
     def _announce(self, decision: Decision) -> None:

@@ -35,7 +35,9 @@ class JobRow(NamedTuple):
     """The fields of a job the scheduler reads on every step, as one row: thousands of jobs
     per step are read without building a model instance for each. ``owner``: its user's
     name; ``team``: its team's id as the tenancy names it (``""``: none); ``group``: the
-    resource group it runs in (docs/architecture.md, "Tenancy")."""
+    resource group it runs in (docs/architecture.md, "Tenancy"). ``batch_size`` (its base
+    batch), ``batch_min``, ``batch_max`` (both 0: a fixed batch) and ``max_micro_batch``:
+    its batches (docs/architecture.md, "Goodput mode")."""
 
     pk: int
     name: str
@@ -48,6 +50,10 @@ class JobRow(NamedTuple):
     owner: str = ""
     team: str = ""
     group: str = DEFAULT_GROUP
+    batch_size: int = 0
+    batch_min: int = 0
+    batch_max: int = 0
+    max_micro_batch: int = 0
 
 
 @dataclass(frozen=True)
@@ -99,6 +105,12 @@ class JobBook(Protocol):
     def placement_rates(self, job_id: int) -> dict[tuple[int, int], float]:
         """(worker count, hosts they spanned) -> median samples/s over the job's latest
         iterations."""
+        ...
+
+    def train_records(self, job_id: int) -> list[dict[str, Any]]:
+        """The job's latest train records (at most ``scheduler.live.speedups.WINDOW``), each
+        with its ``step``: where a goodput-mode job's noise scale and iteration times are
+        read (``scheduler/policies/throughput_fit.py``)."""
         ...
 
     def paths(self, job_ids: list[int]) -> dict[int, LearnerPaths]:

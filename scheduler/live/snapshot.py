@@ -1,24 +1,31 @@
 """The policy's input, built in one place for the live scheduler and the priority preview
 (docs/architecture.md, "Scheduling contract"): the active jobs with the slots each holds
 now (members and joiners), over the usable slots, with each job's speedup curve and the
-slot-seconds it has trained. A preview built here with the allocation record's holdings,
-capacity and attained service sees what the scheduler sees.
+slot-seconds it has trained, and a goodput-mode job's batch range, micro-batch cap, base
+batch, noise scale, throughput model and batch now (docs/architecture.md, "Goodput mode").
+A preview built here with the allocation record's holdings, capacity and attained service
+sees what the scheduler sees.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from dataclasses import replace
 from typing import Any, Protocol
 
-from scheduler.policies import JobView, Snapshot, Team, las, tiresias
+from scheduler.live.goodputs import Goodput
+from scheduler.policies import JobView, Snapshot, Team, goodput, las, tiresias
 
-# The policies that order jobs by attained service (they read JobView.attained), and the
-# one that reads each job's speedup curve (JobView.speedup).
-BY_SERVICE = {las.POLICY, las.SPEEDUP_POLICY, tiresias.POLICY}
-BY_SPEEDUP = {las.SPEEDUP_POLICY}
+# The policies that order jobs by attained service (they read JobView.attained), and those
+# that read each job's speedup curve (JobView.speedup); goodput reads both (its fair shares
+# are fairshare-las', a fixed-batch job's rate its curve).
+BY_SERVICE = {las.POLICY, las.SPEEDUP_POLICY, tiresias.POLICY, goodput.POLICY}
+BY_SPEEDUP = {las.SPEEDUP_POLICY, goodput.POLICY}
 
 Speedups = dict[int, tuple[float, ...]]  # job -> its speedup curve
-ViewInputs = tuple[Any, int, tuple[float, ...], float, int]  # row, held, speedup, served, prio
+Goodputs = dict[int, Goodput]  # goodput-mode job -> its measured inputs
+# row, held, speedup, served, priority, measured (goodput mode)
+ViewInputs = tuple[Any, int, tuple[float, ...], float, int, Goodput | None]
 
 
 class Schedulable(Protocol):
@@ -44,6 +51,14 @@ class Schedulable(Protocol):
     def team(self) -> str: ...
     @property
     def group(self) -> str: ...
+    @property
+    def batch_size(self) -> int: ...
+    @property
+    def batch_min(self) -> int: ...
+    @property
+    def batch_max(self) -> int: ...
+    @property
+    def max_micro_batch(self) -> int: ...
 
 
 class Teams(Protocol):
@@ -53,9 +68,10 @@ class Teams(Protocol):
 
 
 def job_view(job: Schedulable, current: int, priority: int, speedup: tuple[float, ...],
-             attained: float) -> JobView:  # fmt: skip
-    """One job as the policy sees it."""
-    return JobView(
+             attained: float, measured: Goodput | None = None) -> JobView:  # fmt: skip
+    """One job as the policy sees it; a goodput-mode one (``batch_max`` set) with its
+    ``measured`` inputs (none: its noise scale unknown, no model, at its base batch)."""
+    view = JobView(
         id=str(job.pk),
         max_workers=job.max_workers,
         submitted=job.created_at.timestamp(),
@@ -69,6 +85,13 @@ def job_view(job: Schedulable, current: int, priority: int, speedup: tuple[float
         owner=job.owner,
         team=job.team,
     )
+    low, high = job.batch_min, job.batch_max
+    if not high or not 1 <= low <= high or high < view.min_workers:
+        return view  # a fixed batch (or a range no submit rule lets through)
+    seen = measured or Goodput()
+    return replace(view, batch_range=(low, high), max_micro_batch=job.max_micro_batch,
+                   base_batch=job.batch_size, gns=seen.gns, throughput=seen.throughput,
+                   batch=seen.batch or job.batch_size)  # fmt: skip
 
 
 class SnapshotBuilder:
@@ -90,34 +113,42 @@ class SnapshotBuilder:
     def build_groups(self, jobs: Iterable[Schedulable], capacities: Mapping[str, int],
                      held: dict[int, int], tenancy: Teams, speedups: Speedups | None = None,
                      attained: dict[int, float] | None = None,
-                     priorities: dict[int, int] | None = None) -> dict[str, Snapshot]:  # fmt: skip
+                     priorities: dict[int, int] | None = None,
+                     goodputs: Goodputs | None = None,
+                     per_host: int = 0) -> dict[str, Snapshot]:  # fmt: skip
         """One snapshot per resource group (docs/architecture.md, "Tenancy"): its usable
         slots (``capacities``), the jobs that run in it, the teams as it reads them. A group
-        with jobs and no slot has a snapshot of capacity 0 (its jobs wait)."""
+        with jobs and no slot has a snapshot of capacity 0 (its jobs wait). ``goodputs``:
+        goodput-mode jobs' measured inputs; ``per_host``: the slots of one host (0:
+        unknown)."""
         jobs = list(jobs)
-        views = self.views_of(jobs, held, speedups, attained, priorities)
+        views = self.views_of(jobs, held, speedups, attained, priorities, goodputs)
         grouped: dict[str, list[JobView]] = {group: [] for group in capacities}
         for job, view in zip(jobs, views, strict=True):
             grouped.setdefault(job.group, []).append(view)
-        return {group: Snapshot(capacities.get(group, 0), members, tenancy.teams_in(group))
+        return {group: Snapshot(capacities.get(group, 0), members, tenancy.teams_in(group),
+                                per_host)
                 for group, members in grouped.items()}  # fmt: skip
 
     def views_of(self, jobs: Iterable[Schedulable], held: dict[int, int],
                  speedups: Speedups | None = None, attained: dict[int, float] | None = None,
-                 priorities: dict[int, int] | None = None) -> list[JobView]:  # fmt: skip
+                 priorities: dict[int, int] | None = None,
+                 goodputs: Goodputs | None = None) -> list[JobView]:  # fmt: skip
         """Each job's view, the last build's where what it is made of is the same."""
         speedups, attained, priorities = speedups or {}, attained or {}, priorities or {}
+        goodputs = goodputs or {}
         views, kept = [], {}
         for job in jobs:
             pk = job.pk
             current, speedup = held.get(pk, 0), speedups.get(pk, ())
             served, priority = attained.get(pk, 0.0), priorities.get(pk, job.priority)
-            made_of: ViewInputs = (job, current, speedup, served, priority)
+            seen = goodputs.get(pk)
+            made_of: ViewInputs = (job, current, speedup, served, priority, seen)
             last = self.views.get(pk)
             if last is not None and last[0] == made_of:
                 view = last[1]
             else:
-                view = job_view(job, current, priority, speedup, served)
+                view = job_view(job, current, priority, speedup, served, seen)
             kept[pk] = (made_of, view)
             views.append(view)
         self.views = kept

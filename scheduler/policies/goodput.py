@@ -169,6 +169,32 @@ def profile(job: JobView, capacity: int, per_host: int = 0) -> Profile:
     )
 
 
+# A batch change without a change of slots costs a generation (the learners stop between
+# two iterations and form their group again): the live scheduler makes one only where the
+# new batch's goodput is at least this much above the present one's.
+BATCH_CHANGE_GAIN = 1.05
+
+
+def batch_change_pays(job: JobView, learners: int, batch: int, per_host: int = 0,
+                      gain: float = BATCH_CHANGE_GAIN) -> bool:  # fmt: skip
+    """Whether a goodput-mode job that keeps its ``learners`` should move from the batch it
+    runs at (``job.batch``) to ``batch``: always where its batch is not one it may run at
+    there (outside its range, or fewer samples than learners); else only with a throughput
+    model, and where ``batch``'s goodput is at least ``gain`` times the present one's (the
+    noise scale rounded as the tables round it)."""
+    if job.batch_range is None or batch <= 0 or batch == job.batch or learners <= 0:
+        return False
+    low, high = job.batch_range
+    if not max(low, learners) <= job.batch <= high:
+        return True
+    if job.throughput is None:
+        return False
+    base, gns = job.base_batch or low, rounded_gns(job.gns)
+    now = goodput(job.throughput, learners, job.batch, gns, base, job.max_micro_batch, per_host)
+    new = goodput(job.throughput, learners, batch, gns, base, job.max_micro_batch, per_host)
+    return new >= now * gain
+
+
 # The objective --------------------------------------------------------------------------
 
 

@@ -1,11 +1,13 @@
 from __future__ import annotations
 
+import os
 import sys
 from typing import Any
 
 from django.core.management.base import BaseCommand
 
 from edtweb.launcher import DEFAULT_PROBE, LaunchError, Options, run
+from scheduler.policies import POLICIES
 
 
 class Command(BaseCommand):
@@ -23,6 +25,12 @@ class Command(BaseCommand):
             "--live-port", type=int, default=None, help="WebSocket port (default: a free one)"
         )
         parser.add_argument(
+            "--policy",
+            default=None,
+            choices=sorted(POLICIES),
+            help="the scheduler's allocation policy (default: the EDT_POLICY setting)",
+        )
+        parser.add_argument(
             "--redis-probe",
             default=DEFAULT_PROBE,
             help="Redis to use when REDIS_URL is unset, if it answers (default %(default)s)",
@@ -32,6 +40,8 @@ class Command(BaseCommand):
         try:
             options = Options(opts["port"], opts["cpu_slots"], opts["redis_probe"])
             options.live_port = opts["live_port"]
+            if opts["policy"]:  # the scheduler it starts reads it from its environment
+                os.environ["EDT_POLICY"] = opts["policy"]
             code = run(options)
         except LaunchError as exc:
             sys.stderr.write(f"EDT: {exc}\n")

@@ -25,15 +25,18 @@ class Command(BaseCommand):
             "--interval", type=float, default=1.0, help="seconds between ticks (default 1)"
         )
         parser.add_argument(
-            "--policy", default="fairshare", choices=sorted(POLICIES),
-            help="allocation policy (default fairshare)",
+            "--policy", default=None, choices=sorted(POLICIES),
+            help="allocation policy (default: the EDT_POLICY setting, fairshare unless set)",
         )  # fmt: skip
 
     def handle(self, *args: Any, **opts: Any) -> None:
         error = ping_error(settings.REDIS_URL)
         if error:
             raise CommandError(f"Redis at {settings.REDIS_URL} does not answer ({error})")
-        planner = live_scheduler(opts["policy"])
+        policy = opts["policy"] or settings.EDT_POLICY
+        if policy not in POLICIES:
+            raise CommandError(f"EDT_POLICY {policy!r} is not one of {', '.join(sorted(POLICIES))}")
+        planner = live_scheduler(policy)
         service = SchedulerService(
             store(), publish_slots, opts["interval"], planner.step,
             allocations=planner.allocations, settle=float(settings.EDT_HEARTBEAT_TTL),

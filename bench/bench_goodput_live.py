@@ -1,0 +1,253 @@
+"""Goodput mode on a live EDT: time to the fixed-batch run's accuracy, growing from 1 to 4 slots.
+
+    python bench/bench_goodput_live.py [--pairs N] [--epochs E]
+
+A live EDT of its own (web, scheduler with ``--policy goodput``, metrics consumer, 4 CPU
+slots on one worker host, a Redis with a password), the example MLP (``examples/mlp.py``)
+on the synthetic CIFAR-10 the demo dataset is made of. Each run, a blocker (the paced MLP,
+sleeping in its forward pass, priority 10000, 3 slots) holds 3 of the 4 slots; the measured
+job is submitted (priority 1000: it gets the fourth); ``GROW_AFTER`` seconds after its
+first training step the blocker is stopped and the measured job grows to 4 slots. Each
+pair, in turn (interleaved, the order alternating):
+
+- **fixed batch** (the baseline): ``--batch-size 64``, E epochs; its final test accuracy
+  ``A`` and its wall time ``T`` (submit to its last evaluation);
+- **goodput mode**: ``--batch-size 64 --batch-range 64-1024``, the same learning rate, and
+  ``GOODPUT_EPOCHS`` times the epochs as its budget (at a larger batch an epoch is worth
+  fewer base-batch steps: the same epochs end below the fixed run's accuracy); the
+  scheduler picks its batch with its slots (docs/architecture.md, "Goodput mode"); its time
+  ``T'``, from its submit to its first evaluation at ``A - 1`` point or better (then it is
+  stopped). A run that never gets there counts its whole run and is marked.
+
+The goal: ``T' / T <= 0.8`` (median of the pairs). Writes bench/results/goodput-live.md,
+with the load average before and after (the machine is shared).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import secrets
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+PROJECT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(PROJECT))
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "edtweb.settings")
+
+from edtweb.redis_server import RedisServer  # noqa: E402
+from protocol.connection import connect  # noqa: E402
+from protocol.jobstore import JobStore  # noqa: E402
+from scheduler.store import Store  # noqa: E402
+from tests.harness.processes import PROJECT_DIR, subprocess_env  # noqa: E402
+from tests.harness.stack import LiveEdt, dataset_archive, start_edt  # noqa: E402
+
+RESULTS = PROJECT / "bench" / "results" / "goodput-live.md"
+MLP = PROJECT_DIR / "examples" / "mlp.py"
+PACED = PROJECT_DIR / "tests" / "models" / "paced_mlp.py"
+SLOTS = 4
+BLOCKER_SLOTS = 3
+GROW_AFTER = 10.0  # seconds of training on one slot before the blocker leaves
+TRAIN, TEST = 16384, 1024
+# The demo data are easy: at the platform's default rate (0.01) the MLP is at 100 % after
+# its first epoch, before the job ever grows, and nothing is left to measure (see the
+# results). At this rate its test accuracy still climbs at the 4th epoch.
+LR = 0.0002
+BASE, RANGE = 64, "64-1024"
+TOLERANCE = 0.01  # one point of test accuracy
+GOODPUT_EPOCHS = 3  # the goodput run's budget of epochs, per epoch of the fixed run
+USER = "carol"
+
+
+def wait(done: Callable[[], bool], seconds: float, what: str) -> float:
+    started = time.monotonic()
+    while not done():
+        if time.monotonic() - started > seconds:
+            raise TimeoutError(f"waited {seconds:.0f} s for {what}")
+        time.sleep(0.25)
+    return time.monotonic() - started
+
+
+class Bench:
+    def __init__(self, live: LiveEdt, url: str, epochs: int) -> None:
+        self.live, self.epochs = live, epochs
+        self.client = connect(url)
+        self.store = Store(self.client)
+
+    def held(self, job_id: int) -> int:
+        return len(self.store.allocations().of(job_id).members)
+
+    def records(self, job_id: int, kind: str) -> list[dict[str, Any]]:
+        return [r for _, r in JobStore(self.client, str(job_id)).read_metrics()
+                if r.get("type") == kind and not r.get("replay")]  # fmt: skip
+
+    def ended(self, job_id: int) -> bool:
+        """Its learners wrote their last record (training over)."""
+        return JobStore(self.client, str(job_id)).progress().ended
+
+    def submit(self, *args: str) -> int:
+        job = self.live.json(USER, "submit", "--dataset", "shapes", *args, timeout=120)
+        return int(job["id"])
+
+    def stop(self, job_id: int) -> None:
+        done = self.live.edt(USER, "stop", str(job_id), timeout=120)
+        assert done.returncode == 0, done.stderr
+
+    def run(self, goodput: float | None) -> dict[str, Any]:
+        """One run; ``goodput``: None for the fixed-batch run, else the accuracy to reach."""
+        blocker = self.submit("--model", "paced", "--name", "blocker", "--priority", "10000",
+                              "--max-workers", str(BLOCKER_SLOTS), "--epochs", "5000")  # fmt: skip
+        wait(lambda: self.held(blocker) == BLOCKER_SLOTS, 300, "the blocker on its slots")
+        extra = ["--batch-range", RANGE] if goodput is not None else []
+        started = time.time()
+        job = self.submit("--model", "mlp", "--name", "goodput" if extra else "fixed",
+                          "--max-workers", str(SLOTS), "--priority", "1000", "--lr", str(LR),
+                          "--batch-size", str(BASE), "--epochs",
+                          str(self.epochs * (GOODPUT_EPOCHS if extra else 1)), *extra)  # fmt: skip
+        wait(lambda: bool(self.records(job, "train")), 300, "the first training step")
+        first = float(self.records(job, "train")[0]["time"])
+        wait(lambda: time.time() >= first + GROW_AFTER, 60, "the time to grow")
+        self.stop(blocker)
+        reached: float | None = None
+
+        def over() -> bool:
+            nonlocal reached
+            if goodput is not None:
+                for r in self.records(job, "test"):
+                    if float(r["test_accuracy"]) >= goodput - TOLERANCE:
+                        reached = float(r["time"])
+                        return True
+            return self.ended(job)
+
+        wait(over, 900, "the run's end")
+        tests = self.records(job, "test")
+        trains = self.records(job, "train")
+        if not self.ended(job):
+            self.stop(job)
+        wait(lambda: not self.held(job) and not self.held(blocker), 300, "the slots free")
+        end = reached if reached is not None else float(tests[-1]["time"])
+        final = float(tests[-1]["test_accuracy"]) if tests else 0.0
+        # The fixed run's own time to its final accuracy less a point (a saturated run's
+        # wall time is mostly spent where nothing improves).
+        own = next((float(r["time"]) for r in tests
+                    if float(r["test_accuracy"]) >= final - TOLERANCE), end)  # fmt: skip
+        return {
+            "to_target": own - started,
+            "seconds": end - started,
+            "accuracy": final,
+            "reached": reached is not None,
+            "batches": sorted({int(r.get("batch", BASE)) for r in trains}),
+            "workers": max(int(r["workers"]) for r in trains),
+            "epochs": len(tests),
+        }
+
+
+def prepare(live: LiveEdt) -> None:
+    live.login(USER)
+    archive = dataset_archive(live.tmp / USER, train=TRAIN, test=TEST)
+    live.json(USER, "datasets", "upload", str(archive), "--name", "shapes", timeout=300)
+    for path, name in ((MLP, "mlp"), (PACED, "paced")):
+        model = live.json(USER, "models", "upload", str(path), "--name", name, timeout=300)
+        assert model["status"] == "VALID", model
+
+
+def spread(values: list[float]) -> str:
+    return f"{min(values):.2f} / {statistics.median(values):.2f} / {max(values):.2f}"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--pairs", type=int, default=5)
+    parser.add_argument("--epochs", type=int, default=4)
+    args = parser.parse_args()
+    load_before = os.getloadavg()
+    rows: list[dict[str, dict[str, Any]]] = []
+    with tempfile.TemporaryDirectory(prefix="edt-goodput-bench-") as folder:
+        tmp = Path(folder)
+        server = RedisServer(tmp / "redis", appendonly=False, password=secrets.token_hex(16))
+        server.start()
+        env = subprocess_env(tmp / "data", REDIS_URL=server.url)
+        for name in ("DATABASE_URL", "EDT_LEARNER_USER"):
+            env.pop(name, None)
+        live = start_edt(tmp, env, slots=SLOTS, redis=server, args=["--policy", "goodput"])
+        try:
+            prepare(live)
+            bench = Bench(live, server.url, args.epochs)
+            for i in range(args.pairs):
+                if i % 2 == 0:
+                    fixed = bench.run(None)
+                    mode = bench.run(fixed["accuracy"])
+                else:  # goodput first: its target is the last fixed run's accuracy
+                    mode = bench.run(rows[-1]["fixed"]["accuracy"])
+                    fixed = bench.run(None)
+                rows.append({"fixed": fixed, "goodput": mode})
+                print(f"pair {i + 1}: fixed {fixed}, goodput {mode}", flush=True)
+        finally:
+            live.stop()
+    write(rows, load_before, os.getloadavg(), args.epochs)
+
+
+def write(rows: list[dict[str, dict[str, Any]]], before: tuple[float, ...],
+          after: tuple[float, ...], epochs: int) -> None:  # fmt: skip
+    ratios = [r["goodput"]["seconds"] / r["fixed"]["seconds"] for r in rows]
+    own = [r["goodput"]["seconds"] / r["fixed"]["to_target"] for r in rows]
+    fixed_t = [r["fixed"]["seconds"] for r in rows]
+    mode_t = [r["goodput"]["seconds"] for r in rows]
+    missed = sum(not r["goodput"]["reached"] for r in rows)
+    median = statistics.median(ratios)
+    lines = [
+        "# Goodput mode on a live EDT: time to the fixed-batch run's accuracy",
+        "",
+        f"`python bench/bench_goodput_live.py --pairs {len(rows)} --epochs {epochs}`: a live "
+        f"EDT (scheduler `--policy goodput`), {SLOTS} CPU slots on {os.cpu_count()} cores, "
+        f"the example MLP on the synthetic CIFAR-10 ({TRAIN} training, {TEST} test samples), "
+        f"learning rate {LR} for batch {BASE}, {epochs} epochs. Each run starts on 1 slot "
+        f"beside a blocker on {BLOCKER_SLOTS}, which leaves {GROW_AFTER:.0f} s after the "
+        "run's first step: the job grows from 1 to 4 slots. Fixed batch: batch 64, wall time "
+        "from submit to its last evaluation, its final test accuracy A. Goodput mode: "
+        f"batch range {RANGE}, base 64, at most {GOODPUT_EPOCHS}x the epochs, wall time "
+        "from submit to its first evaluation at "
+        f"A - {TOLERANCE * 100:.0f} point or better. {len(rows)} interleaved pairs, the order "
+        "alternating. Load average (1, 5, 15 min) before: "
+        + " / ".join(f"{v:.1f}" for v in before)
+        + "; after: "
+        + " / ".join(f"{v:.1f}" for v in after)
+        + " (the machine is shared).",
+        "",
+        "| pair | fixed: s (to A - 1 point), A, batches | goodput: s, accuracy, batches, "
+        "reached | ratio | ratio to fixed's time to A - 1 point |",
+        "|---|---|---|---|---|",
+    ]
+    for i, (r, ratio) in enumerate(zip(rows, ratios, strict=True), start=1):
+        f, g = r["fixed"], r["goodput"]
+        lines.append(
+            f"| {i} | {f['seconds']:.1f} ({f['to_target']:.1f}), {f['accuracy']:.3f}, "
+            f"{f['batches']} | {g['seconds']:.1f}, {g['accuracy']:.3f}, {g['batches']}, "
+            f"{'yes' if g['reached'] else 'NO'} | {ratio:.2f} | "
+            f"{g['seconds'] / f['to_target']:.2f} |"
+        )
+    lines += [
+        "",
+        "| | min / median / max |",
+        "|---|---|",
+        f"| fixed batch, s | {spread(fixed_t)} |",
+        f"| goodput mode, s | {spread(mode_t)} |",
+        f"| ratio goodput / fixed | {spread(ratios)} |",
+        f"| ratio goodput / fixed's time to A - 1 point | {spread(own)} |",
+        "",
+        f"Goal (median ratio <= 0.80, the accuracy reached in every pair): "
+        f"{'met' if median <= 0.8 and not missed else 'NOT met'} (median {median:.2f}"
+        f"{f', {missed} run(s) never reached it' if missed else ''}).",
+        "",
+    ]
+    RESULTS.write_text("\n".join(lines))
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()
