@@ -7,6 +7,8 @@ up into ``edtweb/``."""
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -91,3 +93,23 @@ def test_one_decisions_path_stays_below_the_web() -> None:
     assert {"scheduler.placement", "scheduler.live.job", "scheduler.elastic",
             "scheduler.dispatch", "scheduler.store", "protocol.jobstore"} <= seen  # fmt: skip
     assert reached == []
+
+
+def test_the_web_and_its_services_start_without_torch() -> None:
+    """Only learners, model checks and the slots' learner fork servers need torch (2 s and
+    more to import on a quiet machine): the web's URLs, the management commands' modules and
+    the Celery workers' tasks (slot and control workers) load without it, so that none of
+    those processes pays that cost at its start (docs/architecture.md, "Layering")."""
+    code = (
+        "import importlib, os, sys; os.environ.setdefault('DJANGO_SETTINGS_MODULE', "
+        "'edtweb.settings'); import django; django.setup(); import edtweb.urls, edtweb.asgi; "
+        "[importlib.import_module(f'edtweb.core.management.commands.{c}') for c in "
+        "('edt_run', 'edt_scheduler', 'edt_metrics', 'edt_sweeps', 'edt_worker', 'edt_check')]; "
+        "from edtweb.celery import app; app.loader.import_default_modules(); "
+        "import workers.tasks, workers.slot, workers.control; "
+        "print(sorted(m for m in sys.modules if m.split('.')[0] == 'torch')[:5])"
+    )
+    done = subprocess.run([sys.executable, "-c", code], cwd=PROJECT, capture_output=True,
+                          text=True, timeout=120)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip() == "[]", f"torch imported: {done.stdout}"

@@ -56,7 +56,7 @@ from edtweb.training.validation import train_samples, validated
 from protocol.keys import SWEEPS_LEASE_KEY, SWEEPS_WAKE_KEY
 from scheduler.lease_loop import LeaseLoop
 from scheduler.store import Store
-from workers.learner.contract import PLATFORM_HPARAMS
+from workers.learner.submission import PLATFORM_HPARAMS
 
 log = logging.getLogger("edt.sweeps")
 Frozen = optuna.trial.FrozenTrial

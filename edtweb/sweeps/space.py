@@ -12,7 +12,7 @@ A space maps each hyperparameter's name to what it may take::
 ``uniform`` and ``loguniform`` are real numbers (``uniform`` may take a ``step``), ``int``
 whole numbers from ``low`` to ``high`` inclusive (a ``step``, 1 by default), ``choice`` one
 of ``choices`` (strings, numbers, booleans). ``lr`` and ``batch_size`` set the trial job's
-own learning rate and global batch (``workers.learner.contract.PLATFORM_HPARAMS``); every
+own learning rate and global batch (``workers.learner.submission.PLATFORM_HPARAMS``); every
 other name reaches the model's functions (docs/architecture.md, "Model definition contract").
 """
 
@@ -24,8 +24,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from workers.learner.contract import PLATFORM_HPARAMS
-from workers.learner.submission import BOUNDS, DEFAULTS
+from workers.learner.submission import BOUNDS, DEFAULTS, PLATFORM_HPARAMS
 
 TYPES = ("uniform", "loguniform", "int", "choice")
 KEYS = {"uniform": ("low", "high", "step"), "loguniform": ("low", "high"),

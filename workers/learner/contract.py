@@ -34,11 +34,10 @@ import torch
 from torch import nn
 from torch.utils.data import Dataset
 
+from workers.learner.submission import PLATFORM_HPARAMS
+
 COMPAT_DIR = Path(__file__).resolve().parent.parent / "compat"
 
-# A trial's hyperparameters that the platform itself takes: they set the job's learning rate
-# and global batch (what ``build_optimizer`` and ``lr_at`` get as ``lr`` and ``base_lr``).
-PLATFORM_HPARAMS = ("lr", "batch_size")
 # The functions of a native module that a trial's hyperparameters reach, with how many
 # arguments the learner passes each by position (their names are the function's own).
 HPARAM_FUNCTIONS = {"build_model": 0, "get_datasets": 1, "loss_fn": 2, "build_optimizer": 2,

@@ -17,6 +17,11 @@ from typing import Any
 
 PRECISIONS = ("fp32", "bf16", "fp16")  # training precision, a job option
 
+# A trial's hyperparameters that the platform itself takes: they set the job's learning rate
+# and global batch (what ``build_optimizer`` and ``lr_at`` get as ``lr`` and ``base_lr``).
+# Here, free of torch, for the web and the sweep driver; the learner's contract reads it.
+PLATFORM_HPARAMS = ("lr", "batch_size")
+
 
 @dataclass(frozen=True)
 class Bound:
