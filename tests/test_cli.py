@@ -37,7 +37,8 @@ def test_login_upload_train_follow_reprioritise_and_download(live: LiveEdt) -> N
 
     common = ("--model", "mlp", "--dataset", "shapes", "--max-workers", "2", "--batch-size", "64")
     first = live.json("carol", "submit", *common, "--epochs", "3", "--name", "first")
-    second = live.json("carol", "submit", *common, "--epochs", "200", "--name", "second")
+    # Runs until stopped (5,000 epochs: hours), whichever slots other modules' jobs hold.
+    second = live.json("carol", "submit", *common, "--epochs", "5000", "--name", "second")
     # With nothing optional, the job has the defaults of every other submit path.
     plain = live.json("carol", "submit", "--model", "mlp", "--dataset", "shapes")
     assert {k: plain[k] for k in DEFAULTS} == DEFAULTS
@@ -61,6 +62,10 @@ def test_login_upload_train_follow_reprioritise_and_download(live: LiveEdt) -> N
     refused = live.edt("dave", "priority", str(second["id"]), "1")
     assert refused.returncode == 1 and "not yours" in refused.stderr
     assert live.json("carol", "jobs", "show", str(second["id"]))["priority"] == 10000
+    # The lowest priority now, so that the first job's 3 epochs run even where the shared
+    # EDT's other jobs leave carol one slot.
+    lowered = live.edt("carol", "priority", str(second["id"]), "1")
+    assert lowered.returncode == 0 and f"job {second['id']} priority 1" in lowered.stdout
 
     followed = live.edt("carol", "logs", str(first["id"]), "--follow", timeout=180)
     assert followed.returncode == 0, followed.stderr

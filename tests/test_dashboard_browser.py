@@ -86,8 +86,8 @@ def test_upload_train_watch_reprioritise_and_download(
         page.fill("#dataset-name", "shapes")
         page.set_input_files("#dataset-file", str(archive))
         page.wait_for_selector("#upload-progress:not([hidden])")
-        page.wait_for_url(re.compile(r".*/datasets/\d+/$"), timeout=60_000)
-        page.wait_for_selector("#thumbs img", timeout=30_000)
+        page.wait_for_url(re.compile(r".*/datasets/\d+/$"), timeout=60_000 * load_factor())
+        page.wait_for_selector("#thumbs img", timeout=30_000 * load_factor())
         assert page.locator("#thumbs img").count() == 40
         assert page.inner_text("#dataset-format") == "cifar10"
 
@@ -107,7 +107,8 @@ def test_upload_train_watch_reprioritise_and_download(
         # (15 s) could end before the second's learners started.
         first = train(page, base, "first", "shapes", "paced", epochs=400)
         page.wait_for_function(  # the job has started and drawn its first iterations
-            "document.getElementById('chart-loss').data?.[0]?.x?.length > 3", timeout=120_000
+            "document.getElementById('chart-loss').data?.[0]?.x?.length > 3",
+            timeout=120_000 * load_factor(),
         )
         before = chart_points(page, "chart-loss"), chart_points(page, "chart-workers")
         time.sleep(2)
@@ -170,7 +171,7 @@ def test_upload_train_watch_reprioritise_and_download(
         # A short job runs to its end on the page that started it, whose final model then
         # downloads and loads.
         train(page, base, "third", "shapes", "paced", epochs=3)
-        page.wait_for_selector("#download-model", timeout=120_000)
+        page.wait_for_selector("#download-model", timeout=120_000 * load_factor())
         assert page.inner_text("#job-state") == "completed"
         with page.expect_download() as download:
             page.click("#download-model")
