@@ -21,6 +21,8 @@ from pathlib import Path
 
 import redis
 
+from workers import sandbox
+
 
 class RedisUnavailable(RuntimeError):
     """Redis does not answer, or no redis-server binary can be found."""
@@ -126,7 +128,9 @@ class RedisServer:
     elsewhere must reach it), optionally append-only under ``dir``, requiring ``password``
     when one is given. ``tls``: it answers TLS alone on its port (``rediss://``);
     ``unixsocket``: on that socket alone (``unix://``, anyone on this machine may connect,
-    the password still asked). ``binary``: another ``redis-server`` (another version)."""
+    the password still asked). ``binary``: another ``redis-server`` (another version).
+    ``dies_with_parent``: the kernel stops it when the thread that started it dies, even by
+    ``kill -9`` (the tests' servers: none outlives a killed test run)."""
 
     def __init__(
         self,
@@ -138,6 +142,7 @@ class RedisServer:
         tls: TlsFiles | None = None,
         unixsocket: Path | None = None,
         binary: str | None = None,
+        dies_with_parent: bool = False,
     ) -> None:
         self.directory = directory
         self.host = host
@@ -145,6 +150,7 @@ class RedisServer:
         self.appendonly = appendonly
         self.password = password
         self.tls, self.unixsocket, self.binary = tls, unixsocket, binary
+        self.dies_with_parent = dies_with_parent
         self.proc: subprocess.Popen[bytes] | None = None
 
     @property
@@ -187,6 +193,7 @@ class RedisServer:
             [self.binary or redis_server_binary(), str(conf)],
             start_new_session=True,
             stdout=subprocess.DEVNULL,
+            preexec_fn=sandbox.dies_with_parent() if self.dies_with_parent else None,
         )
         self._wait_ready(timeout)
         return self

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from tests.harness.cluster import cluster, control_worker, watch
-from tests.harness.processes import processes
+from tests.harness.processes import interrupt_on_sigterm, processes
 from tests.harness.redis import durable_redis, private_redis, redis_server, store, store_redis
 from tests.harness.stack import live
 from tests.harness.waiting import scale_test_timeout
@@ -31,6 +31,11 @@ __all__ = [
     "store_redis",
     "watch",
 ]
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """A run stopped by SIGTERM tears down what its tests started (tests/harness/processes.py)."""
+    interrupt_on_sigterm(config)
 
 
 @pytest.hookimpl(hookwrapper=True, tryfirst=True)

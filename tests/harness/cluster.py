@@ -203,12 +203,7 @@ def control_worker(
     sharing this test's database and data directory; answering once this returns."""
     spec = ControlSpec("test-host")
     env = spec.environment(live_env(redis_server), os.getpid())
-    with (tmp_path / "control.log").open("w") as log:
-        proc = subprocess.Popen(
-            spec.command(), cwd=PROJECT_DIR, env=env,
-            stdout=log, stderr=subprocess.STDOUT, text=True, start_new_session=True,
-        )  # fmt: skip
-    processes.started.append(proc)
+    proc = processes.start(spec.command(), env=env, log=tmp_path / "control.log")
     celery = Celery(broker=redis_server.url, backend=redis_server.url)
     ping = celery.send_task("edt.ping", queue=CONTROL_QUEUE)
     assert ping.get(timeout=60 * load_factor())["pid"], "the control worker answers"

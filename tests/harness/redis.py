@@ -27,7 +27,9 @@ from scheduler.store import Store
 def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
     """A redis-server of the test run's own, on a free port; settings point at it."""
     password = "test-" + secrets.token_hex(8)  # as the launcher's: learners must not need it
-    server = RedisServer(tmp_path_factory.mktemp("redis"), appendonly=False, password=password)
+    server = RedisServer(
+        tmp_path_factory.mktemp("redis"), appendonly=False, password=password, dies_with_parent=True
+    )
     server.start()
     layers = channel_layers(server.url)
     override = override_settings(
@@ -48,7 +50,9 @@ def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServ
 def private_redis(tmp_path: Path) -> Iterator[RedisServer]:
     """A redis-server for one test alone (to kill it, or to start from an empty one)."""
     password = "test-" + secrets.token_hex(8)
-    server = RedisServer(tmp_path / "private-redis", appendonly=False, password=password).start()
+    server = RedisServer(
+        tmp_path / "private-redis", appendonly=False, password=password, dies_with_parent=True
+    ).start()
     yield server
     server.stop()
 
@@ -59,7 +63,9 @@ def durable_redis(tmp_path: Path, settings: Any) -> Iterator[RedisServer]:
     started again on the same port with its data, as a production Redis would; this
     process's clients use it."""
     password = "test-" + secrets.token_hex(8)  # a slot refuses user code on an open Redis
-    server = RedisServer(tmp_path / "durable-redis", appendonly=True, password=password).start()
+    server = RedisServer(
+        tmp_path / "durable-redis", appendonly=True, password=password, dies_with_parent=True
+    ).start()
     settings.REDIS_URL = server.url
     yield server
     server.stop()

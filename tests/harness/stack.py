@@ -113,7 +113,9 @@ def live_edt(config: pytest.Config, tmp_factory: pytest.TempPathFactory) -> Live
 
 
 def _start(config: pytest.Config, tmp: Path) -> LiveEdt:
-    redis = RedisServer(tmp / "redis", appendonly=False, password=secrets.token_hex(16)).start()
+    redis = RedisServer(
+        tmp / "redis", appendonly=False, password=secrets.token_hex(16), dies_with_parent=True
+    ).start()
     env = subprocess_env(tmp / "data", REDIS_URL=redis.url, EDT_MAX_UPLOAD_BYTES=str(MAX_UPLOAD))
     # User code's limits (tests/test_sandbox.py): a 4 GiB allocation and a fork loop fail.
     env.update(EDT_LEARNER_MEMORY="3g", EDT_LEARNER_PROCESSES="128")
