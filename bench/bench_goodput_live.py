@@ -27,12 +27,9 @@ from __future__ import annotations
 
 import argparse
 import os
-import secrets
 import statistics
 import sys
-import tempfile
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -40,12 +37,11 @@ PROJECT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(PROJECT))
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "edtweb.settings")
 
-from edtweb.redis_server import RedisServer  # noqa: E402
-from protocol.connection import connect  # noqa: E402
+from live import Slots, running_edt, spread, wait  # noqa: E402  (bench/ is this script's directory)
+
 from protocol.jobstore import JobStore  # noqa: E402
-from scheduler.store import Store  # noqa: E402
-from tests.harness.processes import PROJECT_DIR, subprocess_env  # noqa: E402
-from tests.harness.stack import LiveEdt, dataset_archive, start_edt  # noqa: E402
+from tests.harness.processes import PROJECT_DIR  # noqa: E402
+from tests.harness.stack import LiveEdt, dataset_archive  # noqa: E402
 
 RESULTS = PROJECT / "bench" / "results" / "goodput-live.md"
 MLP = PROJECT_DIR / "examples" / "mlp.py"
@@ -64,23 +60,10 @@ GOODPUT_EPOCHS = 3  # the goodput run's budget of epochs, per epoch of the fixed
 USER = "carol"
 
 
-def wait(done: Callable[[], bool], seconds: float, what: str) -> float:
-    started = time.monotonic()
-    while not done():
-        if time.monotonic() - started > seconds:
-            raise TimeoutError(f"waited {seconds:.0f} s for {what}")
-        time.sleep(0.25)
-    return time.monotonic() - started
-
-
-class Bench:
+class Bench(Slots):
     def __init__(self, live: LiveEdt, url: str, epochs: int) -> None:
+        super().__init__(url)
         self.live, self.epochs = live, epochs
-        self.client = connect(url)
-        self.store = Store(self.client)
-
-    def held(self, job_id: int) -> int:
-        return len(self.store.allocations().of(job_id).members)
 
     def records(self, job_id: int, kind: str) -> list[dict[str, Any]]:
         return [r for _, r in JobStore(self.client, str(job_id)).read_metrics()
@@ -156,10 +139,6 @@ def prepare(live: LiveEdt) -> None:
         assert model["status"] == "VALID", model
 
 
-def spread(values: list[float]) -> str:
-    return f"{min(values):.2f} / {statistics.median(values):.2f} / {max(values):.2f}"
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--pairs", type=int, default=5)
@@ -167,28 +146,18 @@ def main() -> None:
     args = parser.parse_args()
     load_before = os.getloadavg()
     rows: list[dict[str, dict[str, Any]]] = []
-    with tempfile.TemporaryDirectory(prefix="edt-goodput-bench-") as folder:
-        tmp = Path(folder)
-        server = RedisServer(tmp / "redis", appendonly=False, password=secrets.token_hex(16))
-        server.start()
-        env = subprocess_env(tmp / "data", REDIS_URL=server.url)
-        for name in ("DATABASE_URL", "EDT_LEARNER_USER"):
-            env.pop(name, None)
-        live = start_edt(tmp, env, slots=SLOTS, redis=server, args=["--policy", "goodput"])
-        try:
-            prepare(live)
-            bench = Bench(live, server.url, args.epochs)
-            for i in range(args.pairs):
-                if i % 2 == 0:
-                    fixed = bench.run(None)
-                    mode = bench.run(fixed["accuracy"])
-                else:  # goodput first: its target is the last fixed run's accuracy
-                    mode = bench.run(rows[-1]["fixed"]["accuracy"])
-                    fixed = bench.run(None)
-                rows.append({"fixed": fixed, "goodput": mode})
-                print(f"pair {i + 1}: fixed {fixed}, goodput {mode}", flush=True)
-        finally:
-            live.stop()
+    with running_edt("edt-goodput-bench-", SLOTS, ["--policy", "goodput"]) as (live, url):
+        prepare(live)
+        bench = Bench(live, url, args.epochs)
+        for i in range(args.pairs):
+            if i % 2 == 0:
+                fixed = bench.run(None)
+                mode = bench.run(fixed["accuracy"])
+            else:  # goodput first: its target is the last fixed run's accuracy
+                mode = bench.run(rows[-1]["fixed"]["accuracy"])
+                fixed = bench.run(None)
+            rows.append({"fixed": fixed, "goodput": mode})
+            print(f"pair {i + 1}: fixed {fixed}, goodput {mode}", flush=True)
     write(rows, load_before, os.getloadavg(), args.epochs)
 
 

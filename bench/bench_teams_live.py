@@ -24,13 +24,9 @@ from __future__ import annotations
 
 import argparse
 import os
-import secrets
-import statistics
 import subprocess
 import sys
-import tempfile
 import time
-from collections.abc import Callable
 from itertools import pairwise
 from pathlib import Path
 
@@ -38,35 +34,21 @@ PROJECT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(PROJECT))
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "edtweb.settings")
 
-from edtweb.redis_server import RedisServer  # noqa: E402
-from protocol.connection import connect  # noqa: E402
+from live import Slots, running_edt, spread, wait  # noqa: E402  (bench/ is this script's directory)
+
 from protocol.jobstore import JobStore  # noqa: E402
-from scheduler.store import Store  # noqa: E402
 from tests.harness.processes import PROJECT_DIR, subprocess_env  # noqa: E402
-from tests.harness.stack import LiveEdt, dataset_archive, start_edt  # noqa: E402
+from tests.harness.stack import LiveEdt, dataset_archive  # noqa: E402
 
 RESULTS = PROJECT / "bench" / "results" / "teams-live.md"
 PACED = PROJECT_DIR / "tests" / "models" / "paced_mlp.py"  # 50 ms an iteration
 GUARANTEE = 6
 
 
-def wait(done: Callable[[], bool], seconds: float, what: str) -> float:
-    started = time.monotonic()
-    while not done():
-        if time.monotonic() - started > seconds:
-            raise TimeoutError(f"waited {seconds:.0f} s for {what}")
-        time.sleep(0.02)
-    return time.monotonic() - started
-
-
-class Bench:
+class Bench(Slots):
     def __init__(self, live: LiveEdt, url: str) -> None:
+        super().__init__(url)
         self.live, self.url = live, url
-        self.client = connect(url)
-        self.store = Store(self.client)
-
-    def held(self, job_id: int) -> int:
-        return len(self.store.allocations().of(job_id).members)
 
     def times(self, job_id: int) -> list[float]:
         return [float(r["time"]) for _, r in JobStore(self.client, str(job_id)).read_metrics()
@@ -102,7 +84,7 @@ class Bench:
     def edt_round(self, borrower: int) -> tuple[float, float]:
         start = time.time()
         job = self.submit("carol", "v")
-        reclaim = wait(lambda: self.held(job) >= GUARANTEE, 300, "vision's 6 slots")
+        reclaim = wait(lambda: self.held(job) >= GUARANTEE, 300, "vision's 6 slots", poll=0.02)
         pause = self.pause_since(borrower, start)
         self.stop("carol", job)
         wait(lambda: self.held(borrower) == 8, 300, "dave's job back on 8 slots")
@@ -112,7 +94,7 @@ class Bench:
         start = time.time()
         self.stop("dave", borrower)  # it checkpoints and exits
         job = self.submit("carol", "v")
-        reclaim = wait(lambda: self.held(job) >= GUARANTEE, 300, "vision's 6 slots")
+        reclaim = wait(lambda: self.held(job) >= GUARANTEE, 300, "vision's 6 slots", poll=0.02)
         self.resume(borrower)
         pause = self.pause_since(borrower, start)
         self.stop("carol", job)
@@ -132,40 +114,26 @@ def prepare(live: LiveEdt) -> None:
         assert model["status"] == "VALID", model
 
 
-def spread(values: list[float]) -> str:
-    return f"{min(values):.2f} / {statistics.median(values):.2f} / {max(values):.2f}"
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--pairs", type=int, default=5)
     args = parser.parse_args()
     load_before = os.getloadavg()[0]
-    with tempfile.TemporaryDirectory(prefix="edt-teams-bench-") as folder:
-        tmp = Path(folder)
-        server = RedisServer(tmp / "redis", appendonly=False, password=secrets.token_hex(16))
-        server.start()
-        env = subprocess_env(tmp / "data", REDIS_URL=server.url)
-        for name in ("DATABASE_URL", "EDT_LEARNER_USER"):
-            env.pop(name, None)
-        live = start_edt(tmp, env, slots=8, redis=server)
-        try:
-            prepare(live)
-            bench = Bench(live, server.url)
-            borrower = bench.submit("dave", "borrower")
-            wait(lambda: bench.held(borrower) == 8, 300, "dave's job on 8 slots")
-            rows = []
-            for i in range(args.pairs):
-                pair = [("EDT", bench.edt_round), ("restart", bench.restart_round)]
-                if i % 2:
-                    pair.reverse()
-                measured = {name: run(borrower) for name, run in pair}
-                rows.append(measured)
-                print(f"pair {i + 1}: " + ", ".join(
-                    f"{k}: reclaim {v[0]:.2f} s, pause {v[1]:.2f} s" for k, v in measured.items()),
-                    flush=True)  # fmt: skip
-        finally:
-            live.stop()
+    with running_edt("edt-teams-bench-", 8) as (live, url):
+        prepare(live)
+        bench = Bench(live, url)
+        borrower = bench.submit("dave", "borrower")
+        wait(lambda: bench.held(borrower) == 8, 300, "dave's job on 8 slots")
+        rows = []
+        for i in range(args.pairs):
+            pair = [("EDT", bench.edt_round), ("restart", bench.restart_round)]
+            if i % 2:
+                pair.reverse()
+            measured = {name: run(borrower) for name, run in pair}
+            rows.append(measured)
+            print(f"pair {i + 1}: " + ", ".join(
+                f"{k}: reclaim {v[0]:.2f} s, pause {v[1]:.2f} s" for k, v in measured.items()),
+                flush=True)  # fmt: skip
     load_after = os.getloadavg()[0]
     write(rows, load_before, load_after)
 
