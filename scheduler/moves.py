@@ -14,8 +14,10 @@ progress rate on its placement, ``k`` the jobs it displaces and ``p`` the pause 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+import statistics
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 # The live loop's parameters (docs/architecture.md, "Learner moves").
 MOVE_EVERY = 60.0  # seconds: the fewest between two moves of a job, and the pay-back horizon
@@ -111,6 +113,19 @@ def pays_back(old_rate: float, new_rate: float, cost: float, horizon: float,
     ``new_rate`` after a pause of ``cost`` seconds beats staying at ``old_rate`` by more
     than the progress ``displaced`` jobs lose to a pause of ``displaced_pause`` each."""
     return (horizon - cost) * new_rate - horizon * old_rate > displaced_pause * old_rate * displaced
+
+
+def placement_rates(records: Iterable[dict[str, Any]]) -> dict[tuple[int, int], float]:
+    """(worker count, hosts they spanned) -> median samples/s over ``records`` (a job's train
+    records: the learners' measured rate per placement, which a move weighs)."""
+    seen: dict[tuple[int, int], list[float]] = {}
+    for values in records:
+        workers, hosts = values.get("workers"), values.get("hosts")
+        rate = values.get("samples_per_s")
+        if (isinstance(workers, int) and isinstance(hosts, int)
+                and isinstance(rate, (int, float)) and rate > 0):  # fmt: skip
+            seen.setdefault((workers, hosts), []).append(float(rate))
+    return {placement: statistics.median(rates) for placement, rates in seen.items()}
 
 
 def expected_rates(rates: Mapping[tuple[int, int], float], workers: int, before: int,

@@ -93,12 +93,6 @@ class InMemoryBook:
     def batched(self) -> contextlib.AbstractContextManager[None]:
         return contextlib.nullcontext()
 
-    def observed_rates(self, job_id: int) -> dict[int, float]:
-        return {}
-
-    def placement_rates(self, job_id: int) -> dict[tuple[int, int], float]:
-        return {}
-
     def paths(self, job_ids: list[int]) -> dict[int, LearnerPaths]:
         return {pk: LearnerPaths(Path("d"), Path("m.py"), Path(f"j/{pk}"), Path(f"j/{pk}/s"))
                 for pk in job_ids}  # fmt: skip

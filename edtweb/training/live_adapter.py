@@ -4,7 +4,6 @@ app of this process (docs/architecture.md, "Layering")."""
 
 from __future__ import annotations
 
-import statistics
 import time
 from contextlib import AbstractContextManager
 from datetime import datetime
@@ -20,6 +19,7 @@ from edtweb.training import services
 from edtweb.training.models import Job, Metric
 from protocol.learner_task import LearnerPaths
 from scheduler.groups import DEFAULT as DEFAULT_GROUP
+from scheduler.live import speedups
 from scheduler.live.job import Controlled, JobRunner
 from scheduler.live.loop import LiveScheduler
 from scheduler.live.ports import JobRow, Ports, Tenancy
@@ -80,38 +80,10 @@ def schedulable_jobs() -> Any:
     )
 
 
-def observed_rates(job_id: int, window: int = WINDOW) -> dict[int, float]:
-    """Worker count -> median samples/s over the job's latest ``window`` iterations."""
-    rows = (
-        Metric.objects.filter(job_id=job_id, kind="train")
-        .order_by("-step")
-        .values_list("values", flat=True)[:window]
-    )
-    seen: dict[int, list[float]] = {}
-    for values in rows:
-        workers, rate = values.get("workers"), values.get("samples_per_s")
-        if isinstance(workers, int) and isinstance(rate, (int, float)) and rate > 0:
-            seen.setdefault(workers, []).append(float(rate))
-    return {workers: statistics.median(rates) for workers, rates in seen.items()}
-
-
-def placement_rates(job_id: int, window: int = WINDOW) -> dict[tuple[int, int], float]:
-    """(worker count, hosts they spanned) -> median samples/s over the job's latest
-    ``window`` iterations (the learners' measured rate per placement, which learner moves
-    weigh: docs/architecture.md, "Learner moves")."""
-    rows = (
-        Metric.objects.filter(job_id=job_id, kind="train")
-        .order_by("-step")
-        .values_list("values", flat=True)[:window]
-    )
-    seen: dict[tuple[int, int], list[float]] = {}
-    for values in rows:
-        workers, hosts = values.get("workers"), values.get("hosts")
-        rate = values.get("samples_per_s")
-        if (isinstance(workers, int) and isinstance(hosts, int)
-                and isinstance(rate, (int, float)) and rate > 0):  # fmt: skip
-            seen.setdefault((workers, hosts), []).append(float(rate))
-    return {placement: statistics.median(rates) for placement, rates in seen.items()}
+def observed_rates(job_id: int) -> dict[int, float]:
+    """Worker count -> median samples/s over the job's latest iterations (the pages'
+    previews; the scheduler derives the same from ``JobBook.train_records``)."""
+    return speedups.observed_rates(train_records(job_id))
 
 
 def train_records(job_id: int, window: int = WINDOW) -> list[dict[str, Any]]:
@@ -154,12 +126,6 @@ class DjangoJobBook:
 
     def batched(self) -> AbstractContextManager[None]:
         return services.batched()
-
-    def observed_rates(self, job_id: int) -> dict[int, float]:
-        return observed_rates(job_id)
-
-    def placement_rates(self, job_id: int) -> dict[tuple[int, int], float]:
-        return placement_rates(job_id)
 
     def train_records(self, job_id: int) -> list[dict[str, Any]]:
         return train_records(job_id)

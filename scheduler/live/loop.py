@@ -25,7 +25,7 @@ from scheduler.live.moving import Mover
 from scheduler.live.ports import RUNNING, SUSPENDED, JobRow, Ports, Tenancy
 from scheduler.live.shares import SharesLog
 from scheduler.live.snapshot import BY_SERVICE, BY_SPEEDUP, SnapshotBuilder
-from scheduler.live.speedups import Curves
+from scheduler.live.speedups import Curves, observed_rates
 from scheduler.metrics import DECISION_SECONDS, STEP_SECONDS
 from scheduler.placement import Placement, Slot, place
 from scheduler.policies import Decision, JobView, decide, goodput
@@ -59,7 +59,8 @@ class LiveScheduler:
         self.policy = policy
         self.runners: dict[int, JobRunner] = {}
         # samples/s per size
-        self.curves = Curves(self.book.observed_rates) if policy in BY_SPEEDUP else None
+        self.curves = (Curves(lambda pk: observed_rates(self.book.train_records(pk)))
+                       if policy in BY_SPEEDUP else None)  # fmt: skip
         # goodput-mode jobs' noise scales and throughput models (the goodput policy's)
         self.goodputs = Goodputs(self.book.train_records) if policy == goodput.POLICY else None
         self.capacity = 0  # usable slots at the last decision

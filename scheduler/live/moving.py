@@ -72,7 +72,7 @@ class Mover:
         if move is None:
             return False
         self.since[pk] = now  # weighed: not again within the interval, whatever the answer
-        rates = self.book.placement_rates(pk)
+        rates = moves.placement_rates(self.book.train_records(pk))
         old, new = moves.expected_rates(rates, len(members), move.hosts_before, move.hosts_after)
         if not moves.pays_back(old, new, moves.MOVE_COST, self.every):
             log.info("job %s: a move to %d host(s) would not pay back (%.1f vs %.1f samples/s)",

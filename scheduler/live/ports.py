@@ -98,19 +98,11 @@ class JobBook(Protocol):
         """The events and page pushes of the block, written and sent together at its end."""
         ...
 
-    def observed_rates(self, job_id: int) -> dict[int, float]:
-        """Worker count -> median samples/s over the job's latest iterations."""
-        ...
-
-    def placement_rates(self, job_id: int) -> dict[tuple[int, int], float]:
-        """(worker count, hosts they spanned) -> median samples/s over the job's latest
-        iterations."""
-        ...
-
     def train_records(self, job_id: int) -> list[dict[str, Any]]:
         """The job's latest train records (at most ``scheduler.live.speedups.WINDOW``), each
-        with its ``step``: where a goodput-mode job's noise scale and iteration times are
-        read (``scheduler/policies/throughput_fit.py``)."""
+        with its ``step``: the one read of them, from which its rate per worker count
+        (``speedups.observed_rates``), per placement (``moves.placement_rates``), noise scale
+        and iteration times (``scheduler/policies/throughput_fit.py``) are derived."""
         ...
 
     def paths(self, job_ids: list[int]) -> dict[int, LearnerPaths]:

@@ -3,20 +3,33 @@
 Learners report ``samples_per_s`` and ``workers`` with every training iteration (the job's
 "train" metrics); the median rate at each worker count seen lately gives the curve
 (:func:`scheduler.policies.speedup.from_rates`). Read at most every ``REFRESH`` seconds per
-job, from its latest ``WINDOW`` iterations only (``JobBook.observed_rates``).
+job, from its latest ``WINDOW`` iterations only (``JobBook.train_records``, through
+:func:`observed_rates`).
 """
 
 from __future__ import annotations
 
+import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from typing import Any
 
 from scheduler.policies.speedup import from_rates
 
 REFRESH = 30.0
-WINDOW = 400  # the latest iterations a job's rates are read from (JobBook.observed_rates)
+WINDOW = 400  # the latest iterations a job's rates are read from (JobBook.train_records)
 
 Rates = Callable[[int], dict[int, float]]  # job -> worker count -> median samples/s
+
+
+def observed_rates(records: Iterable[dict[str, Any]]) -> dict[int, float]:
+    """Worker count -> median samples/s over ``records`` (a job's train records)."""
+    seen: dict[int, list[float]] = {}
+    for values in records:
+        workers, rate = values.get("workers"), values.get("samples_per_s")
+        if isinstance(workers, int) and isinstance(rate, (int, float)) and rate > 0:
+            seen.setdefault(workers, []).append(float(rate))
+    return {workers: statistics.median(rates) for workers, rates in seen.items()}
 
 
 class Curves:
