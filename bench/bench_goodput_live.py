@@ -113,7 +113,7 @@ class Bench(Slots):
         if not self.ended(job):
             self.stop(job)
         wait(lambda: not self.held(job) and not self.held(blocker), 300, "the slots free")
-        end = reached if reached is not None else float(tests[-1]["time"])
+        end = reached if reached is not None else float(tests[-1]["time"]) if tests else time.time()
         final = float(tests[-1]["test_accuracy"]) if tests else 0.0
         # The fixed run's own time to its final accuracy less a point (a saturated run's
         # wall time is mostly spent where nothing improves).

@@ -14,10 +14,11 @@ progress rate on its placement, ``k`` the jobs it displaces and ``p`` the pause 
 
 from __future__ import annotations
 
-import statistics
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
+
+from scheduler.policies.speedup import median_rates
 
 # The live loop's parameters (docs/architecture.md, "Learner moves").
 MOVE_EVERY = 60.0  # seconds: the fewest between two moves of a job, and the pay-back horizon
@@ -72,11 +73,11 @@ def plan(job: str, members: Sequence[str], hosts: Sequence[tuple[str, Sequence[s
     host_of = {slot: name for name, slots in hosts for slot in slots}
     if size < 2 or any(slot not in host_of for slot in members):
         return None
-    owner = {**owner, **dict.fromkeys(members, job)}  # its own slots are never free
     before = len({host_of[slot] for slot in members})
     need = hosts_needed(size, [len(slots) for _, slots in hosts])
     if before <= need:
         return None
+    owner = {**owner, **dict.fromkeys(members, job)}  # its own slots are never free
     room = []  # per host: (slots this job could hold there, its own there, position)
     for position, (_, slots) in enumerate(hosts):
         own = sum(1 for s in slots if owner.get(s) == job)
@@ -118,14 +119,12 @@ def pays_back(old_rate: float, new_rate: float, cost: float, horizon: float,
 def placement_rates(records: Iterable[dict[str, Any]]) -> dict[tuple[int, int], float]:
     """(worker count, hosts they spanned) -> median samples/s over ``records`` (a job's train
     records: the learners' measured rate per placement, which a move weighs)."""
-    seen: dict[tuple[int, int], list[float]] = {}
-    for values in records:
-        workers, hosts = values.get("workers"), values.get("hosts")
-        rate = values.get("samples_per_s")
-        if (isinstance(workers, int) and isinstance(hosts, int)
-                and isinstance(rate, (int, float)) and rate > 0):  # fmt: skip
-            seen.setdefault((workers, hosts), []).append(float(rate))
-    return {placement: statistics.median(rates) for placement, rates in seen.items()}
+
+    def placement(r: dict[str, Any]) -> tuple[int, int] | None:
+        workers, hosts = r.get("workers"), r.get("hosts")
+        return (workers, hosts) if isinstance(workers, int) and isinstance(hosts, int) else None
+
+    return median_rates(records, placement)
 
 
 def expected_rates(rates: Mapping[tuple[int, int], float], workers: int, before: int,

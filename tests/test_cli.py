@@ -228,7 +228,8 @@ def test_staff_make_teams_and_groups_and_a_member_trains_in_a_team_its_lead_stee
     assert group_refused.returncode == 1 and "a job without a team runs in default" in (
         group_refused.stderr
     )
-    job = live.json("frank", "submit", *common, "--epochs", "200", "--team", "cli-vision")
+    # Until stopped (5,000 epochs): on a busy machine 200 had ended before Carol's stop.
+    job = live.json("frank", "submit", *common, "--epochs", "5000", "--team", "cli-vision")
     assert (job["team"], job["resource_group"]) == ("cli-vision", "default")
 
     # Carol leads the team: she sees the job and steers it; Dave, in no team, gets nothing.

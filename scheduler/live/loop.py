@@ -25,7 +25,7 @@ from scheduler.live.moving import Mover
 from scheduler.live.ports import RUNNING, SUSPENDED, JobRow, Ports, Tenancy
 from scheduler.live.shares import SharesLog
 from scheduler.live.snapshot import BY_SERVICE, BY_SPEEDUP, SnapshotBuilder
-from scheduler.live.speedups import Curves, observed_rates
+from scheduler.live.speedups import Curves, RecentRecords, observed_rates
 from scheduler.metrics import DECISION_SECONDS, STEP_SECONDS
 from scheduler.placement import Placement, Slot, place
 from scheduler.policies import Decision, JobView, decide, goodput
@@ -59,10 +59,12 @@ class LiveScheduler:
         self.policy = policy
         self.runners: dict[int, JobRunner] = {}
         # samples/s per size
-        self.curves = (Curves(lambda pk: observed_rates(self.book.train_records(pk)))
+        # each job's train records, read once for the curves, the goodput fits and moves
+        self.records = RecentRecords(self.book.train_records)
+        self.curves = (Curves(lambda pk: observed_rates(self.records(pk)))
                        if policy in BY_SPEEDUP else None)  # fmt: skip
         # goodput-mode jobs' noise scales and throughput models (the goodput policy's)
-        self.goodputs = Goodputs(self.book.train_records) if policy == goodput.POLICY else None
+        self.goodputs = Goodputs(self.records) if policy == goodput.POLICY else None
         self.capacity = 0  # usable slots at the last decision
         self.announced: dict[str, str] = {}  # job -> the last allocation change recorded
         self.redis_run: str | None = None  # the Redis server whose ACL users we granted
@@ -83,7 +85,7 @@ class LiveScheduler:
         self.slot_groups: dict[str, str] = {}  # slot id -> its group by those rules
         self.shares = SharesLog(ports.redis)
         self.group_capacity: dict[str, int] = {}  # usable slots per group at the last step
-        self.mover = Mover(self.book, ports.move_every)  # learner moves (moving.py)
+        self.mover = Mover(self.book, self.records, ports.move_every)  # learner moves (moving.py)
 
     def step(self, alive: list[SlotInfo]) -> bool:
         """One decision and one protocol step for every job; True when a job wants another
@@ -102,6 +104,7 @@ class LiveScheduler:
         self._regrant(client, self._take(client))
         look = time.monotonic() - self.leases_at >= LEASE_LOOK_EVERY
         self._observe(client, look)
+        self.records.forget(set(jobs))
         if self.curves:
             self.curves.forget(set(jobs))
         holding = {pk: r.holding() for pk, r in self.runners.items()}

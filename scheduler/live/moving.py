@@ -19,6 +19,7 @@ from operator import attrgetter
 from scheduler import moves
 from scheduler.live.job import JobRunner
 from scheduler.live.ports import JobBook, JobRow
+from scheduler.live.speedups import Records
 from scheduler.placement import Slot
 
 log = logging.getLogger("edt.scheduler")
@@ -32,8 +33,9 @@ class Mover:
     from a move that did not pay back, so that its rates are not read each look), and
     each move must pay back within it."""
 
-    def __init__(self, book: JobBook, every: float = moves.MOVE_EVERY) -> None:
+    def __init__(self, book: JobBook, records: Records, every: float = moves.MOVE_EVERY) -> None:
         self.book = book
+        self.records = records  # job -> its latest train records (speedups.RecentRecords)
         self.every = every
         self.since: dict[int, float] = {}  # job -> when it was last moved, or weighed
         self.looked_at = 0.0
@@ -49,30 +51,31 @@ class Mover:
             del self.since[pk]
         due = [pk for pk, runner in runners.items()
                if now - self.since.setdefault(pk, now) >= self.every and pk in jobs
-               and runner.movable()]  # fmt: skip
+               and len(runner.members()) >= 2 and runner.movable()]  # fmt: skip
         if not due:
             return []
         owner: dict[str, str] = {}
         for pk, runner in runners.items():
             held = runner.holding()
             owner.update(dict.fromkeys([*held, *runner.busy(held)], str(pk)))
+        hosts: dict[str, list[tuple[str, list[str]]]] = {}  # group -> its hosts' slots
         moved = []
         for pk in due:
-            if self._move(pk, runners[pk], groups.get(jobs[pk].group, []), owner, now):
+            group = jobs[pk].group
+            if group not in hosts:
+                hosts[group] = hosts_of(groups.get(group, []))
+            if self._move(pk, runners[pk], hosts[group], owner, now):
                 moved.append(pk)
         return moved
 
-    def _move(self, pk: int, runner: JobRunner, slots: list[Slot], owner: dict[str, str],
-              now: float) -> bool:  # fmt: skip
-        hosts: dict[str, list[str]] = {}
-        for slot in sorted(slots, key=attrgetter("host", "index", "id")):
-            hosts.setdefault(slot.host, []).append(slot.id)
+    def _move(self, pk: int, runner: JobRunner, hosts: list[tuple[str, list[str]]],
+              owner: dict[str, str], now: float) -> bool:  # fmt: skip
         members = runner.members()
-        move = moves.plan(str(pk), members, list(hosts.items()), owner)
+        move = moves.plan(str(pk), members, hosts, owner)
         if move is None:
             return False
         self.since[pk] = now  # weighed: not again within the interval, whatever the answer
-        rates = moves.placement_rates(self.book.train_records(pk))
+        rates = moves.placement_rates(self.records(pk))
         old, new = moves.expected_rates(rates, len(members), move.hosts_before, move.hosts_after)
         if not moves.pays_back(old, new, moves.MOVE_COST, self.every):
             log.info("job %s: a move to %d host(s) would not pay back (%.1f vs %.1f samples/s)",
@@ -90,3 +93,11 @@ class Mover:
                                hosts_after=move.hosts_after, gain=round(new / old, 3))  # fmt: skip
         log.info("job %s: %s", pk, message)
         return True
+
+
+def hosts_of(slots: list[Slot]) -> list[tuple[str, list[str]]]:
+    """Each host with its slots' ids, hosts and slots in a fixed order (``moves.plan``'s)."""
+    hosts: dict[str, list[str]] = {}
+    for slot in sorted(slots, key=attrgetter("host", "index", "id")):
+        hosts.setdefault(slot.host, []).append(slot.id)
+    return list(hosts.items())

@@ -9,27 +9,48 @@ job, from its latest ``WINDOW`` iterations only (``JobBook.train_records``, thro
 
 from __future__ import annotations
 
-import statistics
 import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from scheduler.policies.speedup import from_rates
+from scheduler.policies.speedup import from_rates, median_rates
 
 REFRESH = 30.0
 WINDOW = 400  # the latest iterations a job's rates are read from (JobBook.train_records)
 
+RECORDS_TTL = 5.0  # seconds a job's train records, once read, serve every reader
+
 Rates = Callable[[int], dict[int, float]]  # job -> worker count -> median samples/s
+Records = Callable[[int], list[dict[str, Any]]]  # job -> its latest train records
+
+
+class RecentRecords:
+    """Each job's train records (``JobBook.train_records``), read at most every ``ttl``
+    seconds: the one read that its speedup curve, its goodput fit and its moves share."""
+
+    def __init__(self, read: Records, ttl: float = RECORDS_TTL) -> None:
+        self.read = read
+        self.ttl = ttl
+        self.cache: dict[int, tuple[float, list[dict[str, Any]]]] = {}
+
+    def __call__(self, job_id: int) -> list[dict[str, Any]]:
+        now = time.monotonic()
+        hit = self.cache.get(job_id)
+        if hit is None or now - hit[0] >= self.ttl:
+            hit = (now, self.read(job_id))
+            self.cache[job_id] = hit
+        return hit[1]
+
+    def forget(self, keep: set[int]) -> None:
+        for job_id in [j for j in self.cache if j not in keep]:
+            del self.cache[job_id]
 
 
 def observed_rates(records: Iterable[dict[str, Any]]) -> dict[int, float]:
     """Worker count -> median samples/s over ``records`` (a job's train records)."""
-    seen: dict[int, list[float]] = {}
-    for values in records:
-        workers, rate = values.get("workers"), values.get("samples_per_s")
-        if isinstance(workers, int) and isinstance(rate, (int, float)) and rate > 0:
-            seen.setdefault(workers, []).append(float(rate))
-    return {workers: statistics.median(rates) for workers, rates in seen.items()}
+    return median_rates(
+        records, lambda r: r["workers"] if isinstance(r.get("workers"), int) else None
+    )
 
 
 class Curves:

@@ -14,8 +14,12 @@ useful size is the m > n with the best average gain per added slot, ``(s(m) - s(
 from __future__ import annotations
 
 import itertools
-from collections.abc import Mapping
+import statistics
+from collections.abc import Callable, Hashable, Iterable, Mapping
 from functools import lru_cache
+from typing import Any, TypeVar
+
+K = TypeVar("K", bound=Hashable)
 
 # A slot is "useful" to a job while it adds at least this much of one slot's throughput
 # (on the envelope). Below it, the job's fair share stops there and the slot goes where it
@@ -59,6 +63,18 @@ def useful(curve: tuple[float, ...], low: int, top: int) -> int:
     while n < top and table[n][1] >= USEFUL_GAIN:
         n = table[n][0]
     return n
+
+
+def median_rates(records: Iterable[dict[str, Any]],
+                 key: Callable[[dict[str, Any]], K | None]) -> dict[K, float]:  # fmt: skip
+    """``key(record)`` -> the median samples/s of the train ``records`` with that key (None:
+    the record is left out), records without a positive rate left out."""
+    seen: dict[K, list[float]] = {}
+    for values in records:
+        rate, at = values.get("samples_per_s"), key(values)
+        if at is not None and isinstance(rate, (int, float)) and rate > 0:
+            seen.setdefault(at, []).append(float(rate))
+    return {at: statistics.median(rates) for at, rates in seen.items()}
 
 
 def from_rates(rates: Mapping[int, float], top: int) -> tuple[float, ...]:
