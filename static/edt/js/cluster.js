@@ -166,6 +166,10 @@
   // One history load at a time: allocations that arrive meanwhile are kept and applied
   // after it (a job the history did not know yet asks for one more load, not one each).
   let loading = false, again = false, heldAllocations = [];
+  // A job's name comes with its first generation event, which may be stored after its first
+  // allocation arrives: while a job on the chart has no name, the history is read again
+  // (every 2 s, at most 15 times in a row), so that the legend does not say "job 7" for good.
+  let nameTries = 0, nameTimer = null;
   async function loadAllocation() {
     if (loading) { again = true; return; }
     loading = true; again = false;
@@ -186,7 +190,13 @@
     const replay = heldAllocations;
     heldAllocations = [];
     for (const data of replay) onAllocation(data, true);
-    if (again) loadAllocation();
+    if (again) { loadAllocation(); return; }
+    const unnamed = [...series.keys()].some((job) => !names.has(job));
+    if (!unnamed) nameTries = 0;
+    else if (nameTries < 15 && !nameTimer) {
+      nameTries++;
+      nameTimer = setTimeout(() => { nameTimer = null; loadAllocation(); }, 2000);
+    }
   }
   function onAllocation(data, replayed) {
     if (loading) { heldAllocations.push(data); return; }
