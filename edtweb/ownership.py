@@ -9,12 +9,13 @@ that does not exist; a member who may see a job but not change it gets a 403.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import functools
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from django.core.exceptions import PermissionDenied
 from django.db.models import Model, Q, QuerySet
-from django.http import Http404, HttpRequest
+from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 
 READ = "read"  # see it: members of its team
 STEER = "steer"  # change its priority, stop it: its team's leads
@@ -118,3 +119,17 @@ def get_owned(request: HttpRequest, model: type[Model], pk: int, need: str = REA
     if model is _job_model() and not may(request.user, found, need):
         raise PermissionDenied(refusal(found, need))
     return found
+
+
+def login_required_json(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
+    """``login_required`` for what pages fetch: a session that ended (logged out in another
+    tab, expired) gets 401 with a JSON reason, which the page's ``r.ok`` check handles,
+    instead of a redirect to the login page's HTML."""
+
+    @functools.wraps(view)
+    def wrapped(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        if not request.user.is_authenticated:
+            return JsonResponse({"detail": "not logged in: log in again"}, status=401)
+        return view(request, *args, **kwargs)
+
+    return wrapped

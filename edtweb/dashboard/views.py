@@ -9,6 +9,7 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import render
 
 from edtweb.dashboard.slots import current_slots
+from edtweb.ownership import login_required_json
 from edtweb.redis_server import ping_error
 
 
@@ -44,12 +45,12 @@ def cluster(request: HttpRequest) -> HttpResponse:
     return render(request, "dashboard/cluster.html", context)
 
 
-@login_required
+@login_required_json
 def cluster_slots(request: HttpRequest) -> JsonResponse:
     return JsonResponse({"slots": current_slots()})
 
 
-@login_required
+@login_required_json
 def cluster_allocations(request: HttpRequest) -> JsonResponse:
     """Slots per job over time, from the jobs' generation events (the Cluster chart)."""
     from edtweb.ownership import visible_jobs

@@ -25,7 +25,7 @@ from django.utils import dateformat, timezone
 from django.views.decorators.http import require_GET, require_POST
 
 from edtweb.datasets.models import Dataset
-from edtweb.ownership import OWN, STEER, Viewer, get_owned, owned
+from edtweb.ownership import OWN, STEER, Viewer, get_owned, login_required_json, owned
 from edtweb.registry.models import ModelDefinition
 from edtweb.tenancy import services as tenancy
 from edtweb.training import history, services
@@ -147,14 +147,14 @@ def clone_url(job: Job) -> str:
     return reverse("train") + "?" + urlencode(fields)
 
 
-@login_required
+@login_required_json
 @require_GET
 def job_metrics(request: HttpRequest, pk: int) -> JsonResponse:
     job = get_owned(request, Job, pk)
     return JsonResponse(history.metrics(job, int(request.GET.get("points", 2000))))
 
 
-@login_required
+@login_required_json
 @require_GET
 def job_state(request: HttpRequest, pk: int) -> JsonResponse:
     """The job's status (``training.status``: what the jobs list and the job page show),
@@ -208,7 +208,7 @@ def job_resume(request: HttpRequest, pk: int) -> HttpResponse:
     return redirect("job", pk)
 
 
-@login_required
+@login_required_json
 @require_GET
 def job_log(request: HttpRequest, pk: int) -> JsonResponse:
     job = get_owned(request, Job, pk)
@@ -216,7 +216,7 @@ def job_log(request: HttpRequest, pk: int) -> JsonResponse:
     return JsonResponse(history.log_tail(job, slot, offset))
 
 
-@login_required
+@login_required_json
 @require_POST
 def job_priority(request: HttpRequest, pk: int) -> JsonResponse:
     job = get_owned(request, Job, pk, STEER)
@@ -228,7 +228,7 @@ def job_priority(request: HttpRequest, pk: int) -> JsonResponse:
     return JsonResponse({"priority": job.priority})
 
 
-@login_required
+@login_required_json
 @require_GET
 def job_priority_preview(request: HttpRequest, pk: int) -> JsonResponse:
     job = get_owned(request, Job, pk)

@@ -159,10 +159,12 @@
   async function tail() {
     if (logSlot) {
       const r = await fetch("/jobs/" + jobId + "/log?slot=" + encodeURIComponent(logSlot) + "&offset=" + logOffset, { credentials: "same-origin" });
-      const data = await r.json();
-      const pre = document.getElementById("log");
-      if (data.text) { pre.textContent = (pre.textContent + data.text).slice(-200000); pre.scrollTop = pre.scrollHeight; }
-      logOffset = data.offset;
+      if (r.ok) { // not after a session ended (401)
+        const data = await r.json();
+        const pre = document.getElementById("log");
+        if (data.text) { pre.textContent = (pre.textContent + data.text).slice(-200000); pre.scrollTop = pre.scrollHeight; }
+        logOffset = data.offset;
+      }
     }
     setTimeout(tail, 1000);
   }
