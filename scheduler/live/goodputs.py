@@ -11,15 +11,13 @@ no model yet gets None: the policy's fallback (linear in slots, at its base batc
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
+from scheduler.live.speedups import Records
 from scheduler.policies.throughput import ThroughputModel
 from scheduler.policies.throughput_fit import Measured, fit, measured
 
 REFRESH = 5.0  # seconds between two readings of a job's records
-
-Records = Callable[[int], list[dict[str, Any]]]  # job -> its latest train records
 
 
 class Goodput(NamedTuple):
