@@ -113,7 +113,7 @@ def plain_gpu_losses(model_path: Path, data: Path) -> list[float]:
         loss = defn.loss_fn(model(x_all[idx]), y_all[idx])
         loss.backward()  # type: ignore[no-untyped-call]
         optimizer.step()
-        out.append(float(loss))
+        out.append(float(loss.detach()))
     return out
 
 

@@ -1,0 +1,145 @@
+"""Where an engine step's time goes on a GPU (a diagnosis, not a comparison: bench_gpu.py
+compares).
+
+    python bench/profile_gpu_step.py [--steps 200]
+
+The learner in this process, one member (NCCL), the wide MLP (bench/wide_mlp.py) at batch
+256: its step time over ``--steps`` steps; the wall time of each phase of ``train_step``
+(timers around the engine's own methods, no synchronisation added); a torch.profiler table
+of 30 steps by CPU and by device time; and a plain loop's step in the same process (the
+data on the GPU). Needs a CUDA device; prints, writes nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import time
+import uuid
+from collections import defaultdict
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+PROJECT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(PROJECT))
+
+import torch  # noqa: E402
+from torch.profiler import ProfilerActivity, profile  # noqa: E402
+
+from edtweb.redis_server import RedisServer  # noqa: E402
+from protocol.connection import connect  # noqa: E402
+from protocol.jobstore import JobStore  # noqa: E402
+from workers.learner.datasets import write_cifar10  # noqa: E402
+from workers.learner.engine import Learner  # noqa: E402
+from workers.learner.spec import JobSpec  # noqa: E402
+
+WIDE = PROJECT / "bench" / "wide_mlp.py"
+BATCH = 256
+PHASES = [
+    ("_batches_for", "batches: take, build the next ahead, to the device"),
+    ("_accumulate", "forward, backward, all-reduce, read the agreement"),
+    ("_apply", "optimizer step"),
+    ("_train_record", "train record"),
+    ("_keep_unwritten", "keep unwritten records"),
+    ("_driver_log", "driver log"),
+]
+
+
+def timed(obj: Any, name: str, label: str, spent: dict[str, float]) -> None:
+    """Wrap ``obj.name`` to add its wall time to ``spent[label]``."""
+    inner: Callable[..., Any] = getattr(obj, name)
+
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        started = time.perf_counter()
+        try:
+            return inner(*args, **kwargs)
+        finally:
+            spent[label] += time.perf_counter() - started
+
+    setattr(obj, name, wrapper)
+
+
+def ms_per_step(step: Callable[[], Any], n: int) -> float:
+    torch.cuda.synchronize()
+    started = time.perf_counter()
+    for _ in range(n):
+        step()
+    torch.cuda.synchronize()
+    return (time.perf_counter() - started) / n * 1000
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("--steps", type=int, default=200)
+    a = p.parse_args()
+    if not torch.cuda.is_available():
+        print("no CUDA device: profile_gpu_step.py needs one")
+        return
+    with tempfile.TemporaryDirectory(prefix="edt-profile-") as tmpdir:
+        tmp = Path(tmpdir)
+        # whole epochs of room: no evaluation inside a timed window
+        data = write_cifar10(tmp / "data", train=BATCH * (3 * a.steps + 100), test=256)
+        redis = RedisServer(tmp / "redis", appendonly=False).start()
+        try:
+            report(redis.url, data, tmp, a.steps)
+        finally:
+            redis.stop()
+    sys.stdout.flush()
+    os._exit(0)  # the learner's watch and writer threads and its NCCL group: nothing to keep
+
+
+def report(url: str, data: Path, tmp: Path, n: int) -> None:
+    job = f"profile-{uuid.uuid4().hex[:8]}"
+    jobs = JobStore(connect(url), job)
+    spec = JobSpec(job_id=job, model=str(WIDE), data=str(data), workdir=str(tmp / job),
+                   batch_size=BATCH, epochs=1000, checkpoint_every=100000)  # fmt: skip
+    learner = Learner(spec, "g0", jobs, url)
+    learner.prepare()
+    learner.watch.start()
+    learner.records.start()
+    gen = jobs.publish_generation(["g0"])
+    learner.form_group(gen)
+    learner.sync_state()
+    learner._take_batch(gen)
+    step = learner.train_step
+    ms_per_step(step, 30)  # warm-up
+    engine_ms = ms_per_step(step, n)
+    spent: dict[str, float] = defaultdict(float)
+    for name, label in PHASES:
+        timed(learner, name, label, spent)
+    timed(learner.buckets, "finish", "  of which: wait for the buckets", spent)
+    with_timers = ms_per_step(step, n)
+    print(f"{torch.cuda.get_device_name(0)}, torch {torch.__version__}")
+    print(f"engine step {engine_ms:.3f} ms ({n} steps); {with_timers:.3f} ms with the timers")
+    for label, seconds in sorted(spent.items(), key=lambda kv: -kv[1]):
+        print(f"  {label:55s} {seconds / n * 1000:7.3f} ms/step")
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        ms_per_step(step, 30)
+    table = prof.key_averages()
+    print("30 steps, by self CPU time:")
+    print(table.table(sort_by="self_cpu_time_total", row_limit=25))
+    print("by device time:")
+    print(table.table(sort_by="self_device_time_total", row_limit=15))
+
+    defn = learner.defn
+    x_all, y_all = (t.cuda() for t in learner.train_set.tensors)  # type: ignore[attr-defined]
+    net = defn.build_model().cuda()
+    optimizer = defn.build_optimizer(net.parameters(), 0.01)
+    rng = torch.Generator(device="cuda")
+
+    def plain() -> None:
+        idx = torch.randint(0, len(x_all), (BATCH,), device="cuda", generator=rng)
+        optimizer.zero_grad()
+        defn.loss_fn(net(x_all[idx]), y_all[idx]).backward()
+        optimizer.step()
+
+    ms_per_step(plain, 30)
+    plain_ms = ms_per_step(plain, n)
+    print(f"plain step (this process) {plain_ms:.3f} ms; engine / plain {engine_ms / plain_ms:.2f}")
+
+
+if __name__ == "__main__":
+    main()
