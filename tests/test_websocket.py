@@ -98,6 +98,40 @@ def test_the_slots_name_only_the_users_own_jobs(
     assert seen == {"a": (True, mine.pk), "b": (True, None), "c": (False, None)}
 
 
+def test_an_allocation_names_its_job_only_to_whom_may_see_it(
+    redis_server: RedisServer, alice: Any, bob: Any
+) -> None:
+    """A job's first allocation can reach the Cluster page before any of its events is
+    stored (a busy scheduler host): the frame names the job from its row, so the chart's
+    legend never says "job 7". A user who may not see the job gets no frame."""
+    from edtweb.training.models import Job
+
+    job = Job.objects.create(owner=alice, name="robot-arm", state=Job.State.RUNNING)
+    change = {"job": job.pk, "workers": 2, "at": 1.0}
+
+    async def frames(cookie: bytes) -> list[dict[str, Any]]:
+        comm = communicator(b"http://127.0.0.1:8000", cookie)
+        assert (await comm.connect(timeout=5))[0]
+        await comm.receive_json_from(timeout=5)  # the slots now
+        layer = get_channel_layer()
+        await layer.group_send(CLUSTER_GROUP, {"type": "cluster.allocation", **change})
+        await layer.group_send(CLUSTER_GROUP, {"type": "cluster.allocations",
+                                               "changes": [{**change, "workers": 3}]})  # fmt: skip
+        got = []
+        while not await comm.receive_nothing(timeout=1):
+            got.append(await comm.receive_json_from(timeout=5))
+        await comm.disconnect()
+        return got
+
+    assert not job.events.exists()
+    assert asyncio.run(frames(session_cookie(alice))) == [
+        {"type": "allocation", "job": job.pk, "workers": 2, "at": 1.0, "name": "robot-arm"},
+        {"type": "allocations",
+         "changes": [{"job": job.pk, "workers": 3, "at": 1.0, "name": "robot-arm"}]},
+    ]  # fmt: skip
+    assert asyncio.run(frames(session_cookie(bob))) == []
+
+
 def test_a_steps_pushes_arrive_merged_and_each_page_keeps_its_own(
     redis_server: RedisServer, alice: Any, bob: Any
 ) -> None:
@@ -141,8 +175,9 @@ def test_a_steps_pushes_arrive_merged_and_each_page_keeps_its_own(
     kinds = [(e["type"], e["event"]["kind"]) for e in events]
     assert kinds == [("event", "scaled"), ("event", "generation")]
     assert allocations["type"] == "allocations"
-    assert [(c["job"], c.get("decision"), c.get("workers")) for c in allocations["changes"]] == [
-        (mine.pk, "0→2: mine", None),
-        (mine.pk, None, 2),
+    changes = allocations["changes"]
+    assert [(c["job"], c["name"], c.get("decision"), c.get("workers")) for c in changes] == [
+        (mine.pk, "alice", "0→2: mine", None),
+        (mine.pk, "alice", None, 2),
     ]
     assert list(mine.events.values_list("kind", flat=True)) == ["scaled", "generation"]

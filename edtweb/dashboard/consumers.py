@@ -6,7 +6,7 @@ from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
 from edtweb.dashboard.slots import current_slots, visible_slots
-from edtweb.ownership import visible_job_ids, visible_jobs
+from edtweb.ownership import visible_jobs
 from edtweb.training.live import CLUSTER as CLUSTER_GROUP
 from edtweb.training.live import JOBS as JOBS_GROUP
 
@@ -44,27 +44,29 @@ class ClusterConsumer(AsyncJsonWebsocketConsumer):
         await self.send_json({"type": "slots", "slots": await self.visible(event["slots"])})
 
     async def cluster_allocation(self, event: dict[str, Any]) -> None:
-        if await self.may_see(event["job"]):
-            await self.send_json(
-                {"type": "allocation", **{k: v for k, v in event.items() if k != "type"}}
-            )
+        names = await self.visible_names({event["job"]})
+        if event["job"] in names:
+            change = {k: v for k, v in event.items() if k != "type"}
+            await self.send_json({"type": "allocation", **change, "name": names[event["job"]]})
 
     async def cluster_allocations(self, event: dict[str, Any]) -> None:
         """A scheduler step's allocation changes, in one frame: those of jobs this user
-        may see."""
+        may see, each with its job's name."""
         changes = event["changes"]
-        mine = await self.may_see_all({c["job"] for c in changes})
-        shown = [c for c in changes if c["job"] in mine]
+        names = await self.visible_names({c["job"] for c in changes})
+        shown = [{**c, "name": names[c["job"]]} for c in changes if c["job"] in names]
         if shown:
             await self.send_json({"type": "allocations", "changes": shown})
 
     @database_sync_to_async
-    def may_see(self, job_id: int) -> bool:
-        return job_id in visible_job_ids(self.scope["user"], {job_id})
-
-    @database_sync_to_async
-    def may_see_all(self, job_ids: set[int]) -> set[int]:
-        return visible_job_ids(self.scope["user"], job_ids)
+    def visible_names(self, job_ids: set[int]) -> dict[int, str]:
+        """The names of those of ``job_ids`` this user may see, from the jobs' rows: the
+        chart's legend takes a job's name from its allocation, which can reach the page
+        before any of the job's events is stored (and so before the history names it)."""
+        if not job_ids:
+            return {}
+        jobs = visible_jobs(self.scope["user"]).filter(pk__in=job_ids)
+        return dict(jobs.values_list("pk", "name"))
 
 
 class JobConsumer(AsyncJsonWebsocketConsumer):

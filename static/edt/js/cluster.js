@@ -166,10 +166,6 @@
   // One history load at a time: allocations that arrive meanwhile are kept and applied
   // after it (a job the history did not know yet asks for one more load, not one each).
   let loading = false, again = false, heldAllocations = [];
-  // A job's name comes with its first generation event, which may be stored after its first
-  // allocation arrives: while a job on the chart has no name, the history is read again
-  // (every 2 s, at most 15 times in a row), so that the legend does not say "job 7" for good.
-  let nameTries = 0, nameTimer = null;
   async function loadAllocation() {
     if (loading) { again = true; return; }
     loading = true; again = false;
@@ -190,17 +186,14 @@
     const replay = heldAllocations;
     heldAllocations = [];
     for (const data of replay) onAllocation(data, true);
-    if (again) { loadAllocation(); return; }
-    const unnamed = [...series.keys()].some((job) => !names.has(job));
-    if (!unnamed) nameTries = 0;
-    else if (nameTries < 15 && !nameTimer) {
-      nameTries++;
-      nameTimer = setTimeout(() => { nameTimer = null; loadAllocation(); }, 2000);
-    }
+    if (again) loadAllocation();
   }
   function onAllocation(data, replayed) {
     if (loading) { heldAllocations.push(data); return; }
     const job = String(data.job);
+    // Each allocation names its job (from the job's row): its first one can come before
+    // any of its events is stored, and so before the history names it.
+    if (data.name) names.set(job, data.name);
     if (data.workers !== undefined) point(job, data.at, data.workers);
     if (data.state && ["COMPLETED", "FAILED", "STOPPED", "SUSPENDED"].includes(data.state)) point(job, data.at, 0);
     if (!names.has(job) && !replayed) { loadAllocation(); return; }
