@@ -40,6 +40,7 @@ def items(redis_url: str | None = None) -> list[Item]:
         https(),
         allowed_hosts(),
         database(),
+        metrics_token(),
     ]
 
 
@@ -112,3 +113,13 @@ def database() -> Item:
             "DATABASE_URL to a PostgreSQL database"
         ))  # fmt: skip
     return Item(OK, "database", f"{db['ENGINE'].rpartition('.')[2]} database {db['NAME']}")
+
+
+def metrics_token() -> Item:
+    if not settings.EDT_METRICS_TOKEN:
+        return Item(CHECK, "metrics token", (
+            "/metrics answers anyone who reaches the web (job numbers, their workers and "
+            "samples/s, the slots): set EDT_METRICS_TOKEN, or let only your monitoring "
+            "reach it"
+        ))  # fmt: skip
+    return Item(OK, "metrics token", "/metrics asks for the bearer token in EDT_METRICS_TOKEN")

@@ -1,5 +1,6 @@
 """What an admin's monitoring reads from the web: ``/metrics`` (Prometheus), ``/healthz``
-(the process answers) and ``/readyz`` (Redis and the database answer). None needs a login.
+(the process answers) and ``/readyz`` (Redis and the database answer). None needs a login;
+``/metrics`` asks for a bearer token where the admin set ``EDT_METRICS_TOKEN``.
 
 ``/metrics`` is read at scrape time from where each fact lives (docs/architecture.md,
 "Sources of truth"), never from gauges kept up to date along the way:
@@ -17,11 +18,13 @@
 
 from __future__ import annotations
 
+import hmac
 import logging
 from collections.abc import Iterator
 from typing import Any
 
 import redis
+from django.conf import settings
 from django.db import DatabaseError, connection
 from django.db.models import Count
 from django.http import HttpRequest, HttpResponse, JsonResponse
@@ -134,7 +137,23 @@ ProcessCollector(registry=WEB)
 
 @require_GET
 def metrics(request: HttpRequest) -> HttpResponse:
+    token = settings.EDT_METRICS_TOKEN
+    if token and not _bearer_is(request, token):
+        response = HttpResponse(
+            "/metrics asks for the token in EDT_METRICS_TOKEN: send the header "
+            "'Authorization: Bearer <token>' (Prometheus: authorization.credentials_file)\n",
+            status=401,
+            content_type="text/plain",
+        )
+        response["WWW-Authenticate"] = 'Bearer realm="edt-metrics"'
+        return response
     return HttpResponse(generate_latest(WEB), content_type=CONTENT_TYPE_LATEST)
+
+
+def _bearer_is(request: HttpRequest, token: str) -> bool:
+    scheme, _, given = request.headers.get("Authorization", "").partition(" ")
+    same = hmac.compare_digest(given.strip().encode(), token.encode())
+    return scheme.lower() == "bearer" and same
 
 
 @require_GET

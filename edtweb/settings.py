@@ -228,6 +228,9 @@ EDT_SWEEP_STORAGE = envstr("EDT_SWEEP_STORAGE", f"sqlite:///{EDT_DATA_DIR / 'swe
 # A worker host serves its Prometheus metrics at /metrics on this port (0: not at all);
 # `edt_worker --metrics-port` overrides it.
 EDT_WORKER_METRICS_PORT = envint("EDT_WORKER_METRICS_PORT", 0)
+# The web's /metrics asks for this bearer token when it is set (empty: it answers anyone
+# who reaches the web, as /healthz and /readyz always do).
+EDT_METRICS_TOKEN = envstr("EDT_METRICS_TOKEN", "")
 
 LOGGING = {
     "version": 1,

@@ -213,16 +213,21 @@ def test_edt_check_passes_a_production_deployment(
         code, out = edt_check()
     lines = out.splitlines()
     user = "OK" if os.geteuid() == 0 else "WARNING"  # the suite may run as root or not
-    assert [line.split()[0] for line in lines[:8]] == ["OK", user] + ["OK"] * 2 + ["CHECK"] + [
+    assert [line.split()[0] for line in lines[:9]] == ["OK", user] + ["OK"] * 2 + ["CHECK"] + [
         "OK"
-    ] * 3, out
+    ] * 3 + ["CHECK"], out
     assert code == (0 if user == "OK" else 1)
     assert "Redis at 127.0.0.1" in lines[0] and "asks for a password" in lines[0]
     assert "user code runs as" in lines[1]
     assert "SECRET_KEY from the settings" in lines[3]
     assert "client_max_body_size" in lines[4]
+    assert "set EDT_METRICS_TOKEN, or let only your monitoring reach it" in lines[8]
     if code == 0:
         assert lines[-1] == "Nothing missing for production that EDT can see."
+    with override_settings(**PRODUCTION, REDIS_URL=private_redis.url, DATABASES=POSTGRES,
+                           EDT_METRICS_TOKEN="t0ken"):  # fmt: skip
+        lines = edt_check()[1].splitlines()
+    assert lines[8].split()[:3] == ["OK", "metrics", "token"], lines[8]
 
 
 def test_edt_check_lists_what_production_lacks_and_fails(

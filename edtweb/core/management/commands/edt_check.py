@@ -10,7 +10,8 @@ from edtweb.deploycheck import items
 class Command(BaseCommand):
     help = (
         "List what a production deployment still lacks (Redis password, learner user, "
-        "DEBUG, SECRET_KEY, proxy body limit, HTTPS, allowed hosts, database), each with "
+        "DEBUG, SECRET_KEY, proxy body limit, HTTPS, allowed hosts, database, metrics "
+        "token), each with "
         "OK, WARNING or CHECK (only you can check it) and what to do. Exit status 1 when "
         "an item is missing. Run it with the environment of the web and of edt_worker."
     )
