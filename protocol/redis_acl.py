@@ -1,13 +1,18 @@
 """Redis for learners through a per-job credential (Redis ACLs, Redis >= 6).
 
 A learner never sees the platform's Redis credential. Its slot grants it, before it starts,
-an ACL user of its own job, ``edt-job-<id>``, that may run only the commands a learner
+an ACL user of its own job, ``edt-job-<id>`` (``edt-db<n>-job-<id>`` where the platform's
+database is ``n``, not 0), that may run only the commands a learner
 runs, on that job's keys and channels alone (``edt:job:<id>:*``: generations, READY,
 failures, errors, stop flag, checkpoint step, metrics stream, rendezvous), plus appending a
 wake-up to the scheduler's list and marking its job changed (both write-only on Redis 7).
 No ``KEYS``, ``SCAN``, ``CONFIG``, ``FLUSHALL``, ``CLIENT LIST``... and no other job's key.
 
-The user's password is an HMAC of the platform's secret and the job id: every platform
+Redis' ACL users are server-wide while keys are per database: two EDTs on one Redis server
+(databases 3 and 4, say) number their jobs alike, so the database is in the user's name.
+Neither then rewrites the other's users, nor deletes them as users of jobs it does not run.
+
+The user's password is an HMAC of the platform's secret and the user's name: every platform
 process that holds the secret derives it, none stores it, and the learner cannot derive it
 for another job. The scheduler deletes the user when the job ends (``revoke``).
 
@@ -39,14 +44,20 @@ COMMANDS = [
 ]
 
 
-def job_user(job_id: str) -> str:
-    return f"{USER_PREFIX}{job_id}"
+def job_user(job_id: str, db: int = 0) -> str:
+    """The ACL user of job ``job_id``'s learners on a platform in database ``db``."""
+    return f"{USER_PREFIX}{job_id}" if not db else f"edt-db{db}-job-{job_id}"
 
 
-def job_password(secret: str, job_id: str) -> str:
+def job_password(secret: str, job_id: str, db: int = 0) -> str:
     return hmac.new(
-        secret.encode(), f"redis:{job_user(job_id)}".encode(), hashlib.sha256
+        secret.encode(), f"redis:{job_user(job_id, db)}".encode(), hashlib.sha256
     ).hexdigest()
+
+
+def client_db(client: redis.Redis) -> int:
+    """The database ``client`` selects (0 when none)."""
+    return int(client.connection_pool.connection_kwargs.get("db") or 0)
 
 
 def rules(job_id: str, password: str, redis_major: int, db: int = 0) -> list[str]:
@@ -87,10 +98,11 @@ def grant(client: redis.Redis, url: str, job_id: str, secret: str) -> str:
 
     A Redis without ACLs (< 6) gets the platform's URL back, with an error in the log; any
     other refusal raises (a learner never gets the platform's credential by mistake)."""
-    password = job_password(secret, job_id)
+    db = database(url)
+    password = job_password(secret, job_id, db)
     try:
-        own = rules(job_id, password, _major(client), database(url))
-        setuser = ["ACL", "SETUSER", job_user(job_id), *own]
+        own = rules(job_id, password, _major(client), db)
+        setuser = ["ACL", "SETUSER", job_user(job_id, db), *own]
         client.execute_command(*setuser)  # type: ignore[no-untyped-call]
     except redis.ResponseError as exc:
         if "unknown command" not in str(exc).lower():
@@ -102,7 +114,7 @@ def grant(client: redis.Redis, url: str, job_id: str, secret: str) -> str:
             job_id,
         )
         return url
-    return with_credential(url, job_user(job_id), password)
+    return with_credential(url, job_user(job_id, db), password)
 
 
 def grant_all(client: redis.Redis, url: str, job_ids: list[str], secret: str) -> None:
@@ -113,8 +125,8 @@ def grant_all(client: redis.Redis, url: str, job_ids: list[str], secret: str) ->
     major, db = _major(client), database(url)
     pipe = client.pipeline(transaction=False)
     for job_id in job_ids:
-        own = rules(job_id, job_password(secret, job_id), major, db)
-        pipe.execute_command("ACL", "SETUSER", job_user(job_id), *own)  # type: ignore[no-untyped-call]
+        own = rules(job_id, job_password(secret, job_id, db), major, db)
+        pipe.execute_command("ACL", "SETUSER", job_user(job_id, db), *own)  # type: ignore[no-untyped-call]
     try:
         pipe.execute()
     except redis.ResponseError as exc:
@@ -124,18 +136,21 @@ def grant_all(client: redis.Redis, url: str, job_ids: list[str], secret: str) ->
 
 
 def revoke(client: redis.Redis, job_id: str) -> None:
-    """Delete the job's ACL user (its learners' connections are closed by Redis)."""
+    """Delete the job's ACL user (its learners' connections are closed by Redis); the
+    platform's database is ``client``'s."""
     try:
-        client.execute_command("ACL", "DELUSER", job_user(job_id))  # type: ignore[no-untyped-call]
+        user = job_user(job_id, client_db(client))
+        client.execute_command("ACL", "DELUSER", user)  # type: ignore[no-untyped-call]
     except redis.RedisError as exc:  # Redis away: it has forgotten its users if restarted
         log.warning("could not delete the Redis user of job %s: %s", job_id, exc)
 
 
 def job_users(client: redis.Redis) -> list[str]:
-    """Job ids that have an ACL user now."""
+    """Job ids that have an ACL user now, of the platform in ``client``'s database alone."""
     try:
         users: Any = client.execute_command("ACL", "USERS")  # type: ignore[no-untyped-call]
     except redis.ResponseError:
         return []
     names = [u.decode() if isinstance(u, bytes) else str(u) for u in users]
-    return [n[len(USER_PREFIX) :] for n in names if n.startswith(USER_PREFIX)]
+    prefix = job_user("", client_db(client))
+    return [n[len(prefix) :] for n in names if n.startswith(prefix)]

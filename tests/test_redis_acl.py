@@ -134,6 +134,38 @@ def test_a_platform_redis_on_another_database_serves_learners_there(
         platform.close()
 
 
+def test_two_edts_on_one_redis_server_keep_their_own_users(redis_server: RedisServer) -> None:
+    """Two installations in databases 3 and 4 of one Redis server (staging and production,
+    say) both run a job 7. ACL users are server-wide: each keeps a user of its own, a
+    learner of each reaches its own database alone, and each one's sweep at start (the
+    users of jobs it does not run, scheduler/live/loop.py) and revoke leave the other's."""
+    base = redis_server.url.rsplit("/", 1)[0]
+    staging, production = connect(base + "/3"), connect(base + "/4")
+    urls = [redis_acl.grant(p, base + f"/{db}", "7", SECRET)
+            for p, db in ((staging, 3), (production, 4))]  # fmt: skip
+    learners = [connect(url) for url in urls]
+    try:
+        assert redis_acl.job_users(staging) == ["7"] and redis_acl.job_users(production) == ["7"]
+        assert "7" not in redis_acl.job_users(connect(redis_server.url))  # database 0's
+        for learner, name in zip(learners, ("staging", "production"), strict=True):
+            JobStore(learner, "7").report_error("h.0", name, "")
+        assert JobStore(staging, "7").errors()[0]["message"] == "staging"
+        assert JobStore(production, "7").errors()[0]["message"] == "production"
+        with pytest.raises(redis.exceptions.NoPermissionError):
+            learners[0].execute_command("SELECT", "4")  # type: ignore[no-untyped-call]
+
+        redis_acl.revoke(staging, "7")  # staging's job ended
+        assert redis_acl.job_users(staging) == [] and redis_acl.job_users(production) == ["7"]
+        JobStore(learners[1], "7").announce_ready("h.1")  # production's learner goes on
+        assert JobStore(production, "7").ready_slots() == {"h.1"}
+    finally:
+        for client in (*learners, staging, production):
+            client.close()
+        redis_acl.revoke(connect(base + "/4"), "7")
+        for db in (3, 4):
+            JobStore(connect(base + f"/{db}"), "7").forget()
+
+
 def test_the_database_index_is_read_from_the_path_or_the_query() -> None:
     assert redis_acl.database("redis://:pw@127.0.0.1:6379/7") == 7
     assert redis_acl.database("redis://127.0.0.1:6379?db=2") == 2
