@@ -154,3 +154,31 @@ def job_users(client: redis.Redis) -> list[str]:
     names = [u.decode() if isinstance(u, bytes) else str(u) for u in users]
     prefix = job_user("", client_db(client))
     return [n[len(prefix) :] for n in names if n.startswith(prefix)]
+
+
+def legacy_users(client: redis.Redis) -> dict[str, str]:
+    """Job id -> user, of the users this platform made before the database was in their
+    names: ``edt-job-<id>`` that may select its database (not 0; a platform in database 0
+    names its users so still). Those of jobs that hold no slot are deleted at start."""
+    db = client_db(client)
+    if not db:
+        return {}
+    try:
+        users: Any = client.execute_command("ACL", "USERS")  # type: ignore[no-untyped-call]
+    except redis.ResponseError:
+        return {}
+    found = {}
+    for user in (u.decode() if isinstance(u, bytes) else str(u) for u in users):
+        if not user.startswith(USER_PREFIX):
+            continue
+        rules: Any = client.acl_getuser(user) or {}
+        commands = rules.get("commands", "")
+        words = commands.split() if isinstance(commands, str) else [str(c) for c in commands]
+        if f"+select|{db}" in words:
+            found[user[len(USER_PREFIX) :]] = user
+    return found
+
+
+def delete_users(client: redis.Redis, users: list[str]) -> None:
+    if users:
+        client.execute_command("ACL", "DELUSER", *users)  # type: ignore[no-untyped-call]

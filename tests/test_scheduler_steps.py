@@ -485,6 +485,33 @@ def test_a_new_scheduler_deletes_the_redis_users_of_jobs_that_hold_no_slot(
     assert set(redis_acl.job_users(client)) == {str(running.pk)}
 
 
+def test_a_scheduler_in_database_3_deletes_its_old_named_users_and_no_one_elses(
+    private_redis: RedisServer, redis_server: RedisServer, alice: Any, settings: Any
+) -> None:
+    """Users an older EDT in database 3 made as ``edt-job-<id>`` (before the database was in
+    the name): the first step deletes those of jobs that hold no slot, keeps the running
+    job's (its learners still use it), and leaves the users of EDTs in other databases."""
+    settings.REDIS_URL = private_redis.url.rsplit("/", 1)[0] + "/3"
+    client = connect(settings.REDIS_URL)
+    running = Job.objects.create(owner=alice, name="r", model_path="m.py", data_path="d",
+                                 state=Job.State.RUNNING)  # fmt: skip
+    old = {"998": 3, str(running.pk): 3, "997": 5, "996": 0}  # job -> the database it selects
+    for job_id, db in old.items():
+        select = [f"+select|{db}"] if db else []
+        client.execute_command("ACL", "SETUSER", f"edt-job-{job_id}", "reset", "on", ">pw",
+                               f"~edt:job:{job_id}:*", "-@all", "+get", *select)  # fmt: skip
+    try:
+        live_scheduler().step(slots(1))
+        users = set(client.execute_command("ACL", "USERS"))
+        assert {f"edt-job-{j}" for j in old} & users == {
+            f"edt-job-{running.pk}", "edt-job-997", "edt-job-996"}  # fmt: skip
+        assert f"edt-db3-job-{running.pk}" in users  # granted under its new name
+    finally:
+        others = [u for u in client.execute_command("ACL", "USERS") if u.startswith("edt-")]
+        redis_acl.delete_users(client, others)
+        client.close()
+
+
 def test_the_live_schedulers_words_for_job_states_are_the_records() -> None:
     """scheduler/live/ports.py names the job states without Django; the records' must be
     the same words, or a transition would write a state no page knows."""

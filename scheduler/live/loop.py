@@ -256,8 +256,9 @@ class LiveScheduler:
         leases lapse. Redis' ``run_id`` (read with the changed jobs) tells a restart. Every
         job is observed afresh then. On the first step, the jobs taken over from another
         scheduler are granted (this one's own are granted by the slots that start them), and
-        the users of jobs that hold no slot any more are deleted: a scheduler stopped before
-        it could (Ctrl-C of ``make run``) leaves no credential behind."""
+        the users of jobs that hold no slot any more are deleted (those an older EDT named
+        without the database too): a scheduler stopped before it could (Ctrl-C of ``make
+        run``) leaves no credential behind."""
         if run_id == self.redis_run:
             return
         ids = [str(pk) for pk in self.runners]
@@ -266,6 +267,9 @@ class LiveScheduler:
             left = sorted(set(redis_acl.job_users(client)).difference(ids))
             for job_id in left:
                 redis_acl.revoke(client, job_id)
+            legacy = {j: u for j, u in redis_acl.legacy_users(client).items() if j not in ids}
+            redis_acl.delete_users(client, sorted(legacy.values()))
+            left += sorted(legacy)
             if left:
                 log.info("deleted the Redis users of %d job(s) that hold no slot", len(left))
         if self.redis_run is not None:
