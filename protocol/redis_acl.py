@@ -137,23 +137,51 @@ def grant_all(client: redis.Redis, url: str, job_ids: list[str], secret: str) ->
 
 def revoke(client: redis.Redis, job_id: str) -> None:
     """Delete the job's ACL user (its learners' connections are closed by Redis); the
-    platform's database is ``client``'s."""
+    platform's database is ``client``'s. In a database other than 0, also the job's user
+    of the old name if it selects that database (a job running when EDT was upgraded); in
+    database 0, ``edt-job-<id>`` only where it selects no other database (else it is such
+    a user of another EDT's)."""
+    db = client_db(client)
     try:
-        user = job_user(job_id, client_db(client))
-        client.execute_command("ACL", "DELUSER", user)  # type: ignore[no-untyped-call]
+        users = [job_user(job_id, db)]
+        if db and selected_by(client, job_user(job_id)) == db:
+            users.append(job_user(job_id))
+        elif not db and selected_by(client, users[0]):
+            return
+        client.execute_command("ACL", "DELUSER", *users)  # type: ignore[no-untyped-call]
     except redis.RedisError as exc:  # Redis away: it has forgotten its users if restarted
         log.warning("could not delete the Redis user of job %s: %s", job_id, exc)
 
 
-def job_users(client: redis.Redis) -> list[str]:
-    """Job ids that have an ACL user now, of the platform in ``client``'s database alone."""
+def _users(client: redis.Redis) -> list[str]:
     try:
         users: Any = client.execute_command("ACL", "USERS")  # type: ignore[no-untyped-call]
     except redis.ResponseError:
         return []
-    names = [u.decode() if isinstance(u, bytes) else str(u) for u in users]
-    prefix = job_user("", client_db(client))
-    return [n[len(prefix) :] for n in names if n.startswith(prefix)]
+    return [u.decode() if isinstance(u, bytes) else str(u) for u in users]
+
+
+def job_users(client: redis.Redis) -> list[str]:
+    """Job ids that have an ACL user now, of the platform in ``client``'s database alone
+    (in database 0, not the old-named users of another EDT's that select another)."""
+    db = client_db(client)
+    prefix = job_user("", db)
+    names = [n for n in _users(client) if n.startswith(prefix)]
+    if not db:
+        names = [n for n in names if not selected_by(client, n)]
+    return [n[len(prefix) :] for n in names]
+
+
+def selected_by(client: redis.Redis, user: str) -> int:
+    """The database ``user``'s rules let it select (0: none, or no such user)."""
+    found: Any = client.acl_getuser(user) or {}
+    commands = found.get("commands", "")
+    words = commands.split() if isinstance(commands, str) else [str(c) for c in commands]
+    for word in words:
+        command, _, db = word.partition("|")
+        if command == "+select" and db.isdigit():
+            return int(db)
+    return 0
 
 
 def legacy_users(client: redis.Redis) -> dict[str, str]:
@@ -163,22 +191,17 @@ def legacy_users(client: redis.Redis) -> dict[str, str]:
     db = client_db(client)
     if not db:
         return {}
-    try:
-        users: Any = client.execute_command("ACL", "USERS")  # type: ignore[no-untyped-call]
-    except redis.ResponseError:
-        return {}
-    found = {}
-    for user in (u.decode() if isinstance(u, bytes) else str(u) for u in users):
-        if not user.startswith(USER_PREFIX):
-            continue
-        rules: Any = client.acl_getuser(user) or {}
-        commands = rules.get("commands", "")
-        words = commands.split() if isinstance(commands, str) else [str(c) for c in commands]
-        if f"+select|{db}" in words:
-            found[user[len(USER_PREFIX) :]] = user
-    return found
+    return {
+        user[len(USER_PREFIX) :]: user
+        for user in _users(client)
+        if user.startswith(USER_PREFIX) and selected_by(client, user) == db
+    }
 
 
 def delete_users(client: redis.Redis, users: list[str]) -> None:
-    if users:
+    if not users:
+        return
+    try:
         client.execute_command("ACL", "DELUSER", *users)  # type: ignore[no-untyped-call]
+    except redis.RedisError as exc:  # as revoke: the next start deletes them
+        log.warning("could not delete the Redis users %s: %s", ", ".join(users), exc)

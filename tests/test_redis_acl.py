@@ -137,8 +137,8 @@ def test_a_platform_redis_on_another_database_serves_learners_there(
 def test_two_edts_on_one_redis_server_keep_their_own_users(redis_server: RedisServer) -> None:
     """Two installations in databases 3 and 4 of one Redis server (staging and production,
     say) both run a job 7. ACL users are server-wide: each keeps a user of its own, a
-    learner of each reaches its own database alone, and each one's sweep at start (the
-    users of jobs it does not run, scheduler/live/loop.py) and revoke leave the other's."""
+    learner of each reaches its own database alone, and what each one's sweep at start
+    reads (``job_users``, scheduler/live/loop.py) and its revoke leave the other's."""
     base = redis_server.url.rsplit("/", 1)[0]
     staging, production = connect(base + "/3"), connect(base + "/4")
     urls = [redis_acl.grant(p, base + f"/{db}", "7", SECRET)
@@ -159,11 +159,41 @@ def test_two_edts_on_one_redis_server_keep_their_own_users(redis_server: RedisSe
         JobStore(learners[1], "7").announce_ready("h.1")  # production's learner goes on
         assert JobStore(production, "7").ready_slots() == {"h.1"}
     finally:
-        for client in (*learners, staging, production):
+        for client in (*learners, staging):
             client.close()
-        redis_acl.revoke(connect(base + "/4"), "7")
+        redis_acl.revoke(production, "7")
         for db in (3, 4):
-            JobStore(connect(base + f"/{db}"), "7").forget()
+            with connect(base + f"/{db}") as client:
+                JobStore(client, "7").forget()
+        production.close()
+
+
+def test_an_old_named_user_of_a_job_running_at_the_upgrade_goes_with_its_job_alone(
+    redis_server: RedisServer,
+) -> None:
+    """A job 8 of the EDT in database 3 was running when EDT was upgraded: its learners
+    still use ``edt-job-8`` (the name from before the database was in it), which selects
+    database 3. The EDT in database 0 beside it, whose names have no database, neither
+    counts it among its users nor deletes it; database 3's revoke at the job's end deletes
+    both names."""
+    base = redis_server.url.rsplit("/", 1)[0]
+    zero, three = connect(base + "/0"), connect(base + "/3")
+    password = redis_acl.job_password(SECRET, "8")
+    old = redis_acl.rules("8", password, 7, db=3)
+    three.execute_command("ACL", "SETUSER", "edt-job-8", *old)  # type: ignore[no-untyped-call]
+    redis_acl.grant(three, base + "/3", "8", SECRET)  # the scheduler's regrant, new name
+    try:
+        assert redis_acl.selected_by(three, "edt-job-8") == 3
+        assert redis_acl.legacy_users(three) == {"8": "edt-job-8"}
+        assert redis_acl.job_users(zero) == [] and redis_acl.legacy_users(zero) == {}
+        redis_acl.revoke(zero, "8")  # database 0's job 8 ended: not this user
+        assert {"edt-job-8", "edt-db3-job-8"} <= set(zero.acl_users())
+        redis_acl.revoke(three, "8")
+        assert not {"edt-job-8", "edt-db3-job-8"} & set(zero.acl_users())
+    finally:
+        redis_acl.delete_users(zero, ["edt-job-8", "edt-db3-job-8"])
+        zero.close()
+        three.close()
 
 
 def test_the_database_index_is_read_from_the_path_or_the_query() -> None:

@@ -269,9 +269,9 @@ class LiveScheduler:
                 redis_acl.revoke(client, job_id)
             legacy = {j: u for j, u in redis_acl.legacy_users(client).items() if j not in ids}
             redis_acl.delete_users(client, sorted(legacy.values()))
-            left += sorted(legacy)
-            if left:
-                log.info("deleted the Redis users of %d job(s) that hold no slot", len(left))
+            if left or legacy:
+                log.info("deleted the Redis users of %d job(s) that hold no slot",
+                         len(set(left) | set(legacy)))  # fmt: skip
         if self.redis_run is not None:
             log.info("Redis restarted: granted the ACL users of %d jobs again", len(self.runners))
             self.stale.update(self.runners)
