@@ -30,6 +30,9 @@ def test_metrics_answer_anyone_where_no_token_is_set(redis_server: RedisServer) 
         (None, 401),
         ("Bearer wrong-token", 401),
         ("Basic czNjcmV0LXQwa2Vu", 401),
+        ("Token s3cret-t0ken", 401),
+        ("Bearer", 401),
+        ("s3cret-t0ken", 401),
         ("Bearer s3cret-t0ken-but-longer", 401),
         ("Bearer s3cret-t0ken", 200),
         ("bearer s3cret-t0ken", 200),  # the scheme is case-insensitive (RFC 7235)

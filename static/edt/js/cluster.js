@@ -193,7 +193,10 @@
     const job = String(data.job);
     // Each allocation names its job (from the job's row): its first one can come before
     // any of its events is stored, and so before the history names it.
-    if (data.name) names.set(job, data.name);
+    if (data.name && names.get(job) !== data.name) {
+      names.set(job, data.name);
+      if (lastSlots) render(lastSlots); // the slots table names the job at once too
+    }
     if (data.workers !== undefined) point(job, data.at, data.workers);
     if (data.state && ["COMPLETED", "FAILED", "STOPPED", "SUSPENDED"].includes(data.state)) point(job, data.at, 0);
     if (!names.has(job) && !replayed) { loadAllocation(); return; }
