@@ -29,6 +29,7 @@ sys.path.insert(0, str(PROJECT))
 import torch  # noqa: E402
 from torch.profiler import ProfilerActivity, profile  # noqa: E402
 
+from bench.bench_engine import WIDE  # noqa: E402
 from edtweb.redis_server import RedisServer  # noqa: E402
 from protocol.connection import connect  # noqa: E402
 from protocol.jobstore import JobStore  # noqa: E402
@@ -36,7 +37,6 @@ from workers.learner.datasets import write_cifar10  # noqa: E402
 from workers.learner.engine import Learner  # noqa: E402
 from workers.learner.spec import JobSpec  # noqa: E402
 
-WIDE = PROJECT / "bench" / "wide_mlp.py"
 BATCH = 256
 PHASES = [
     ("_batches_for", "batches: take, build the next ahead, to the device"),

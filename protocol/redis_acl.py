@@ -136,19 +136,15 @@ def grant_all(client: redis.Redis, url: str, job_ids: list[str], secret: str) ->
 
 
 def revoke(client: redis.Redis, job_id: str) -> None:
-    """Delete the job's ACL user (its learners' connections are closed by Redis); the
-    platform's database is ``client``'s. In a database other than 0, also the job's user
-    of the old name if it selects that database (a job running when EDT was upgraded); in
-    database 0, ``edt-job-<id>`` only where it selects no other database (else it is such
-    a user of another EDT's)."""
+    """Delete the job's ACL user (its learners' connections are closed by Redis), and its
+    user of the old name where that is this platform's (``_job_of``); the platform's
+    database is ``client``'s."""
     db = client_db(client)
     try:
-        users = [job_user(job_id, db)]
-        if db and selected_by(client, job_user(job_id)) == db:
-            users.append(job_user(job_id))
-        elif not db and selected_by(client, users[0]):
-            return
-        client.execute_command("ACL", "DELUSER", *users)  # type: ignore[no-untyped-call]
+        names = {job_user(job_id, db), job_user(job_id)}
+        users = [user for user in names if _job_of(client, user, db) == job_id]
+        if users:
+            client.execute_command("ACL", "DELUSER", *users)  # type: ignore[no-untyped-call]
     except redis.RedisError as exc:  # Redis away: it has forgotten its users if restarted
         log.warning("could not delete the Redis user of job %s: %s", job_id, exc)
 
@@ -161,15 +157,35 @@ def _users(client: redis.Redis) -> list[str]:
     return [u.decode() if isinstance(u, bytes) else str(u) for u in users]
 
 
-def job_users(client: redis.Redis) -> list[str]:
-    """Job ids that have an ACL user now, of the platform in ``client``'s database alone
-    (in database 0, not the old-named users of another EDT's that select another)."""
-    db = client_db(client)
+def _job_of(client: redis.Redis, user: str, db: int) -> str | None:
+    """The job whose learners' user ``user`` is, for the platform in database ``db``; None
+    where it is not this platform's. Its own names; in a database other than 0 also the
+    old name (before the database was in it) that selects that database; in database 0,
+    whose names have no database, not one that selects another (another EDT's old name)."""
     prefix = job_user("", db)
-    names = [n for n in _users(client) if n.startswith(prefix)]
-    if not db:
-        names = [n for n in names if not selected_by(client, n)]
-    return [n[len(prefix) :] for n in names]
+    if user.startswith(prefix):
+        return user[len(prefix) :] if db or not selected_by(client, user) else None
+    if db and user.startswith(USER_PREFIX) and selected_by(client, user) == db:
+        return user[len(USER_PREFIX) :]
+    return None
+
+
+def owned_users(client: redis.Redis) -> dict[str, str]:
+    """User -> job id, of every ACL user of this platform's jobs now (``_job_of``): what
+    the scheduler's sweep at start deletes for the jobs that hold no slot."""
+    db = client_db(client)
+    found = {}
+    for user in _users(client):
+        job_id = _job_of(client, user, db)
+        if job_id is not None:
+            found[user] = job_id
+    return found
+
+
+def job_users(client: redis.Redis) -> list[str]:
+    """Job ids that have an ACL user of this platform's name now."""
+    prefix = job_user("", client_db(client))
+    return [job_id for user, job_id in owned_users(client).items() if user.startswith(prefix)]
 
 
 def selected_by(client: redis.Redis, user: str) -> int:
@@ -185,17 +201,11 @@ def selected_by(client: redis.Redis, user: str) -> int:
 
 
 def legacy_users(client: redis.Redis) -> dict[str, str]:
-    """Job id -> user, of the users this platform made before the database was in their
-    names: ``edt-job-<id>`` that may select its database (not 0; a platform in database 0
-    names its users so still). Those of jobs that hold no slot are deleted at start."""
-    db = client_db(client)
-    if not db:
-        return {}
-    return {
-        user[len(USER_PREFIX) :]: user
-        for user in _users(client)
-        if user.startswith(USER_PREFIX) and selected_by(client, user) == db
-    }
+    """Job id -> user, of this platform's users of the old name (in a database other than
+    0: a platform in database 0 names its users so still)."""
+    prefix = job_user("", client_db(client))
+    return {job_id: user for user, job_id in owned_users(client).items()
+            if not user.startswith(prefix)}  # fmt: skip
 
 
 def delete_users(client: redis.Redis, users: list[str]) -> None:

@@ -264,14 +264,11 @@ class LiveScheduler:
         ids = [str(pk) for pk in self.runners]
         redis_acl.grant_all(client, self.ports.redis_url, ids, self.ports.secret)
         if self.redis_run is None:
-            left = sorted(set(redis_acl.job_users(client)).difference(ids))
-            for job_id in left:
-                redis_acl.revoke(client, job_id)
-            legacy = {j: u for j, u in redis_acl.legacy_users(client).items() if j not in ids}
-            redis_acl.delete_users(client, sorted(legacy.values()))
-            if left or legacy:
+            stale = {u: j for u, j in redis_acl.owned_users(client).items() if j not in ids}
+            redis_acl.delete_users(client, sorted(stale))
+            if stale:
                 log.info("deleted the Redis users of %d job(s) that hold no slot",
-                         len(set(left) | set(legacy)))  # fmt: skip
+                         len(set(stale.values())))  # fmt: skip
         if self.redis_run is not None:
             log.info("Redis restarted: granted the ACL users of %d jobs again", len(self.runners))
             self.stale.update(self.runners)

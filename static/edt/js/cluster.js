@@ -164,7 +164,7 @@
   }
   function later() { if (!redraw) redraw = setTimeout(drawAllocation, 300); }
   // One history load at a time: allocations that arrive meanwhile are kept and applied
-  // after it (a job the history did not know yet asks for one more load, not one each).
+  // after it.
   let loading = false, again = false, heldAllocations = [];
   async function loadAllocation() {
     if (loading) { again = true; return; }
@@ -185,10 +185,10 @@
     }
     const replay = heldAllocations;
     heldAllocations = [];
-    for (const data of replay) onAllocation(data, true);
+    for (const data of replay) onAllocation(data);
     if (again) loadAllocation();
   }
-  function onAllocation(data, replayed) {
+  function onAllocation(data) {
     if (loading) { heldAllocations.push(data); return; }
     const job = String(data.job);
     // Each allocation names its job (from the job's row): its first one can come before
@@ -199,7 +199,6 @@
     }
     if (data.workers !== undefined) point(job, data.at, data.workers);
     if (data.state && ["COMPLETED", "FAILED", "STOPPED", "SUSPENDED"].includes(data.state)) point(job, data.at, 0);
-    if (!names.has(job) && !replayed) { loadAllocation(); return; }
     if (data.decision) decisions.unshift({ at: data.at, job: names.get(job), message: data.decision });
     later();
     if (data.state || data.decision) queueSoon();
