@@ -216,11 +216,15 @@ def ddp_run(agent: AgentStore, s: Setup, workers: int, data: Path) -> dict[str, 
     return dict(json.loads(outputs[0].strip().splitlines()[-1]))
 
 
-def throughput(redis_url: str, data: Path, tmp: Path, pairs: int,
-               sizes: list[int], models: list[str]) -> list[dict[str, Any]]:  # fmt: skip
+def throughput(redis_url: str, data: Path, tmp: Path, pairs: int, sizes: list[int],
+               models: list[str], setups: list[tuple[Setup, str]] | None = None,
+               ) -> list[dict[str, Any]]:  # fmt: skip
+    """Interleaved pairs of the engine and DDP for each model named in ``models`` (keys of
+    ``setups``: SETUPS by MODEL_KEYS unless given) and group size."""
     agent = AgentStore()
     rows = []
-    for s in (s for s, key in zip(SETUPS, MODEL_KEYS, strict=True) if key in models):
+    chosen = setups if setups is not None else list(zip(SETUPS, MODEL_KEYS, strict=True))
+    for s in (s for s, key in chosen if key in models):
         for workers in sizes:
             runs: list[dict[str, Any]] = []
             for i in range(pairs):

@@ -53,7 +53,6 @@ from workers.learner.partition import (
     iterations_per_epoch,
     micro_batches,
     permutation,
-    rank_indices,
     rank_slice,
     slice_bounds,
 )
@@ -81,6 +80,19 @@ class CollectiveFailure(Exception):
 class Agreement:
     gen: int
     stop: bool
+
+
+@dataclass
+class InFlight:
+    """A step taken whose agreement the host has not read yet (Learner.train_step)."""
+
+    values: torch.Tensor  # on the device: right answers, loss (+ rank 0's part, all-reduced)
+    host: tuple[float, float, float] | None  # alone: generation, stop, records written
+    record: dict[str, Any]  # its train record but for loss, accuracy and rate
+    epoch: int
+    iteration: int
+    started: float  # perf_counter at its start
+    batch: int  # its global batch
 
 
 class ControlWatch(threading.Thread):
@@ -253,7 +265,9 @@ class Learner:
         self.micro: MicroNorms | None = None  # goodput mode, one learner
         self._micro_sqr: list[tuple[float, int]] = []  # this step's micro-batches' norms
         self._gain = 1.0  # goodput mode: the learning rate's factor in the last step
+        self._in_flight: InFlight | None = None  # the step whose agreement is still unread
         self._orders: dict[int, list[int]] = {}
+        self._order_tensor: tuple[int, torch.Tensor] = (-1, torch.empty(0, dtype=torch.long))
         self._saved_step = -1
         # Every member builds the record of each step it trains (the loss and right answers
         # are the global batch's, from the all-reduce); rank 0 queues it for its writer
@@ -698,22 +712,40 @@ class Learner:
         return min(total, self.spec.max_steps) if self.spec.max_steps > 0 else total
 
     def train_until_change(self) -> int | None:
-        """Iterate until the generation changes (its number) or the job ends (None)."""
+        """Iterate until the generation changes (its number) or the job ends (None).
+
+        Each step's agreement is acted on one step late (``train_step``): every member
+        reads step k's once step k+1 is queued, and all of them act on it at that same
+        boundary. Before the epoch's evaluation, the end, and on leaving, the step still
+        in flight is settled (its agreement read, its record written)."""
         while True:
             if self._finished():
+                self._settle()
                 self.finish()
                 return None
             if self.orphaned():
+                with contextlib.suppress(Exception):
+                    self._settle()
                 return None
             if self._epoch_over():
+                agreed = self._settle()
+                if agreed is not None and (agreed.stop or agreed.gen != self.gen):
+                    return self._act(agreed)
                 self.end_epoch()
                 continue
             agreed = self.train_step()
-            if agreed.stop:
-                self.save_checkpoint()
-                return None
-            if agreed.gen != self.gen:
-                return agreed.gen
+            if agreed is not None and (agreed.stop or agreed.gen != self.gen):
+                last = self._settle()  # the step taken meanwhile, in this generation
+                if last is not None:
+                    agreed = Agreement(max(agreed.gen, last.gen), agreed.stop or last.stop)
+                return self._act(agreed)
+
+    def _act(self, agreed: Agreement) -> int | None:
+        """A stop (checkpoint, None) or the new generation's number."""
+        if agreed.stop:
+            self.save_checkpoint()
+            return None
+        return agreed.gen
 
     def _epoch_over(self) -> bool:
         """No whole global batch left in the epoch (a last partial one is dropped)."""
@@ -727,7 +759,14 @@ class Learner:
 
     # One iteration ------------------------------------------------------------------------
 
-    def train_step(self) -> Agreement:
+    def train_step(self) -> Agreement | None:
+        """Queue one iteration (forward, backward, the gradient all-reduce with the
+        agreement riding on it, the optimizer step), then read the agreement of the step
+        before it: the host never waits for this step's values (on a GPU it runs a step
+        ahead of the device). Returns that earlier step's agreement (None: no step was in
+        flight). A goodput-mode step and a WMLA script's read their own at once: the noise
+        scale's statistics decide their learning rate, and a script's step returns host
+        numbers anyway."""
         started = time.perf_counter()
         epoch, iteration = self.counters["epoch"], self.counters["iteration"]
         if self.counters.get("begun", 0) <= epoch:  # once per epoch, joiners included
@@ -735,37 +774,66 @@ class Learner:
             self._every_rank("on_epoch_begin", epoch)
         batches = self._batches_for(epoch, iteration)
         try:
-            tail = self._accumulate(batches)
+            values, host = self._accumulate(batches)
         except BucketFailure as exc:
+            # the step before this one completed (its all-reduce was waited for): its
+            # record is kept before this generation is given up
+            self._settle()
             raise CollectiveFailure(str(exc)) from exc
-        correct, loss = tail[0], tail[1]
-        if not math.isfinite(loss):
-            raise UserCodeError(f"the loss is {loss} at epoch {epoch}, iteration {iteration}")
         if self.noise is not None:
+            tail = values.tolist()
+            if not math.isfinite(tail[1]):
+                raise UserCodeError(
+                    f"the loss is {tail[1]} at epoch {epoch}, iteration {iteration}"
+                )
             self._observe(tail)
         self._apply()
         self._advance()
-        accuracy = 100.0 * correct / self.batch
-        record = self._train_record(loss, accuracy, time.perf_counter() - started)
-        self._keep_unwritten(record, written=int(tail[4]))
+        taken = InFlight(values, host, self._train_record(), epoch, iteration, started,
+                         self.batch)  # fmt: skip
+        earlier, self._in_flight = self._in_flight, taken
+        if self.noise is not None or self.defn.train_step is not None:
+            return self._settle()
+        return self._resolve(earlier, started) if earlier is not None else None
+
+    def _settle(self) -> Agreement | None:
+        """Read the agreement of the step in flight, if any, and write its record."""
+        pending, self._in_flight = self._in_flight, None
+        if pending is None:
+            return None
+        return self._resolve(pending, time.perf_counter())
+
+    def _resolve(self, step: InFlight, until: float) -> Agreement:
+        """A step's agreement, read by the host (the only read of the step's values), and
+        its record: the global batch's loss and right answers from the all-reduce, its time
+        up to ``until`` (the next step's start: in steady state the step's own period)."""
+        values = step.values.tolist()
+        correct, loss = values[0], values[1]
+        gen, stop, written = step.host if step.host is not None else values[2:AGREED]
+        if not math.isfinite(loss):
+            raise UserCodeError(f"the loss is {loss} at epoch {step.epoch}, "
+                                f"iteration {step.iteration}")  # fmt: skip
+        record = step.record
+        accuracy = 100.0 * correct / step.batch
+        record["loss"] = loss
+        if math.isfinite(accuracy):  # a classifier's (JSON has no NaN for the pages)
+            record["accuracy"] = accuracy / 100.0
+        record["samples_per_s"] = step.batch / max(until - step.started, 1e-9)
+        self._keep_unwritten(record, written=int(written))
         if self.rank == 0:
             self.records.put(record)
-            self._driver_log("log_train_metrics", loss, accuracy, self.counters["step"], 0)
-        return Agreement(gen=int(tail[2]), stop=bool(tail[3] > 0))
+            self._driver_log("log_train_metrics", loss, accuracy, record["step"], 0)
+        return Agreement(gen=int(gen), stop=bool(stop > 0))
 
-    def _agreement_tail(self, correct: float, loss_part: float) -> list[float]:
-        """What rides on the gradient all-reduce: this rank's right answers and loss share,
-        and rank 0's generation and stop flag, from the watch thread (no Redis in the step),
-        never behind the generation this learner already formed."""
+    def _agreement_host(self) -> tuple[float, float, float]:
+        """Rank 0's part of the agreement, from the watch thread (no Redis in the step),
+        never behind the generation this learner already formed: generation, stop flag,
+        the last step its record writer saw Redis take. Zeros from the other ranks: the
+        all-reduce's sum is rank 0's."""
         if self.rank != 0:
-            tail = [correct, loss_part, 0.0, 0.0, 0.0]
-        else:
-            gen, stop = self.watch.latest
-            tail = [correct, loss_part, float(max(gen, self.gen)), float(stop),
-                    float(self.records.written)]  # fmt: skip
-        if self.noise is not None:
-            tail.append(0.0)  # LOCAL_SQR: written as the last bucket goes (overlap.py)
-        return tail
+            return 0.0, 0.0, 0.0
+        gen, stop = self.watch.latest
+        return float(max(gen, self.gen)), float(stop), float(self.records.written)
 
     def _order(self, epoch: int) -> list[int]:
         if epoch not in self._orders:
@@ -773,9 +841,14 @@ class Learner:
             self._orders[epoch] = permutation(len(self.train_set), self.spec.seed, epoch)  # type: ignore[arg-type]
         return self._orders[epoch]
 
-    def _my_indices(self, epoch: int, iteration: int) -> list[int]:
+    def _my_indices(self, epoch: int, iteration: int) -> torch.Tensor:
+        """This rank's samples at ``iteration``: a slice of the epoch's order kept as a
+        tensor (partition.rank_indices, without a list of Python ints a step)."""
         B = self.spec.batch_size
-        return rank_indices(self._order(epoch), iteration, B, self.size, self.rank)
+        if self._order_tensor[0] != epoch:
+            self._order_tensor = (epoch, torch.tensor(self._order(epoch), dtype=torch.long))
+        lo, hi = slice_bounds(B, self.size, self.rank)
+        return self._order_tensor[1][iteration * B + lo : iteration * B + hi]
 
     def _batches_for(self, epoch: int, iteration: int) -> list[tuple[Any, Any]]:
         """This iteration's micro-batches (prefetched when the key matches), and the next
@@ -794,7 +867,9 @@ class Learner:
             return batches
         return [(self._to_device(x), self._to_device(y)) for x, y in batches]
 
-    def _build(self, indices: list[int], cap: int | None = None) -> list[tuple[Any, Any]]:
+    def _build(
+        self, indices: list[int] | torch.Tensor, cap: int | None = None
+    ) -> list[tuple[Any, Any]]:
         """The micro-batches of one iteration, on the host (pinned for a CUDA device), of at
         most ``cap`` samples (the job's cap unless given)."""
         out = []
@@ -811,17 +886,24 @@ class Learner:
             return value.to(self.device, non_blocking=True)
         return value
 
-    def _accumulate(self, batches: list[tuple[Any, Any]]) -> list[float]:
-        """Forward and backward over micro-batches, the gradient all-reduce launched in
-        buckets during the last backward (after it, for a WMLA script's own step); returns
-        the all-reduced agreement (``_agreement_tail``): the global batch's right answers
-        (nan: not a classifier) and loss, rank 0's generation, stop flag and records
-        written."""
+    def _accumulate(
+        self, batches: list[tuple[Any, Any]]
+    ) -> tuple[torch.Tensor, tuple[float, float, float] | None]:
+        """Forward and backward over micro-batches; with peers, the gradient all-reduce
+        launched in buckets during the last backward (after it, for a WMLA script's own
+        step) and waited for. Returns the step's agreement on the device, unread: the
+        global batch's right answers (nan: not a classifier) and loss, then (all-reduced
+        with peers) rank 0's generation, stop flag and records written; alone, those three
+        come from this host (the second value)."""
         if not self.model.training:  # after an evaluation (every module: 0.05 ms a step)
             self.model.train()
-        self.buckets.begin()
         self.held.clear()  # just before the step's forward and backward need as much (rehearse)
-        B, loss_part, correct = self.batch, 0.0, 0.0
+        if self.size == 1 and self.noise is None and self.defn.train_step is None:
+            return self._accumulate_alone(batches), self._agreement_host()
+        self.buckets.begin()
+        B = self.batch
+        loss_part: Any = 0.0
+        correct: Any = 0.0
         launch = gloo_or_nccl_allreduce(self.pg)
         micro = self._measuring(batches)
         for k, (x, y) in enumerate(batches):
@@ -836,10 +918,10 @@ class Learner:
             with self._autocast():
                 out = self.model(x)
                 loss = self.defn.loss_fn(out, y)
-            loss_part += float(loss.detach()) * n / B
-            correct += _correct(out.detach(), y)
+            loss_part = loss_part + _share(loss.detach(), n, B)
+            correct = correct + _right_answers(out.detach(), y)
             if k == len(batches) - 1:
-                self.buckets.arm(launch, self._agreement_tail(correct, loss_part))
+                self.buckets.arm(launch, self._agreement(correct, loss_part))
             scaled = loss * (n / B)
             if self.scaler is not None:
                 scaled = self.scaler.scale(scaled)
@@ -849,9 +931,47 @@ class Learner:
         if micro is not None:
             micro.on = False
         if self.defn.train_step is not None or not batches:
-            self.buckets.arm(launch, self._agreement_tail(correct, loss_part))
+            self.buckets.arm(launch, self._agreement(correct, loss_part))
         self.buckets.finish()
-        return self.buckets.tail.tolist()
+        return self.buckets.tail.clone(), None  # the next step's arm writes the tail again
+
+    def _accumulate_alone(self, batches: list[tuple[Any, Any]]) -> torch.Tensor:
+        """One learner: forward and backward as a plain loop does them, gradients where
+        autograd puts them (no bucket, no copy, no collective); right answers and loss
+        summed on the device."""
+        self.optimizer.zero_grad(set_to_none=True)
+        B = self.batch
+        loss_part: Any = 0.0
+        correct: Any = 0.0
+        for x, y in batches:
+            n = len(y)
+            with self._autocast():
+                out = self.model(x)
+                loss = self.defn.loss_fn(out, y)
+            loss_part = loss_part + _share(loss.detach(), n, B)
+            correct = correct + _right_answers(out.detach(), y)
+            scaled = loss if n == B else loss * (n / B)
+            if self.scaler is not None:
+                scaled = self.scaler.scale(scaled)
+            scaled.backward()  # type: ignore[no-untyped-call]
+        if not batches:
+            return torch.zeros(2, device=self.device)
+        return torch.stack([_as_value(correct, self.device), _as_value(loss_part, self.device)])
+
+    def _agreement(self, correct: Any, loss_part: Any) -> torch.Tensor:
+        """What rides on the gradient all-reduce (docs/architecture.md, "Elastic training
+        protocol"): this rank's right answers and loss share (device values, or a script's
+        host numbers), rank 0's generation, stop flag and records written
+        (``_agreement_host``), and in goodput mode a place for the local squared norm
+        (written as the last bucket goes, overlap.py)."""
+        host = [*self._agreement_host(), *([0.0] if self.noise is not None else [])]
+        if not isinstance(correct, torch.Tensor) and not isinstance(loss_part, torch.Tensor):
+            return torch.tensor([float(correct), float(loss_part), *host], dtype=torch.float64)
+        mine = torch.stack([_as_value(correct, self.device), _as_value(loss_part, self.device)])
+        rest = torch.tensor(host, dtype=mine.dtype)
+        if self.device.type != "cpu":
+            rest = rest.pin_memory().to(self.device, non_blocking=True)
+        return torch.cat([mine, rest])
 
     def _measuring(self, batches: list[tuple[Any, Any]]) -> MicroNorms | None:
         """Goodput mode: set this step's measurement up (off: nothing, None). With peers,
@@ -890,10 +1010,12 @@ class Learner:
         x, y = self._gather(dataset, indices)
         return self._to_device(x), self._to_device(y)
 
-    def _gather(self, dataset: Dataset[Any], indices: list[int]) -> tuple[Any, Any]:
+    def _gather(self, dataset: Dataset[Any], indices: list[int] | torch.Tensor) -> tuple[Any, Any]:
         if isinstance(dataset, TensorDataset):
             idx = torch.as_tensor(indices, dtype=torch.long)
             return dataset.tensors[0][idx], dataset.tensors[1][idx]
+        if isinstance(indices, torch.Tensor):
+            indices = indices.tolist()  # a user's dataset is indexed with Python ints
         return torch.utils.data.default_collate([dataset[i] for i in indices])  # type: ignore[no-any-return]
 
     def _apply(self) -> None:
@@ -939,18 +1061,17 @@ class Learner:
         if self.noise is not None:
             self.counters["sample"] += self.batch
 
-    def _train_record(self, loss: float, accuracy: float, seconds: float) -> dict[str, Any]:
+    def _train_record(self) -> dict[str, Any]:
+        """The record of the step just taken, but for what its agreement says (its loss and
+        accuracy) and its rate (``_resolve`` adds them once it is read)."""
         c = self.counters
         record = {
             "type": "train", "step": c["step"], "epoch": c["epoch"],
-            "iteration": c["iteration"], "loss": loss, "workers": self.size, "gen": self.gen,
+            "iteration": c["iteration"], "workers": self.size, "gen": self.gen,
             "hosts": self.hosts,
             "lr": self.optimizer.param_groups[0]["lr"], "time": time.time(),
-            "samples_per_s": self.batch / max(seconds, 1e-9),
             "total_steps": self.total_steps,
         }  # fmt: skip
-        if math.isfinite(accuracy):  # a classifier's (JSON has no NaN for the pages)
-            record["accuracy"] = accuracy / 100.0
         if self.noise is not None:
             record.update(self._goodput_record(self.noise))
         return record
@@ -1005,6 +1126,8 @@ class Learner:
 
     def _driver_log(self, name: str, *args: Any) -> None:
         """A WMLA ``LoggerCallback`` hook, once per job (rank 0, as WMLA's driver)."""
+        if not self.defn.callbacks and self.defn.logger is None:
+            return  # a native model's: nothing to call, every step
         from callbacks import call_all
 
         loggers = [c for c in self.defn.callbacks if hasattr(c, name)]
@@ -1125,6 +1248,26 @@ def rehearse(
             for p in params:
                 p.grad = None
     return grads
+
+
+def _right_answers(out: torch.Tensor, y: Any) -> torch.Tensor | float:
+    """How many samples a classifier's output gets right, on the device, unread (nan for
+    other outputs)."""
+    if out.dim() == 2 and out.shape[1] > 1 and isinstance(y, torch.Tensor) and y.dim() == 1:
+        return (out.argmax(dim=1) == y).sum()
+    return math.nan
+
+
+def _share(loss: torch.Tensor, n: int, batch: int) -> torch.Tensor:
+    """A micro-batch's mean loss as its share of the global batch's."""
+    return loss if n == batch else loss * (n / batch)
+
+
+def _as_value(value: torch.Tensor | float, device: torch.device) -> torch.Tensor:
+    """A float32 scalar on ``device`` (a tensor stays where it is, unread)."""
+    if isinstance(value, torch.Tensor):
+        return value.to(torch.float32)
+    return torch.tensor(value, dtype=torch.float32, device=device)
 
 
 def _correct(out: torch.Tensor, y: Any) -> float:

@@ -128,8 +128,11 @@ class GradBuckets:
         for p in self.params:
             p.grad = None
 
-    def arm(self, launch: Callable[[torch.Tensor], Any], extras: list[float]) -> None:
-        """The next backward is the step's last: launch its buckets with ``launch``."""
+    def arm(
+        self, launch: Callable[[torch.Tensor], Any], extras: list[float] | torch.Tensor
+    ) -> None:
+        """The next backward is the step's last: launch its buckets with ``launch``; the
+        tail gets ``extras`` (a tensor is copied in on the device, never read)."""
         self._pending = [len(idx) for idx in self.members]
         self._done = set()
         self._next = 0
@@ -138,7 +141,9 @@ class GradBuckets:
         self._launch = launch
         if self.measure_at is not None:
             self._local_sqr.zero_()
-        if self._tail_np is not None:
+        if isinstance(extras, torch.Tensor):
+            self.tail.copy_(extras)
+        elif self._tail_np is not None:
             self._tail_np[:] = extras
         elif self.extras:
             self.tail.copy_(torch.tensor(extras, dtype=self.tail.dtype))
