@@ -2,7 +2,9 @@
 
 Rank 0 adds the job's generation and stop flag, as its watch thread last read them from
 Redis, to the gradient all-reduce, so every member learns the same decision at the same
-boundary without an extra collective and without a Redis round trip in the step. The
+boundary without an extra collective and without a Redis round trip in the step. The host
+reads that agreement one step late, once the next step is queued (``train_step``), so on a
+GPU it never waits for the device inside a step; a learner alone runs no collective. The
 gradients are all-reduced in buckets launched during backward (overlap.py); the next
 iteration's batches are built by a background thread while this one trains. On a change
 the members form the new generation's process group and rank 0 broadcasts the whole
@@ -68,6 +70,7 @@ WATCH_SECONDS = 0.5  # rank 0's watch reads the generation and stop flag at leas
 WATCH_RETRY_SECONDS = 0.5  # while Redis does not answer
 INLINE_SECONDS = 0.002  # a batch built faster than this is built in the step (Prefetcher)
 MAX_UNWRITTEN = 100_000  # train records kept while rank 0's may be unwritten (Redis away)
+DEVICE_DATA_SHARE = 0.25  # an in-memory dataset up to this share of a GPU's memory lives there
 AGREED = 5  # values the all-reduce carries after the gradients (_agreement_tail)
 LOCAL_SQR = AGREED  # goodput mode: then the sum of the ranks' local squared norms
 
@@ -354,7 +357,7 @@ class Learner:
         for name in ("epochs", "batch_size"):
             if name in spec.script_decides and script.get(name):
                 setattr(spec, name, int(script[name]))
-        self.train_set, self.test_set = self._datasets()
+        self.train_set, self.test_set = (self._resident(d) for d in self._datasets())
         torch.manual_seed(spec.seed)
         self.model = self.defn.build_model().to(self.device)
         self.params = [p for p in self.model.parameters() if p.requires_grad]
@@ -415,6 +418,17 @@ class Learner:
 
         train, test, _classes = load_dataset(Path(self.spec.data))
         return train, test
+
+    def _resident(self, dataset: Dataset[Any]) -> Dataset[Any]:
+        """On a GPU, an in-memory dataset that takes at most ``DEVICE_DATA_SHARE`` of the
+        device's memory is moved there once, as a plain loop keeps it: each step's batch is
+        then a gather on the device, with no copy from the host and nothing to wait for."""
+        if self.device.type != "cuda" or not isinstance(dataset, TensorDataset):
+            return dataset
+        size = sum(t.nbytes for t in dataset.tensors)
+        if size > DEVICE_DATA_SHARE * torch.cuda.get_device_properties(self.device).total_memory:
+            return dataset
+        return TensorDataset(*(t.to(self.device) for t in dataset.tensors))
 
     def _resume_from_checkpoint(self) -> bool:
         path = checkpoint.latest(Path(self.spec.workdir) / "checkpoints")
@@ -846,7 +860,9 @@ class Learner:
         tensor (partition.rank_indices, without a list of Python ints a step)."""
         B = self.spec.batch_size
         if self._order_tensor[0] != epoch:
-            self._order_tensor = (epoch, torch.tensor(self._order(epoch), dtype=torch.long))
+            where = getattr(self.train_set, "tensors", (torch.empty(0),))[0].device
+            order = torch.tensor(self._order(epoch), dtype=torch.long, device=where)
+            self._order_tensor = (epoch, order)
         lo, hi = slice_bounds(B, self.size, self.rank)
         return self._order_tensor[1][iteration * B + lo : iteration * B + hi]
 
@@ -1012,7 +1028,7 @@ class Learner:
 
     def _gather(self, dataset: Dataset[Any], indices: list[int] | torch.Tensor) -> tuple[Any, Any]:
         if isinstance(dataset, TensorDataset):
-            idx = torch.as_tensor(indices, dtype=torch.long)
+            idx = torch.as_tensor(indices, dtype=torch.long, device=dataset.tensors[0].device)
             return dataset.tensors[0][idx], dataset.tensors[1][idx]
         if isinstance(indices, torch.Tensor):
             indices = indices.tolist()  # a user's dataset is indexed with Python ints
@@ -1283,4 +1299,7 @@ def _accuracy(out: torch.Tensor, y: Any) -> float:
 
 
 def _pin(value: Any) -> Any:
-    return value.pin_memory() if isinstance(value, torch.Tensor) else value
+    """A host tensor in pinned memory (one already on the device stays there)."""
+    if isinstance(value, torch.Tensor) and value.device.type == "cpu":
+        return value.pin_memory()
+    return value
