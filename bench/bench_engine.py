@@ -125,12 +125,15 @@ def cpu_seconds(pids: list[int]) -> float:
     return total
 
 
-def engine_run(redis_url: str, s: Setup, workers: int, data: Path, tmp: Path) -> dict[str, float]:
+def engine_run(redis_url: str, s: Setup, workers: int, data: Path, tmp: Path,
+               *extra: str) -> dict[str, float]:  # fmt: skip
+    """The engine's throughput run under the driver (``extra``: more of its options)."""
     job = f"bench-{uuid.uuid4().hex[:8]}"
     cmd = [*python(), "-m", "workers.learner.drive", "--model", str(s.model),
            "--data", str(data), "--schedule", f"0:{workers}", "--batch-size", str(s.batch),
            "--max-steps", str(s.warmup + s.steps + s.steps // 2), "--epochs", "1000",
-           "--checkpoint-every", "1000", "--workdir", str(tmp / job), "--job", job]  # fmt: skip
+           "--checkpoint-every", "1000", "--workdir", str(tmp / job), "--job", job,
+           *extra]  # fmt: skip
     env = dict(os.environ, REDIS_URL=redis_url)
     deadline = time.monotonic() + 600
     edges = (s.warmup, s.warmup + s.steps)

@@ -1,11 +1,17 @@
-"""The engine on one GPU against plain single-GPU PyTorch, on the communication-bound model.
+"""The engine on one GPU against plain single-GPU PyTorch.
 
-    python bench/bench_gpu.py [--pairs 5]
+    python bench/bench_gpu.py [--pairs 5] [--only wide|resnet]
 
 Needs a CUDA device; without one it says so and leaves bench/results/gpu.md as it is.
-Interleaved pairs (the order alternates): the engine (``workers.learner.drive``, one learner,
-NCCL) and a plain training loop on the same GPU with the same model (bench/wide_mlp.py),
-data, batch and per-epoch order, both timed over the same steps inside the first epoch.
+For each model, interleaved pairs (the order alternates): the engine
+(``workers.learner.drive``, one learner, NCCL) and a plain training loop on the same GPU
+with the same model, data, batch, per-epoch order and precision (bf16 autocast on both
+sides where the device supports it, fp32 otherwise), both timed over the same steps inside
+the first epoch. The plain loop keeps the data on the device, as the engine does with an
+in-memory dataset that fits. NVML samples the device's utilisation every 0.1 s during each
+run (telemetry: a host-bound step shows as a device that idles).
+Models: the wide MLP (bench/wide_mlp.py, communication- and memory-bound) and a
+ResNet-18-sized CNN (bench/resnet18.py), batch 256.
 """
 
 from __future__ import annotations
@@ -17,8 +23,11 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+from contextlib import nullcontext
 from pathlib import Path
+from typing import Any
 
 PROJECT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(PROJECT))
@@ -29,10 +38,20 @@ from bench.bench_engine import WIDE, Setup, engine_run  # noqa: E402
 from edtweb.redis_server import RedisServer  # noqa: E402
 from workers.learner.datasets import write_cifar10  # noqa: E402
 
-SETUP = Setup("wide MLP (bench/wide_mlp.py, 21.0 M parameters)", WIDE, 256, 20, 200, 0.98)
+RESNET = PROJECT / "bench" / "resnet18.py"
+SETUPS = {
+    "wide": Setup("wide MLP (bench/wide_mlp.py, 21.0 M parameters)", WIDE, 256, 20, 200, 0.95),
+    "resnet": Setup(
+        "ResNet-18-sized CNN (bench/resnet18.py, 11.2 M parameters)", RESNET, 256, 10, 60, 0.95
+    ),
+}
 
 
-def plain(model: str, data: str, warmup: int, steps: int, batch: int) -> None:
+def precision() -> str:
+    return "bf16" if torch.cuda.is_available() and torch.cuda.is_bf16_supported() else "fp32"
+
+
+def plain(model: str, data: str, warmup: int, steps: int, batch: int, prec: str) -> None:
     """Plain PyTorch on one GPU; prints samples/s over the window."""
     from workers.learner.contract import load_definition
     from workers.learner.datasets import load_dataset
@@ -56,16 +75,48 @@ def plain(model: str, data: str, warmup: int, steps: int, batch: int) -> None:
             order = (epoch, torch.tensor(permutation(len(x_all), 0, epoch), device="cuda"))
         idx = order[1][it * batch : (it + 1) * batch]
         optimizer.zero_grad()
-        defn.loss_fn(net(x_all[idx]), y_all[idx]).backward()
+        cast = torch.autocast("cuda", dtype=torch.bfloat16) if prec == "bf16" else nullcontext()
+        with cast:
+            loss = defn.loss_fn(net(x_all[idx]), y_all[idx])
+        loss.backward()
         optimizer.step()
     torch.cuda.synchronize()
     print(json.dumps({"samples_per_s": steps * batch / (time.perf_counter() - started)}))
 
 
-def plain_run(data: Path) -> float:
-    s = SETUP
+class Utilisation:
+    """NVML's utilisation of device 0, sampled every 0.1 s while in the block."""
+
+    def __enter__(self) -> Utilisation:
+        import pynvml
+
+        pynvml.nvmlInit()
+        self.handle = pynvml.nvmlDeviceGetHandleByIndex(0)
+        self.samples: list[int] = []
+        self.done = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+        return self
+
+    def _run(self) -> None:
+        import pynvml
+
+        while not self.done.wait(0.1):
+            self.samples.append(int(pynvml.nvmlDeviceGetUtilizationRates(self.handle).gpu))
+
+    def __exit__(self, *exc: Any) -> None:
+        self.done.set()
+        self.thread.join()
+
+    @property
+    def mean(self) -> float:
+        busy = [s for s in self.samples if s > 0]  # start-up and teardown idle: left out
+        return statistics.mean(busy) if busy else 0.0
+
+
+def plain_run(s: Setup, data: Path, prec: str) -> float:
     cmd = [sys.executable, __file__, "--plain", str(s.model), str(data), str(s.warmup),
-           str(s.steps), str(s.batch)]  # fmt: skip
+           str(s.steps), str(s.batch), prec]  # fmt: skip
     out = subprocess.run(cmd, cwd=PROJECT, check=True, capture_output=True, text=True).stdout
     return float(json.loads(out.strip().splitlines()[-1])["samples_per_s"])
 
@@ -73,48 +124,71 @@ def plain_run(data: Path) -> float:
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--pairs", type=int, default=5)
-    p.add_argument("--plain", nargs=5, metavar=("MODEL", "DATA", "WARMUP", "STEPS", "BATCH"))
+    p.add_argument("--only", choices=sorted(SETUPS))
+    p.add_argument("--plain", nargs=6, metavar=("MODEL", "DATA", "WARMUP", "STEPS", "BATCH",
+                                                "PRECISION"))  # fmt: skip
     a = p.parse_args()
     if a.plain:
-        model, data, warmup, steps, batch = a.plain
-        plain(model, data, int(warmup), int(steps), int(batch))
+        model, data, warmup, steps, batch, prec = a.plain
+        plain(model, data, int(warmup), int(steps), int(batch), prec)
         return
     if not torch.cuda.is_available():
         print("no CUDA device: bench_gpu.py needs one; bench/results/gpu.md left as it is")
         return
-    device = torch.cuda.get_device_name(0)
-    ratios, loads, engine, base = [], [], [], []
+    device, prec = torch.cuda.get_device_name(0), precision()
+    rows = []
     with tempfile.TemporaryDirectory(prefix="edt-bench-gpu-") as tmpdir:
         tmp = Path(tmpdir)
         data = write_cifar10(tmp / "data", train=65536, test=256)
         redis = RedisServer(tmp / "redis", appendonly=False).start()
         try:
-            for i in range(a.pairs):
-                loads.append(os.getloadavg()[0])
-                if i % 2 == 0:
-                    e = engine_run(redis.url, SETUP, 1, data, tmp)["samples_per_s"]
-                    b = plain_run(data)
-                else:
-                    b = plain_run(data)
-                    e = engine_run(redis.url, SETUP, 1, data, tmp)["samples_per_s"]
-                engine.append(e)
-                base.append(b)
-                ratios.append(e / b)
-                print(f"pair {i + 1}: engine {e:.0f}/s, plain {b:.0f}/s, ratio {e / b:.3f}")
+            for key, s in SETUPS.items():
+                if a.only and key != a.only:
+                    continue
+                runs = []
+                for i in range(a.pairs):
+                    load = os.getloadavg()[0]
+                    order = ["engine", "plain"] if i % 2 == 0 else ["plain", "engine"]
+                    got: dict[str, tuple[float, float]] = {}
+                    for side in order:
+                        with Utilisation() as util:
+                            if side == "engine":
+                                rate = engine_run(redis.url, s, 1, data, tmp, "--precision",
+                                                  prec)["samples_per_s"]  # fmt: skip
+                            else:
+                                rate = plain_run(s, data, prec)
+                        got[side] = (rate, util.mean)
+                    ratio = got["engine"][0] / got["plain"][0]
+                    runs.append({"engine": got["engine"], "plain": got["plain"], "ratio": ratio,
+                                 "load": load})  # fmt: skip
+                    (e, eu), (b, bu) = got["engine"], got["plain"]
+                    print(f"{key} pair {i + 1}: engine {e:.0f}/s (GPU {eu:.0f} %), plain "
+                          f"{b:.0f}/s (GPU {bu:.0f} %), ratio {ratio:.3f}", flush=True)  # fmt: skip
+                rows.append((s, runs))
         finally:
             redis.stop()
-    med = statistics.median(ratios)
-    result = (
-        f"# The engine on a GPU\n\nDevice: {device}. One run of `python bench/bench_gpu.py "
-        f"--pairs {a.pairs}`; {SETUP.name}, batch {SETUP.batch}, {SETUP.steps} steps after "
-        f"{SETUP.warmup} of warm-up, one learner (NCCL) vs a plain loop on the same GPU.\n\n"
-        "| engine samples/s (median) | plain samples/s (median) | ratio min / median / max "
-        "| goal | load 1-min |\n|---|---|---|---|---|\n"
-        f"| {statistics.median(engine):.0f} | {statistics.median(base):.0f} | "
-        f"{min(ratios):.3f} / {med:.3f} / {max(ratios):.3f} | >= {SETUP.goal} "
-        f"({'met' if med >= SETUP.goal else 'missed'}) | {min(loads):.1f}-{max(loads):.1f} |\n"
-        "\nThe GPU tests (`pytest tests/test_gpu.py`) ran on the same machine.\n"
-    )
+    lines = [
+        "# The engine on a GPU", "",
+        f"Device: {device}; torch {torch.__version__}. `python bench/bench_gpu.py --pairs "
+        f"{a.pairs}`: one learner (NCCL) against a plain loop on the same GPU, precision "
+        f"{prec} on both sides, interleaved pairs; GPU %: NVML's mean utilisation while busy.",
+        "", "| model | batch | engine samples/s | plain samples/s | engine GPU % | plain GPU % "
+        "| ratio min / median / max | goal | load 1-min |", "|---|---|---|---|---|---|---|---|---|",
+    ]  # fmt: skip
+    for s, runs in rows:
+        ratios = [r["ratio"] for r in runs]
+        med = statistics.median(ratios)
+        loads = [r["load"] for r in runs]
+        lines.append(
+            f"| {s.name} | {s.batch} | {statistics.median(r['engine'][0] for r in runs):.0f} | "
+            f"{statistics.median(r['plain'][0] for r in runs):.0f} | "
+            f"{statistics.median(r['engine'][1] for r in runs):.0f} | "
+            f"{statistics.median(r['plain'][1] for r in runs):.0f} | "
+            f"{min(ratios):.3f} / {med:.3f} / {max(ratios):.3f} | >= {s.goal} "
+            f"({'met' if med >= s.goal else 'missed'}) | {min(loads):.1f}-{max(loads):.1f} |"
+        )
+    lines += ["", "The GPU tests (`pytest tests/test_gpu.py`) ran on the same machine.", ""]
+    result = "\n".join(lines)
     (PROJECT / "bench" / "results" / "gpu.md").write_text(result)
     print(result)
 
