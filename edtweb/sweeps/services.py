@@ -53,7 +53,8 @@ def create_sweep(owner: Any, model: Any, dataset: Any, values: dict[str, Any],
     if getattr(model, "style", "") == "wmla" and not wmla:
         wmla = {"script": True}
     try:
-        plan = judged({k: values.get(k) for k in SEARCH}, samples, script=bool(wmla))
+        plan = judged({**{k: values.get(k) for k in SEARCH}, "seed": seed}, samples,
+                      script=bool(wmla))  # fmt: skip
     except SpaceRefused as refused:
         errors.update(refused.errors)
     try:
@@ -75,7 +76,7 @@ def create_sweep(owner: Any, model: Any, dataset: Any, values: dict[str, Any],
         direction=plan.direction, algorithm=plan.algorithm, max_trials=plan.max_trials,
         max_parallel=plan.max_parallel, max_time=plan.max_time,
         reduction_factor=plan.reduction_factor, min_resource=plan.min_resource,
-        trial_steps=steps, seed=seed, study_name=f"edt-sweep-{uuid.uuid4().hex}", wmla=wmla,
+        trial_steps=steps, seed=plan.seed, study_name=f"edt-sweep-{uuid.uuid4().hex}", wmla=wmla,
         **{k: v for k, v in submission.values().items() if k not in GOODPUT_FIELDS},
     )  # fmt: skip
 
