@@ -5,7 +5,8 @@ keeps every request's work bounded, free of Django (a sweep's rules in
 Each size is judged before anything is built from it: a body before it is read, a JSON
 text's depth before it is parsed, a grid's points by arithmetic before any list of them
 exists. A refusal names the field and the limit (docs/api.md, "Limits"). A job
-submission's own bounds are ``workers.learner.submission.BOUNDS``.
+submission's own bounds are ``workers.learner.submission.BOUNDS``; the caps per user, which
+an admin sets, are settings (``EDT_USER_MAX_*``, ``edtweb/usercaps.py``).
 """
 
 from __future__ import annotations

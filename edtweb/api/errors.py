@@ -20,7 +20,7 @@ from rest_framework import exceptions, status
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
 
-from edtweb import jsonbounds
+from edtweb import jsonbounds, usercaps
 from edtweb.datasets.services import UploadError
 from edtweb.registry.services import ModelUploadError
 
@@ -68,6 +68,8 @@ def _translate(exc: Exception) -> Exception:
         return ApiError(str(exc), exc.status, **extra)
     if isinstance(exc, ModelUploadError):
         return ApiError(str(exc), 400)
+    if isinstance(exc, usercaps.OverCap):
+        return ApiError(str(exc), exc.status, cap=exc.setting, limit=exc.limit)
     if isinstance(exc, jsonbounds.Refused):
         return ApiError(str(exc), exc.status)
     # A form's field over Django's DATA_UPLOAD_MAX_MEMORY_SIZE, or too many fields or files

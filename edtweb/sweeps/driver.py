@@ -18,8 +18,9 @@ sweep was created, stopped or resumed), for each queued or running sweep:
 4. each trial whose job ended is told: COMPLETE with the objective's last value, or FAIL
    (its job failed, or was stopped by its owner);
 5. new trials are asked while fewer than ``max_parallel`` run, the budget of trials lasts
-   and the time does, and while the sweep still runs (it is read again before each trial
-   is sampled and before its job is made), each a QUEUED job of the sweep's owner;
+   and the time does, the owner's trials in flight stay within ``EDT_USER_MAX_TRIALS``
+   and the sweep still runs (it is read again before each trial is sampled and before its
+   job is made), each a QUEUED job of the sweep's owner;
 6. with no trial running and no more to ask, the sweep ends COMPLETED (FAILED if no trial
    completed).
 
@@ -44,6 +45,7 @@ from django.utils import timezone
 from optuna.trial import TrialState
 from sqlalchemy.exc import OperationalError as StorageAway
 
+from edtweb import usercaps
 from edtweb.registry.models import ModelDefinition
 from edtweb.sweeps import results, services, study
 from edtweb.sweeps.models import Sweep
@@ -388,13 +390,14 @@ class SweepDriver(LeaseLoop):
         return bool(sweep.max_time) and services.elapsed(sweep) >= sweep.max_time
 
     def ask(self, sweep: Sweep, the_study: optuna.Study, asked: int, running: int) -> int:
-        """Step 5: returns how many trials it started, only while the sweep runs: its owner
-        may stop it while a trial is sampled. A trial asked of a sweep stopped meanwhile
-        gets its job when the sweep resumes (step 2); a job made as the stop came is
-        stopped with it."""
+        """Step 5: returns how many trials it started. Within the owner's trials in flight
+        (``EDT_USER_MAX_TRIALS``), and only while the sweep runs: its owner may stop it
+        while a trial is sampled. A trial asked of a sweep stopped meanwhile gets its job
+        when the sweep resumes (step 2); a job made as the stop came is stopped with it."""
         if self.out_of_time(sweep):
             return 0
-        wanted = min(sweep.max_parallel - running, sweep.max_trials - asked)
+        room = usercaps.room("EDT_USER_MAX_TRIALS", services.trials_in_flight(sweep.owner))
+        wanted = min(sweep.max_parallel - running, sweep.max_trials - asked, room)
         if wanted <= 0:
             return 0
         shapes = study.distributions(sweep)
