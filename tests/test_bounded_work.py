@@ -216,8 +216,11 @@ def test_a_wmla_hypersearch_past_its_bounds_is_a_400(alice: Any) -> None:
     huge = {"name": "lr", "type": "Range", "dataType": "DOUBLE", "minDbVal": -400,
             "maxDbVal": 400, "power": "10"}  # fmt: skip
     seed = [{"name": "RandomSeed", "value": str(2**70)}]
+    steps = [{"name": "ResourceName", "value": "epochs"},
+             {"name": "ResourceValue", "value": str(2**70)}]  # fmt: skip
     for data, field in ((request(hyperParams=[huge]), "hyperParams"),
                         (request(algoParams=seed), "algoDef.algoParams (RandomSeed)"),
+                        (request(algoParams=steps), "algoDef.algoParams: ResourceValue"),
                         (DEEP, "data")):  # fmt: skip
         upload = {"file": _folder(), "data": data if isinstance(data, str) else json.dumps(data)}
         answer = timed(lambda u=upload: client.post(WMLA, u, format="multipart"))

@@ -374,9 +374,10 @@ class Search:
                                             "epochs and 10)")  # fmt: skip
         elif resource is not None:
             value = _num(amount, whole=True)
-            if value is None or value < 1:
-                self.fail("algoDef.algoParams", f"ResourceValue: a whole number 1 or more, not "
-                                                f"{amount!r}")  # fmt: skip
+            most = LIMITS["min_resource"].high  # steps, as a database column holds them
+            if value is None or not 1 <= value <= most:
+                self.fail("algoDef.algoParams", f"ResourceValue: a whole number from 1 to "
+                                                f"{most}, not {repr(amount)[:60]}")  # fmt: skip
             elif str(resource) in self.space:
                 self.fail("algoDef.algoParams", f"ResourceName {resource}: it is searched too")
             else:

@@ -18,7 +18,7 @@ other name reaches the model's functions (docs/architecture.md, "Model definitio
 Every size is judged before anything is built from it, against ``edtweb/limits.py``: the
 parameters and each one's choices counted, a grid's points by arithmetic (its values are
 listed only once the grid is known to be small), duplicate choices found by hashing, every
-number finite and within what a float stores exactly enough to sample from.
+number finite and within ±1e15 (a range's width and its count of steps stay finite).
 """
 
 from __future__ import annotations
@@ -79,9 +79,11 @@ class Param:
     def grid(self) -> list[Any] | None:
         """Every value a grid search tries; None when the values are not discrete. Listed:
         only for a space whose :func:`grid_size` was judged."""
+        if self.type == "choice":
+            return list(self.choices)
         count = self.size()
-        if count is None or self.type == "choice":
-            return None if count is None else list(self.choices)
+        if count is None:
+            return None
         assert self.low is not None
         step = self.step or 1
         if self.type == "int":
@@ -132,10 +134,11 @@ def param_errors(name: Any, raw: Any, train_samples: int = 0,
                       f"not {_short(raw)}"]  # fmt: skip
     kind = raw.get("type")
     if kind not in TYPES:
-        return None, [f"{name}: unknown type {kind!r}; one of {', '.join(TYPES)}"]
+        return None, [f"{name}: unknown type {_short(kind)}; one of {', '.join(TYPES)}"]
     unknown = sorted(str(k) for k in raw if k != "type" and k not in KEYS[kind])
     if unknown:
-        return None, [f"{name}: unknown key {', '.join(map(repr, unknown))}; a {kind} "
+        listed = ", ".join(map(repr, unknown[:5])) + (", ..." if len(unknown) > 5 else "")
+        return None, [f"{name}: unknown key {listed}; a {kind} "
                       f"parameter takes {', '.join(KEYS[kind])}"]  # fmt: skip
     if kind == "choice":
         param, errors = _choice(name, raw.get("choices"))
