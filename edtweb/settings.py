@@ -76,6 +76,8 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    # First: a body too large is refused before anything reads it (edtweb/bodylimit.py).
+    "edtweb.bodylimit.BoundedBody",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
@@ -225,6 +227,11 @@ EDT_POLICY = envstr("EDT_POLICY", "fairshare")
 # Sweeps: the Optuna storage of every sweep's study (samplers' and pruners' state, every
 # trial's reported values), written by the active sweep driver alone (edtweb/sweeps/driver.py).
 EDT_SWEEP_STORAGE = envstr("EDT_SWEEP_STORAGE", f"sqlite:///{EDT_DATA_DIR / 'sweeps.sqlite3'}")
+# Each user's caps (edtweb/usercaps.py; 0: none): sweeps queued or running, a sweep's trials
+# in flight over all of a user's sweeps, jobs of their own waiting in the queue.
+EDT_USER_MAX_SWEEPS = envint("EDT_USER_MAX_SWEEPS", 20)
+EDT_USER_MAX_TRIALS = envint("EDT_USER_MAX_TRIALS", 64)
+EDT_USER_MAX_QUEUED_JOBS = envint("EDT_USER_MAX_QUEUED_JOBS", 500)
 # A worker host serves its Prometheus metrics at /metrics on this port (0: not at all);
 # `edt_worker --metrics-port` overrides it.
 EDT_WORKER_METRICS_PORT = envint("EDT_WORKER_METRICS_PORT", 0)
@@ -254,6 +261,12 @@ REST_FRAMEWORK = {
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
+    # JSON's depth judged before it is parsed (edtweb/api/parsers.py)
+    "DEFAULT_PARSER_CLASSES": [
+        "edtweb.api.parsers.BoundedJSONParser",
+        "rest_framework.parsers.FormParser",
+        "rest_framework.parsers.MultiPartParser",
+    ],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "EXCEPTION_HANDLER": "edtweb.api.errors.exception_handler",
 }

@@ -338,6 +338,42 @@ def test_stop_resume_and_a_trial_its_owner_stops(owned: dict[str, Any]) -> None:
     assert len(trials(sweep)) == 3, "another trial takes its place"
 
 
+class StoppedWhileSampling(SweepDriver):
+    """A driver whose sweep is stopped as its first trial's job is made: the owner's stop
+    arrives while the driver samples (a large space takes seconds). ``whole``: stopped as
+    the owner stops it, its trials too; else its state alone changes, as when the stop
+    listed its trials a moment before this job was made."""
+
+    def __init__(self, store: Store, whole: bool) -> None:
+        super().__init__(store)
+        self.whole = whole
+
+    def submit(self, sweep: Sweep, number: int, params: dict[str, Any]) -> Job:
+        job = super().submit(sweep, number, params)
+        if self.whole:
+            assert sweeps.stop_sweep(Sweep.objects.get(pk=sweep.pk))
+        else:
+            assert sweeps.transition(sweep.pk, Sweep.State.STOPPED, Sweep.ACTIVE)
+        return job
+
+
+@pytest.mark.parametrize("whole", [True, False])
+def test_a_sweep_stopped_while_sampling_gets_no_trial_after_the_stop(
+    owned: dict[str, Any], whole: bool
+) -> None:
+    sweep = new_sweep(owned, max_parallel=4, max_trials=8)
+    StoppedWhileSampling(owned["store"], whole).round()
+    made = trials(sweep)
+    assert len(made) == 1, "no trial is made after the stop"
+    assert len(study.load(sweep).get_trials(deepcopy=False)) == 1, "nor sampled"
+    assert state(made[0]) == (Job.State.STOPPED, "RUNNING"), "the one made stops with it"
+    sweep.refresh_from_db()
+    assert sweeps.resume_sweep(sweep)
+    assert state(made[0]) == (Job.State.SUSPENDED, "RUNNING")
+    SweepDriver(owned["store"]).round()
+    assert len(trials(sweep)) == 4, "resumed, it asks for the rest"
+
+
 def test_a_grid_tries_every_point_once(owned: dict[str, Any]) -> None:
     space = {"width": {"type": "int", "low": 8, "high": 16, "step": 8},
              "lr": {"type": "choice", "choices": [0.01, 0.1]}}  # fmt: skip

@@ -11,6 +11,8 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from django.conf import settings
+from django.core.exceptions import RequestDataTooBig, TooManyFieldsSent, TooManyFilesSent
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.http import HttpRequest, JsonResponse
 from django.urls import Resolver404, resolve
@@ -18,6 +20,7 @@ from rest_framework import exceptions, status
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
 
+from edtweb import jsonbounds, usercaps
 from edtweb.datasets.services import UploadError
 from edtweb.registry.services import ModelUploadError
 
@@ -65,6 +68,17 @@ def _translate(exc: Exception) -> Exception:
         return ApiError(str(exc), exc.status, **extra)
     if isinstance(exc, ModelUploadError):
         return ApiError(str(exc), 400)
+    if isinstance(exc, usercaps.OverCap):
+        return ApiError(str(exc), exc.status, cap=exc.setting, limit=exc.limit)
+    if isinstance(exc, jsonbounds.Refused):
+        return ApiError(str(exc), exc.status)
+    # A form's field over Django's DATA_UPLOAD_MAX_MEMORY_SIZE, or too many fields or files
+    if isinstance(exc, RequestDataTooBig):
+        limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
+        return ApiError(f"the request's form fields are more than the {limit} bytes EDT reads "
+                        f"(a file goes as a file)", 413)  # fmt: skip
+    if isinstance(exc, (TooManyFieldsSent, TooManyFilesSent)):
+        return ApiError(f"{exc}", 400)
     # Reworded in place: the view has already set their status and WWW-Authenticate header.
     if isinstance(exc, exceptions.NotAuthenticated):
         exc.detail = exceptions.ErrorDetail(f"authentication required: {LOGIN_HINT}", "auth")

@@ -10,6 +10,7 @@ from typing import Any
 from drf_spectacular.utils import OpenApiResponse, extend_schema_field
 from rest_framework import serializers
 
+from edtweb.api.parsers import BoundedJSONField
 from edtweb.datasets import services as datasets
 from edtweb.datasets.models import Dataset
 from edtweb.registry.models import ModelDefinition
@@ -371,7 +372,7 @@ class SweepCreateSerializer(serializers.Serializer):
     model = serializers.IntegerField(help_text="id of a native model definition that passed "
                                      "its check")  # fmt: skip
     dataset = serializers.IntegerField(help_text="id of a READY dataset")
-    space = serializers.JSONField(
+    space = BoundedJSONField(
         help_text="name -> {type: uniform|loguniform|int, low, high[, step]} or "
         "{type: choice, choices: [...]}; lr and batch_size set the trial job's own"
     )
@@ -660,7 +661,7 @@ class ResourceGroupWriteSerializer(serializers.Serializer):
     name = serializers.CharField(max_length=100, required=False, help_text="on create only")
     position = serializers.IntegerField(min_value=0, required=False)
     rules = serializers.ListField(
-        child=serializers.JSONField(), required=False,
+        child=BoundedJSONField(), required=False,
         help_text="each a text (host=gpu*,device=gpu,model=*H100*,slots=8) or an object "
         "{host, device, model, slots}",
     )  # fmt: skip

@@ -33,6 +33,7 @@ from rest_framework.parsers import MultiPartParser
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from edtweb import jsonbounds
 from edtweb.api import serializers as s
 from edtweb.api.common import CappedUploadView, Owned, scoped
 from edtweb.api.errors import ApiError, unknown_endpoint
@@ -279,7 +280,9 @@ def _args_text(request: Request, data: Any) -> str:
     text = request.query_params.get("args") or data.get("args") or ""
     if not text and data.get("data"):
         try:
-            text = str(json.loads(data["data"]).get("args", ""))
+            text = str(jsonbounds.loads(data["data"], "data").get("args", ""))
+        except jsonbounds.Refused:
+            raise
         except (ValueError, AttributeError):
             raise ApiError('data: send JSON such as {"args": "--exec-start ..."}') from None
     if not text.strip():

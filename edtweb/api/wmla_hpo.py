@@ -34,19 +34,22 @@ from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiResponse, extend_schema, inline_serializer
 from rest_framework import serializers
 from rest_framework.exceptions import ValidationError
-from rest_framework.parsers import FormParser, JSONParser, MultiPartParser
+from rest_framework.parsers import FormParser, MultiPartParser
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from edtweb import jsonbounds
 from edtweb.api import serializers as s
 from edtweb.api.common import CappedUploadView, scoped
 from edtweb.api.errors import ApiError
+from edtweb.api.parsers import BoundedJSONParser
 from edtweb.api.wmla import STATES as EXEC_STATES
 from edtweb.api.wmla import WmlaView, _dataset_named, _stored_model, parse_args
+from edtweb.limits import LIMITS, number_text
 from edtweb.registry import services as registry
 from edtweb.sweeps import services
 from edtweb.sweeps.models import Sweep
-from edtweb.sweeps.space import LIMITS, SpaceRefused
+from edtweb.sweeps.space import SpaceRefused
 from edtweb.sweeps.state import SweepView, TrialView, views
 from edtweb.tenancy import services as tenancy
 from edtweb.tenancy.models import Team
@@ -89,10 +92,12 @@ def _num(value: Any, whole: bool = False) -> float | int | None:
             value = float(value.strip())
         except ValueError:
             return None
-    if not isinstance(value, (int, float)) or not math.isfinite(value):
+    if isinstance(value, int):
+        return value  # of any size: judged against its limit where it is used
+    if not isinstance(value, float) or not math.isfinite(value):
         return None
     if whole:
-        return int(value) if float(value).is_integer() else None
+        return int(value) if value.is_integer() else None
     return value
 
 
@@ -181,14 +186,33 @@ def _range(name: str, raw: dict[str, Any], data_type: str) -> tuple[Any, Any, li
         if step is not None:
             entry["step"] = step
         return entry, None, []
-    # power**x: whole exponents (INT) or a step are discrete values; else a log scale
-    if whole or step is not None:
-        every = step or 1
-        count = math.floor((high - low) / every + 1e-9) + 1
-        values = [power ** (low + i * every) for i in range(count)]
-        values = [int(v) if whole and float(v).is_integer() else round(v, 12) for v in values]
-        return {"type": "choice", "choices": values}, None, []
-    return {"type": "loguniform", "low": power**low, "high": power**high}, None, []
+    return _powers(name, low, high, step, power, whole)
+
+
+def _powers(name: str, low: float, high: float, step: float | None, power: float,
+            whole: bool) -> tuple[Any, Any, list[str]]:  # fmt: skip
+    """A Range with a ``power``: power**x for x from ``low`` to ``high``, a log scale; with
+    whole exponents (INT) or a step, those values as choices. Sized and bounded before any
+    power is taken: the exponents counted by arithmetic, the powers' magnitudes by
+    logarithms, so that no power overflows a float nor takes long as an int."""
+    magnitude = LIMITS["magnitude"].high
+    exponent = max(abs(low), abs(high))  # compared as it came (an int may be any size)
+    if exponent > magnitude or exponent * abs(math.log(power)) > math.log(magnitude):
+        return None, None, [f"{name}: power {power:g} to the {number_text(exponent)} is out "
+                            f"of range: the values power**x must lie within 1/{magnitude:g} "
+                            f"to {magnitude:g}"]  # fmt: skip
+    if not whole and step is None:  # a log scale
+        return {"type": "loguniform", "low": power**low, "high": power**high}, None, []
+    every = step or 1
+    most = LIMITS["choices"].high
+    steps = (high - low) / every
+    if steps >= most:  # (inf too: a step too small for a float to count)
+        return None, None, [f"{name}: x from {low:g} to {high:g} by {every:g} gives more than "
+                            f"the {most} values a parameter may have: give a larger step, "
+                            f"or no step for a log scale"]  # fmt: skip
+    values = [float(power) ** (low + i * every) for i in range(math.floor(steps + 1e-9) + 1)]
+    choices = [int(v) if whole and v.is_integer() else round(v, 12) for v in values]
+    return {"type": "choice", "choices": choices}, None, []
 
 
 def _point(space: dict[str, Any]) -> dict[str, Any]:
@@ -279,7 +303,7 @@ class Search:
             self.fail("algoDef.algorithm", f"one of Random, Bayesian, Tpe, Hyperband, not "
                                            f"{name!r}")  # fmt: skip
         self.values["algorithm"] = ALGORITHMS.get(name.lower(), "random")
-        top = LIMITS["max_trials"][1]
+        top = LIMITS["max_trials"].high
         asked = _get(algo, "maxJobNum")
         jobs = -1 if asked is None else _num(asked, whole=True)
         if jobs == -1:
@@ -292,9 +316,9 @@ class Search:
             self.values["max_trials"] = jobs
         parallel = _get(algo, "maxParalleJobNum", "maxParallelJobNum", "maxParalleJob")
         count = 1 if parallel is None else _num(parallel, whole=True)
-        if count is None or not 1 <= count <= LIMITS["max_parallel"][1]:
+        if count is None or not LIMITS["max_parallel"].holds(count):
             self.fail("algoDef.maxParalleJobNum", f"trials at once: a whole number from 1 to "
-                                                  f"{LIMITS['max_parallel'][1]}, not "
+                                                  f"{LIMITS['max_parallel'].high}, not "
                                                   f"{parallel!r}")  # fmt: skip
         else:
             self.values["max_parallel"] = count
@@ -339,9 +363,9 @@ class Search:
                 self.seed = int(seed)
         if "eta" in given:
             eta = _num(given.pop("eta"), whole=True)
-            low, high = LIMITS["reduction_factor"]
-            if eta is None or not low <= eta <= high:
-                self.fail("algoDef.algoParams", f"eta: a whole number from {low} to {high}")
+            limit = LIMITS["reduction_factor"]
+            if eta is None or not limit.holds(eta):
+                self.fail("algoDef.algoParams", f"eta: a whole number from {limit.span}")
             else:
                 self.values["reduction_factor"] = eta
         resource, amount = given.pop("ResourceName", None), given.pop("ResourceValue", None)
@@ -350,9 +374,10 @@ class Search:
                                             "epochs and 10)")  # fmt: skip
         elif resource is not None:
             value = _num(amount, whole=True)
-            if value is None or value < 1:
-                self.fail("algoDef.algoParams", f"ResourceValue: a whole number 1 or more, not "
-                                                f"{amount!r}")  # fmt: skip
+            most = LIMITS["min_resource"].high  # steps, as a database column holds them
+            if value is None or not 1 <= value <= most:
+                self.fail("algoDef.algoParams", f"ResourceValue: a whole number from 1 to "
+                                                f"{most}, not {repr(amount)[:60]}")  # fmt: skip
             elif str(resource) in self.space:
                 self.fail("algoDef.algoParams", f"ResourceName {resource}: it is searched too")
             else:
@@ -369,7 +394,9 @@ def _data(request: Request) -> Any:
         keys = ("hpoName", "modelSpec", "algoDef", "hyperParams", "experiments")
         return {k: request.data[k] for k in keys if k in request.data}
     try:
-        return json.loads(raw) if isinstance(raw, str) else raw
+        return jsonbounds.loads(raw, "data") if isinstance(raw, str) else raw
+    except jsonbounds.Refused:
+        raise
     except ValueError as exc:
         raise ApiError(f"data: not JSON ({exc}); send the request as json.dumps(...)") from None
 
@@ -490,7 +517,7 @@ EXAMPLE = ("--exec-start edtPyTorch --model-main main.py "
 
 
 class Hypersearches(CappedUploadView, WmlaView):
-    parser_classes = [MultiPartParser, FormParser, JSONParser]
+    parser_classes = [MultiPartParser, FormParser, BoundedJSONParser]
 
     def upload_limit(self) -> int:
         return registry.MAX_MODEL_BYTES
@@ -587,6 +614,8 @@ WMLA_FIELDS = {
     "max_parallel": "algoDef.maxParalleJobNum",
     "max_time": "algoDef.maxRunTime",
     "reduction_factor": "algoDef.algoParams",
+    "seed": "algoDef.algoParams (RandomSeed)",
+    "min_resource": "algoDef.algoParams",
 }
 
 

@@ -1,6 +1,5 @@
 from __future__ import annotations
 
-import json
 import re
 from typing import Any
 
@@ -9,6 +8,7 @@ from django.http import FileResponse, Http404, HttpRequest, HttpResponse, JsonRe
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
+from edtweb import jsonbounds
 from edtweb.datasets import services
 from edtweb.datasets.models import Dataset
 from edtweb.ownership import get_owned, owned
@@ -56,7 +56,7 @@ def refuse(exc: services.UploadError) -> JsonResponse:
 @require_POST
 def upload_start(request: HttpRequest) -> JsonResponse:
     try:
-        body = json.loads(request.body or b"{}")
+        body = jsonbounds.loads(request.body or b"{}")
         size = int(body.get("size", 0))
         dataset = services.start_upload(
             request.user, str(body.get("name", "")), str(body.get("filename", "")), size

@@ -18,7 +18,9 @@ sweep was created, stopped or resumed), for each queued or running sweep:
 4. each trial whose job ended is told: COMPLETE with the objective's last value, or FAIL
    (its job failed, or was stopped by its owner);
 5. new trials are asked while fewer than ``max_parallel`` run, the budget of trials lasts
-   and the time does, each a QUEUED job of the sweep's owner;
+   and the time does, the owner's trials in flight stay within ``EDT_USER_MAX_TRIALS``
+   and the sweep still runs (it is read again before each trial is sampled and before its
+   job is made), each a QUEUED job of the sweep's owner;
 6. with no trial running and no more to ask, the sweep ends COMPLETED (FAILED if no trial
    completed).
 
@@ -43,6 +45,7 @@ from django.utils import timezone
 from optuna.trial import TrialState
 from sqlalchemy.exc import OperationalError as StorageAway
 
+from edtweb import usercaps
 from edtweb.registry.models import ModelDefinition
 from edtweb.sweeps import results, services, study
 from edtweb.sweeps.models import Sweep
@@ -69,6 +72,12 @@ GIVE_UP = 3  # rounds in a row a sweep may fail (not the database, Redis or stor
 AWAY = (OperationalError, InterfaceError, redis.RedisError, StorageAway)  # wait, retry
 # Keys of a record that are its bookkeeping, not metrics one could optimise
 BOOKKEEPING = {"iteration", "workers", "gen", "total_steps", "replay", "epoch", "time"}
+
+
+def still_running(sweep: Sweep) -> bool:
+    """The sweep's row says RUNNING now (its owner may have stopped it since the round
+    began)."""
+    return Sweep.objects.filter(pk=sweep.pk, state=Sweep.State.RUNNING).exists()
 
 
 def never_recorded(job: Job, sweep: Sweep) -> str:
@@ -176,6 +185,8 @@ class SweepDriver(LeaseLoop):
         last = Job.objects.filter(sweep=sweep).aggregate(n=Max("trial_number"))["n"]
         asked = max([-1 if last is None else last, *trials]) + 1
         stopped: list[tuple[int, str]] = []
+        if unmade and not still_running(sweep):
+            return  # stopped since the round began: the jobs are made when it resumes
         with jobs.one_decision():
             try:
                 for number in sorted(unmade):
@@ -379,16 +390,27 @@ class SweepDriver(LeaseLoop):
         return bool(sweep.max_time) and services.elapsed(sweep) >= sweep.max_time
 
     def ask(self, sweep: Sweep, the_study: optuna.Study, asked: int, running: int) -> int:
-        """Step 5: returns how many trials it asked."""
+        """Step 5: returns how many trials it started. Within the owner's trials in flight
+        (``EDT_USER_MAX_TRIALS``), and only while the sweep runs: its owner may stop it
+        while a trial is sampled. A trial asked of a sweep stopped meanwhile gets its job
+        when the sweep resumes (step 2); a job made as the stop came is stopped with it."""
         if self.out_of_time(sweep):
             return 0
-        wanted = min(sweep.max_parallel - running, sweep.max_trials - asked)
+        room = usercaps.room("EDT_USER_MAX_TRIALS", services.trials_in_flight(sweep.owner))
+        wanted = min(sweep.max_parallel - running, sweep.max_trials - asked, room)
         if wanted <= 0:
             return 0
         shapes = study.distributions(sweep)
-        for _ in range(wanted):
+        for started in range(wanted):
+            if not still_running(sweep):
+                return started
             trial = the_study.ask(shapes)
-            self.submit(sweep, trial.number, trial.params)
+            if not still_running(sweep):
+                return started
+            job = self.submit(sweep, trial.number, trial.params)
+            if not still_running(sweep):
+                jobs.stop_job(job.pk, f"stopped with its sweep {sweep.pk}")
+                return started + 1
         return wanted
 
     def submit(self, sweep: Sweep, number: int, params: dict[str, Any]) -> Job:

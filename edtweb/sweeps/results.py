@@ -13,6 +13,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from edtweb.jsonbounds import too_deep
 from edtweb.training.history import open_job_file
 from edtweb.training.models import Job
 
@@ -53,9 +54,13 @@ def read(job: Job, objective: str) -> Results:
     if len(raw) > MAX_BYTES:
         return Results(True, error=f"{RESULT_FILE} is larger than {MAX_BYTES // 2**20} MiB")
     try:
-        entries = json.loads(raw)
+        text = raw.decode(json.detect_encoding(raw), "surrogatepass")
+        deep = too_deep(text)  # the parser recurses once per level: judged before it runs
+        entries = None if deep else json.loads(text)
     except ValueError:
         return Results(found=False)  # being written
+    if deep:
+        return Results(True, error=f"{RESULT_FILE}: {deep}")
     if isinstance(entries, dict):  # one entry on its own
         entries = [entries]
     if not isinstance(entries, list) or not all(isinstance(e, dict) for e in entries):

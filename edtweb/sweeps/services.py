@@ -12,6 +12,7 @@ from typing import Any
 import redis
 from django.utils import timezone
 
+from edtweb import usercaps
 from edtweb.redis_access import store
 from edtweb.sweeps.models import Sweep
 from edtweb.sweeps.space import SpaceRefused, judged
@@ -47,15 +48,20 @@ def create_sweep(owner: Any, model: Any, dataset: Any, values: dict[str, Any],
     script hands each trial its values in config.json (docs/architecture.md, "Sweeps").
     ``trial_steps``: a trial's length in the steps its objective is reported at, where the
     job's values do not say it (a WMLA script's own epochs)."""
+    usercaps.refuse_past("EDT_USER_MAX_SWEEPS", active_sweeps(owner), "sweeps queued or running",
+                         "stop one or wait for one to end")  # fmt: skip
     samples = train_samples(dataset)
     errors: dict[str, list[str]] = {}
     wmla = dict(wmla or {})
     if getattr(model, "style", "") == "wmla" and not wmla:
         wmla = {"script": True}
     try:
-        plan = judged({k: values.get(k) for k in SEARCH}, samples, script=bool(wmla))
+        plan = judged({**{k: values.get(k) for k in SEARCH}, "seed": seed}, samples,
+                      script=bool(wmla))  # fmt: skip
     except SpaceRefused as refused:
         errors.update(refused.errors)
+    else:
+        errors.update(_parallel_errors(plan.max_parallel))
     try:
         submission = validated({k: values.get(k) for k in DEFAULTS}, samples)
     except Refused as refused:
@@ -75,9 +81,28 @@ def create_sweep(owner: Any, model: Any, dataset: Any, values: dict[str, Any],
         direction=plan.direction, algorithm=plan.algorithm, max_trials=plan.max_trials,
         max_parallel=plan.max_parallel, max_time=plan.max_time,
         reduction_factor=plan.reduction_factor, min_resource=plan.min_resource,
-        trial_steps=steps, seed=seed, study_name=f"edt-sweep-{uuid.uuid4().hex}", wmla=wmla,
+        trial_steps=steps, seed=plan.seed, study_name=f"edt-sweep-{uuid.uuid4().hex}", wmla=wmla,
         **{k: v for k, v in submission.values().items() if k not in GOODPUT_FIELDS},
     )  # fmt: skip
+
+
+def active_sweeps(owner: Any) -> int:
+    return Sweep.objects.filter(owner=owner, state__in=Sweep.ACTIVE).count()
+
+
+def trials_in_flight(owner: Any) -> int:
+    """The owner's trial jobs not yet ended, over all their sweeps."""
+    return Job.objects.filter(owner=owner, sweep__isnull=False, state__in=Job.ACTIVE).count()
+
+
+def _parallel_errors(max_parallel: int) -> dict[str, list[str]]:
+    """A sweep may not ask for more trials at once than its owner may have in flight."""
+    most = usercaps.cap("EDT_USER_MAX_TRIALS")
+    if not most or max_parallel <= most:
+        return {}
+    return {"max_parallel": [f"at most {most}: the trials one user may have in flight at "
+                             f"once (EDT_USER_MAX_TRIALS={most}); ask an admin to raise "
+                             f"it"]}  # fmt: skip
 
 
 def created(sweep: Sweep) -> Sweep:

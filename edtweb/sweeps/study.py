@@ -110,8 +110,9 @@ class AskedGridSampler(optuna.samplers.GridSampler):
 
 def sampler(sweep: Sweep, asked: int) -> optuna.samplers.BaseSampler:
     """The sweep's sampler, seeded by the sweep's seed and the trials ``asked`` already (a
-    driver that takes over draws on, never the same values again)."""
-    seed = sweep.seed * 100_003 + asked
+    driver that takes over draws on, never the same values again), folded into the 32 bits
+    Optuna's samplers take."""
+    seed = (sweep.seed * 100_003 + asked) % 2**32
     if sweep.algorithm == "grid":
         grid = {p.name: p.grid() or [] for p in params(sweep)}
         return AskedGridSampler(grid, seed=seed)

@@ -19,6 +19,7 @@ from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 
+from edtweb import usercaps
 from edtweb.datasets.models import Dataset
 from edtweb.ownership import get_owned, owned
 from edtweb.registry.models import ModelDefinition
@@ -74,6 +75,8 @@ def sweep_new(request: HttpRequest) -> HttpResponse:
                 {**form.values(), "space": space_of(rows)}, name=data.get("name") or "",
                 seed=data.get("seed") or 0,
             )  # fmt: skip
+        except usercaps.OverCap as over:
+            form.add_error(None, str(over))
         except SpaceRefused as refused:
             for field, why in refused.errors.items():
                 if field == "space":

@@ -22,6 +22,7 @@ from django.db.models import F
 from django.db.models.functions import Greatest
 from django.utils import timezone
 
+from edtweb import usercaps
 from edtweb.redis_access import redis_client, store
 from edtweb.training import live
 from edtweb.training.models import Job, JobEvent, Metric
@@ -100,7 +101,11 @@ def submit_from_form(
     file and the dataset's directory), an optional ``name``, and the ``submission`` the path
     judged (without it, the values in ``data`` are judged by :func:`submit_job`), and the
     ``team`` and ``resource_group`` it checked (``edtweb/tenancy/services.py``; none and
-    ``default`` unless given)."""
+    ``default`` unless given). Refused (:class:`usercaps.OverCap`) while the owner has as
+    many jobs waiting as ``EDT_USER_MAX_QUEUED_JOBS`` allows."""
+    waiting = Job.objects.filter(owner=owner, state=Job.State.QUEUED, sweep__isnull=True)
+    usercaps.refuse_past("EDT_USER_MAX_QUEUED_JOBS", waiting.count(), "jobs waiting in the queue",
+                         "wait for one to start, or stop one")  # fmt: skip
     model, dataset = data["model"], data["dataset"]
     submission = data.get("submission")
     asked = {} if submission else {k: v for k, v in data.items() if k in DEFAULTS}

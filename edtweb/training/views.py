@@ -24,6 +24,7 @@ from django.urls import reverse
 from django.utils import dateformat, timezone
 from django.views.decorators.http import require_GET, require_POST
 
+from edtweb import usercaps
 from edtweb.datasets.models import Dataset
 from edtweb.ownership import OWN, STEER, Viewer, get_owned, login_required_json, owned
 from edtweb.registry.models import ModelDefinition
@@ -48,7 +49,12 @@ def train(request: HttpRequest) -> HttpResponse:
     }
     form = TrainForm(request.POST or None, initial=request.GET.dict(), **sources)
     if request.method == "POST" and form.is_valid():
-        job = services.submit_from_form(request.user, form.cleaned_data)
+        try:
+            job = services.submit_from_form(request.user, form.cleaned_data)
+        except usercaps.OverCap as over:
+            form.add_error(None, str(over))
+            return render(request, "training/train.html", {"form": form, "nav": "train"},
+                          status=over.status)  # fmt: skip
         return redirect("job", job.pk)
     return render(request, "training/train.html", {"form": form, "nav": "train"})
 
