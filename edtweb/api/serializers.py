@@ -391,10 +391,13 @@ class SweepCreateSerializer(serializers.Serializer):
         default=0.0, help_text="seconds; no trial starts after (0: no limit)"
     )
     reduction_factor = serializers.IntegerField(default=3, help_text="ASHA and Hyperband")
+    # Within a database's integer column (the sweep's row keeps both).
     min_resource = serializers.IntegerField(
-        default=0, help_text="steps before ASHA's first rung (0: one epoch)"
-    )
-    seed = serializers.IntegerField(default=0, help_text="the sampler's and every trial's")
+        default=0, min_value=0, max_value=2**31 - 1,
+        help_text="steps before ASHA's first rung (0: one epoch)",
+    )  # fmt: skip
+    seed = serializers.IntegerField(default=0, min_value=0, max_value=2**31 - 1,
+                                    help_text="the sampler's and every trial's")  # fmt: skip
     epochs = bounded(serializers.IntegerField, "epochs")
     batch_size = bounded(serializers.IntegerField, "batch_size",
                          help_text="the effective (global) batch")  # fmt: skip
