@@ -16,7 +16,6 @@ from edtweb.training import views as training
 
 urlpatterns = [
     path("", views.cluster, name="cluster"),
-    path("api/cluster/slots", views.cluster_slots, name="cluster-slots"),
     path("api/cluster/allocations", views.cluster_allocations, name="cluster-allocations"),
     path("datasets/", datasets.dataset_list, name="datasets"),
     path("datasets/uploads", datasets.upload_start, name="upload-start"),

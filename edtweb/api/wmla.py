@@ -250,12 +250,11 @@ class Execs(CappedUploadView, WmlaView):
 
 def _team_of(request: Request, data: Any) -> tuple[Team | None, str]:
     """The exec's team: the one its ``sigName`` (WMLA's instance group; query or form
-    field) names when a team of that name exists, else the user's default team; and that
-    team's resource group. Not being a member of it is a 400, as on every submit path."""
+    field) names when it is a team the user may use, else the user's default team (a team
+    of another's is as one that does not exist); and that team's resource group."""
     sig = request.query_params.get("sigName") or data.get("sigName") or ""
-    named = sig if sig and Team.objects.filter(name=sig).exists() else tenancy.UNSET
     try:
-        return tenancy.placement(request.user, named)
+        return tenancy.placement(request.user, tenancy.sig_team(request.user, sig))
     except DjangoValidationError as exc:
         raise ApiError(f"sigName: {'; '.join(exc.messages)}") from None
 

@@ -597,12 +597,10 @@ def _wmla_fields(errors: dict[str, list[str]]) -> dict[str, list[str]]:
 
 
 def _team(request: Request, sig: Any) -> tuple[Team | None, str]:
-    """The trials' team: the one ``sigName`` names when a team of that name exists, else
+    """The trials' team: the one ``sigName`` names when it is a team of the user's, else
     the user's default, as for an exec (edtweb/api/wmla.py)."""
-    named = sig if isinstance(sig, str) and sig and Team.objects.filter(name=sig).exists() \
-        else tenancy.UNSET  # fmt: skip
     try:
-        return tenancy.placement(request.user, named)
+        return tenancy.placement(request.user, tenancy.sig_team(request.user, sig))
     except DjangoValidationError as exc:
         raise ValidationError({"modelSpec.sigName": exc.messages}) from None
 

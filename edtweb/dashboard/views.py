@@ -46,11 +46,6 @@ def cluster(request: HttpRequest) -> HttpResponse:
 
 
 @login_required_json
-def cluster_slots(request: HttpRequest) -> JsonResponse:
-    return JsonResponse({"slots": current_slots()})
-
-
-@login_required_json
 def cluster_allocations(request: HttpRequest) -> JsonResponse:
     """Slots per job over time, from the jobs' generation events (the Cluster chart)."""
     from edtweb.ownership import visible_jobs
