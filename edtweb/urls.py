@@ -55,7 +55,7 @@ urlpatterns = [
     path("groups/", tenancy.groups_page, name="groups"),
     path("usage/", tenancy.usage_page, name="usage"),
     path("usage.csv", tenancy.usage_csv, name="usage-csv"),
-    path("accounts/login/", auth_views.LoginView.as_view(), name="login"),
+    path("accounts/login/", views.LoginView.as_view(), name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("admin/", admin.site.urls),
     path("metrics", monitoring.metrics, name="metrics"),

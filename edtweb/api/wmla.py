@@ -34,6 +34,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from edtweb.api import serializers as s
+from edtweb.api.auth import ThrottledBasicAuthentication
 from edtweb.api.common import CappedUploadView, Owned, scoped
 from edtweb.api.errors import ApiError, unknown_endpoint
 from edtweb.datasets.models import Dataset
@@ -77,7 +78,7 @@ class AnyRenderer(renderers.BaseRenderer):
 
 class WmlaView(generics.GenericAPIView):
     authentication_classes = [
-        authentication.BasicAuthentication,
+        ThrottledBasicAuthentication,
         authentication.TokenAuthentication,
         authentication.SessionAuthentication,
     ]
