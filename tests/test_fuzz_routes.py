@@ -73,7 +73,7 @@ JSONS: list[Any] = [BIG, -BIG, 2**63, -1, 0, 0.5, INF, -INF, float("nan"), "abc"
                     nested_dict(64)]  # fmt: skip
 # Path parameters: an id past 64 bits, one just past SQLite's, a name too long or strange.
 IDS = [str(BIG), str(2**63), str(2**64 - 1), "9" * 40]
-NAMES = ["x" * 3000, "%00", "..%2F..", "%F0%9F%92%A5", "1e999"]
+NAMES = ["x" * 3000, "%00", "..%2F..", "%F0%9F%92%A5", "1e999", str(BIG), "%C2%B2", "%D9%A3"]
 
 
 def json_text(value: Any) -> str:

@@ -443,7 +443,7 @@ def find(request: Request, name: str) -> Sweep:
     like WMLA's for one that does not exist or is not theirs."""
     mine = scoped(request, Sweep).select_related("owner").filter(name=name)
     found = (mine.filter(owner=request.user).first() or mine.first()) if name else None
-    if found is None and name.isdigit():
+    if found is None and name.isascii() and name.isdigit():  # "²" is a digit, but no number
         found = scoped(request, Sweep).select_related("owner").filter(pk=int(name)).first()
     if found is None:
         raise ApiError(f"no hypersearch {name}: it does not exist or is not yours", 404)
