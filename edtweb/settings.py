@@ -138,6 +138,11 @@ AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
 ]
 LOGIN_URL = "login"
+# Failed logins with one username (the login page, the API's token, WMLA's Basic
+# credentials) allowed within a window of this many seconds; past them, 429 until it ends
+# (edtweb/throttle.py). 0 failures: no limit.
+EDT_LOGIN_FAILURES = envint("EDT_LOGIN_FAILURES", 10)
+EDT_LOGIN_WINDOW = envint("EDT_LOGIN_WINDOW", 300)
 LOGIN_REDIRECT_URL = "cluster"
 LOGOUT_REDIRECT_URL = "login"
 

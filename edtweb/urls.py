@@ -16,7 +16,6 @@ from edtweb.training import views as training
 
 urlpatterns = [
     path("", views.cluster, name="cluster"),
-    path("api/cluster/slots", views.cluster_slots, name="cluster-slots"),
     path("api/cluster/allocations", views.cluster_allocations, name="cluster-allocations"),
     path("datasets/", datasets.dataset_list, name="datasets"),
     path("datasets/uploads", datasets.upload_start, name="upload-start"),
@@ -56,7 +55,7 @@ urlpatterns = [
     path("groups/", tenancy.groups_page, name="groups"),
     path("usage/", tenancy.usage_page, name="usage"),
     path("usage.csv", tenancy.usage_csv, name="usage-csv"),
-    path("accounts/login/", auth_views.LoginView.as_view(), name="login"),
+    path("accounts/login/", views.LoginView.as_view(), name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("admin/", admin.site.urls),
     path("metrics", monitoring.metrics, name="metrics"),

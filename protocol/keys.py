@@ -34,6 +34,11 @@ Every learner and slot task write above (and the metrics consumer's finished) ad
 job's id to edt:scheduler:changed, in the same round trip and after the write: the
 scheduler takes that set at each step and reads again only those jobs
 (``scheduler.store.ObservedJobStore``).
+
+The web::
+
+    edt:login:failures:<hash>   failed logins with one username (its hash) in the window
+                                that began with the first; expires with the window
 """
 
 from __future__ import annotations
@@ -88,3 +93,8 @@ def hb_key(slot_id: str) -> str:
 
 def job_key(job_id: str, suffix: str) -> str:
     return f"{PREFIX}job:{job_id}:{suffix}"
+
+
+def login_failures_key(name_hash: str) -> str:
+    """Failed logins with the username whose hash is ``name_hash`` (edtweb/throttle.py)."""
+    return f"{PREFIX}login:failures:{name_hash}"

@@ -223,7 +223,7 @@ def test_staff_make_teams_and_groups_and_a_member_trains_in_a_team_its_lead_stee
               "--name", "frank-mlp")  # fmt: skip
     common = ("--model", "frank-mlp", "--dataset", "frank-shapes", "--batch-size", "32")
     outside = live.edt("frank", "submit", *common, "--team", "cli-other")
-    assert outside.returncode == 1 and "you are not a member of team cli-other" in outside.stderr
+    assert outside.returncode == 1 and "no team 'cli-other' of yours" in outside.stderr
     group_refused = live.edt("frank", "submit", *common, "--group", "cli-h100", "--team", "")
     assert group_refused.returncode == 1 and "a job without a team runs in default" in (
         group_refused.stderr

@@ -17,7 +17,7 @@ pytestmark = pytest.mark.django_db
 @pytest.mark.parametrize(
     "path",
     ["/jobs/{pk}/state", "/jobs/{pk}/metrics", "/jobs/{pk}/log?slot=s&offset=0",
-     "/jobs/{pk}/priority/preview?priority=5", "/api/cluster/slots", "/api/cluster/allocations"],
+     "/jobs/{pk}/priority/preview?priority=5", "/api/cluster/allocations"],
 )  # fmt: skip
 def test_what_pages_fetch_answers_401_json_once_the_session_ended(alice: Any, path: str) -> None:
     job = Job.objects.create(owner=alice, name="j", max_workers=1)

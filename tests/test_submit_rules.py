@@ -54,7 +54,8 @@ IMPOSSIBLE = [
     ({"priority": 0}, "priority", "must be 1 to 10000"),
     ({"priority": 10_001}, "priority", "must be 1 to 10000"),
     ({"checkpoint_every": 0}, "checkpoint_every", "must be 1 to 1000"),
-    ({"max_micro_batch": -1}, "max_micro_batch", "must be 0 or more"),
+    ({"max_micro_batch": -1}, "max_micro_batch", "must be 0 to 65536"),
+    ({"max_micro_batch": 2**70}, "max_micro_batch", "must be 0 to 65536"),
     # goodput mode's batch range
     ({"batch_min": 64}, "batch_max",
      "set it with batch_min: the batch range's high end (goodput mode)"),

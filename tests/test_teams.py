@@ -244,8 +244,9 @@ def test_a_job_goes_into_a_team_and_a_group_it_may_use_or_is_refused_saying_why(
     alone = submitted(alice, ready, team=None)
     assert (alone.json()["team"], alone.json()["resource_group"]) == ("", "default")
     refusals = [
-        ({"team": "nlp"}, "team: you are not a member of team nlp"),
-        ({"team": "nope"}, "team: no team 'nope': yours: vision"),
+        # A team of others' and one that does not exist: the same words.
+        ({"team": "nlp"}, "team: no team 'nlp' of yours: yours: vision"),
+        ({"team": "nope"}, "team: no team 'nope' of yours: yours: vision"),
         ({"resource_group": "default"}, "team vision may not use resource group default "
                                          "(it may use a100, h100)"),
         ({"resource_group": "tpu"}, "resource_group: no resource group 'tpu'"),
@@ -306,10 +307,13 @@ def test_a_wmla_exec_goes_into_the_team_its_sig_name_names(
     # A sigName no team has (the notebooks' own): her default team.
     theirs = post("elasticsig")
     assert Job.objects.get(pk=theirs.json()["id"]).team == teams["nlp"]
+    # A team she is not in is as one that does not exist: her default team, no refusal
+    # that would tell the one from the other.
     Membership.objects.filter(user=people["alice"], team=teams["nlp"]).delete()
-    refused = post("nlp")
-    assert refused.status_code == 400
-    assert refused.json()["error"] == "sigName: you are not a member of team nlp"
+    not_hers, nobodys = post("nlp"), post("elasticsig")
+    assert (not_hers.status_code, nobodys.status_code) == (200, 200)
+    placed = [Job.objects.get(pk=r.json()["id"]) for r in (not_hers, nobodys)]
+    assert placed[0].team == placed[1].team != teams["nlp"]
 
 
 # Who sees and steers a team's jobs ------------------------------------------------------
@@ -404,6 +408,16 @@ def test_the_slots_name_the_teams_job_to_its_members_only(
     slots = [{"slot_id": "a", "job": team_job.pk}]
     assert visible_slots(slots, people["bob"])[0]["job"] == team_job.pk
     assert visible_slots(slots, people["olga"])[0] == {"slot_id": "a", "job": None, "busy": True}
+
+
+def test_the_old_session_slots_route_which_named_every_job_is_gone(
+    people: dict[str, Any],
+) -> None:
+    """``GET /api/cluster/slots`` named every slot's job to anyone logged in; the pages never
+    read it (the Cluster page has its socket, scripts ``/api/v1/cluster/slots/``)."""
+    client = Client()
+    client.force_login(people["olga"])
+    assert client.get("/api/cluster/slots").status_code == 404
 
 
 @pytest.mark.django_db(transaction=True)

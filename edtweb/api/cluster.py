@@ -11,6 +11,7 @@ from rest_framework.exceptions import ValidationError
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from edtweb import params
 from edtweb.api import serializers as s
 from edtweb.api.common import Pages, scoped
 from edtweb.dashboard import views as dashboard
@@ -67,19 +68,10 @@ class Shares(generics.GenericAPIView):
         capacity and slots held in all, each team's slots held against its entitlement,
         and what its jobs ask for; then each team's waiting jobs, in order. Staff see every
         team; anyone else the teams they are in (and their own jobs in the queue)."""
-        since = request.query_params.get("since", "").strip()
-        after, moment = None, None
-        if since:
-            if shares.CURSOR.match(since):
-                after = since
-            else:
-                try:
-                    moment = float(since)
-                except ValueError:
-                    raise ValidationError({"since": [
-                        f"{since!r}: a unix time in seconds, or the cursor of an earlier "
-                        "answer (1767000000000-0)"
-                    ]}) from None  # fmt: skip
+        try:
+            after, moment = shares.since(request.query_params.get("since", ""))
+        except params.BadParameter as exc:
+            raise ValidationError({"since": [exc.why]}) from None
         return Response(shares.history(request.user, after, moment))
 
 

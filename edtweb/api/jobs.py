@@ -13,6 +13,7 @@ from rest_framework.exceptions import ValidationError
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from edtweb import params
 from edtweb.api import serializers as s
 from edtweb.api.common import Owned, Pages, scoped
 from edtweb.api.errors import ApiError
@@ -317,13 +318,7 @@ class JobFile(Owned, generics.GenericAPIView):
 
 
 def int_param(request: Request, name: str, default: int, low: int | None, high: int | None) -> int:
-    raw = request.query_params.get(name)
-    if raw is None or raw == "":
-        return default
     try:
-        value = int(raw)
-    except ValueError:
-        raise ValidationError({name: [f"{name} must be a whole number, not {raw!r}"]}) from None
-    if (low is not None and value < low) or (high is not None and value > high):
-        raise ValidationError({name: [f"{name} must be from {low} to {high}"]})
-    return value
+        return params.whole(request.query_params, name, default, low, high)
+    except params.BadParameter as exc:
+        raise ValidationError({name: [exc.why]}) from None

@@ -13,6 +13,7 @@ from rest_framework.exceptions import ValidationError
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from edtweb import params
 from edtweb.api import serializers as s
 from edtweb.api.common import Owned, Pages, scoped
 from edtweb.api.errors import ApiError, not_found
@@ -178,16 +179,13 @@ class JobCompare(generics.GenericAPIView):
     def get(self, request: Request) -> Response:
         """Jobs side by side (a sweep's trials, say): each one's configuration (its values
         and hyperparameters) and final metrics, and the configuration keys that differ."""
-        raw = request.query_params.get("ids", "")
         try:
-            ids = [int(part) for part in raw.split(",") if part.strip()]
-        except ValueError:
-            raise ValidationError({"ids": [f"job ids, comma-separated, not {raw!r}"]}) from None
-        if not 1 <= len(ids) <= MAX_JOBS:
-            raise ValidationError({"ids": [f"give 1 to {MAX_JOBS} job ids, not {len(ids)}"]})
-        found = {j.pk: j for j in scoped(request, Job).filter(pk__in=ids)
+            ids = params.id_list("ids", request.query_params.get("ids", ""), MAX_JOBS)
+        except params.BadParameter as exc:
+            raise ValidationError({"ids": [exc.why]}) from None
+        found = {j.pk: j for j in scoped(request, Job).filter(pk__in=params.storable(ids))
                  .select_related("model_definition", "dataset")}  # fmt: skip
         for pk in ids:
             if pk not in found:
                 raise not_found("job", pk)
-        return Response(compare([found[pk] for pk in dict.fromkeys(ids)]))
+        return Response(compare([found[pk] for pk in ids]))

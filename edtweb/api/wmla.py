@@ -35,6 +35,7 @@ from rest_framework.response import Response
 
 from edtweb import jsonbounds
 from edtweb.api import serializers as s
+from edtweb.api.auth import ThrottledBasicAuthentication
 from edtweb.api.common import CappedUploadView, Owned, scoped
 from edtweb.api.errors import ApiError, unknown_endpoint
 from edtweb.datasets.models import Dataset
@@ -78,7 +79,7 @@ class AnyRenderer(renderers.BaseRenderer):
 
 class WmlaView(generics.GenericAPIView):
     authentication_classes = [
-        authentication.BasicAuthentication,
+        ThrottledBasicAuthentication,
         authentication.TokenAuthentication,
         authentication.SessionAuthentication,
     ]
@@ -251,12 +252,11 @@ class Execs(CappedUploadView, WmlaView):
 
 def _team_of(request: Request, data: Any) -> tuple[Team | None, str]:
     """The exec's team: the one its ``sigName`` (WMLA's instance group; query or form
-    field) names when a team of that name exists, else the user's default team; and that
-    team's resource group. Not being a member of it is a 400, as on every submit path."""
+    field) names when it is a team the user may use, else the user's default team (a team
+    of another's is as one that does not exist); and that team's resource group."""
     sig = request.query_params.get("sigName") or data.get("sigName") or ""
-    named = sig if sig and Team.objects.filter(name=sig).exists() else tenancy.UNSET
     try:
-        return tenancy.placement(request.user, named)
+        return tenancy.placement(request.user, tenancy.sig_team(request.user, sig))
     except DjangoValidationError as exc:
         raise ApiError(f"sigName: {'; '.join(exc.messages)}") from None
 

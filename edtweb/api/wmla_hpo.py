@@ -470,7 +470,7 @@ def find(request: Request, name: str) -> Sweep:
     like WMLA's for one that does not exist or is not theirs."""
     mine = scoped(request, Sweep).select_related("owner").filter(name=name)
     found = (mine.filter(owner=request.user).first() or mine.first()) if name else None
-    if found is None and name.isdigit():
+    if found is None and name.isascii() and name.isdigit():  # "²" is a digit, but no number
         found = scoped(request, Sweep).select_related("owner").filter(pk=int(name)).first()
     if found is None:
         raise ApiError(f"no hypersearch {name}: it does not exist or is not yours", 404)
@@ -626,12 +626,10 @@ def _wmla_fields(errors: dict[str, list[str]]) -> dict[str, list[str]]:
 
 
 def _team(request: Request, sig: Any) -> tuple[Team | None, str]:
-    """The trials' team: the one ``sigName`` names when a team of that name exists, else
+    """The trials' team: the one ``sigName`` names when it is a team of the user's, else
     the user's default, as for an exec (edtweb/api/wmla.py)."""
-    named = sig if isinstance(sig, str) and sig and Team.objects.filter(name=sig).exists() \
-        else tenancy.UNSET  # fmt: skip
     try:
-        return tenancy.placement(request.user, named)
+        return tenancy.placement(request.user, tenancy.sig_team(request.user, sig))
     except DjangoValidationError as exc:
         raise ValidationError({"modelSpec.sigName": exc.messages}) from None
 

@@ -7,3 +7,8 @@ class DashboardConfig(AppConfig):
     """Pages and the WebSocket consumers that keep them live."""
 
     name = "edtweb.dashboard"
+
+    def ready(self) -> None:
+        from edtweb.dashboard import revocation
+
+        revocation.connect()

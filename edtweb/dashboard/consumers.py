@@ -1,5 +1,12 @@
+"""The pages' WebSockets. Each one joins its user's group too (``live.user_group``): when
+what the user may see changes (docs/architecture.md, "Tenancy"), the socket checks again,
+from the database, and closes where it may no longer show what it shows; a frame that
+reaches it after that is dropped."""
+
 from __future__ import annotations
 
+from importlib import import_module
+from types import SimpleNamespace
 from typing import Any
 
 from channels.db import database_sync_to_async
@@ -9,9 +16,60 @@ from edtweb.dashboard.slots import current_slots, visible_slots
 from edtweb.ownership import visible_jobs
 from edtweb.training.live import CLUSTER as CLUSTER_GROUP
 from edtweb.training.live import JOBS as JOBS_GROUP
+from edtweb.training.live import user_group
+
+REVOKED = 4403  # the close code of a socket whose user may no longer see what it shows
 
 
-class ClusterConsumer(AsyncJsonWebsocketConsumer):
+@database_sync_to_async
+def user_now(scope: dict[str, Any]) -> Any | None:
+    """The socket's user as its session says now: None once the session ended (logged
+    out, a new password) or the account was deactivated or deleted."""
+    from django.conf import settings
+    from django.contrib.auth import get_user
+
+    key = scope["session"].session_key if scope.get("session") else None
+    if not key:
+        return None
+    session = import_module(settings.SESSION_ENGINE).SessionStore(key)
+    user = get_user(SimpleNamespace(session=session))  # type: ignore[arg-type]
+    return user if user.is_authenticated else None
+
+
+class Revocable(AsyncJsonWebsocketConsumer):
+    """A socket in ``groups`` and its user's group, that closes once its user may no
+    longer see what it shows (:meth:`may_see`)."""
+
+    groups_joined: tuple[str, ...] = ()
+    revoked = False
+
+    async def join(self, *groups: str) -> None:
+        self.groups_joined = (*groups, user_group(self.scope["user"].pk))
+        for group in self.groups_joined:
+            await self.channel_layer.group_add(group, self.channel_name)
+
+    async def leave(self) -> None:
+        for group in self.groups_joined:
+            await self.channel_layer.group_discard(group, self.channel_name)
+        self.groups_joined = ()
+
+    async def disconnect(self, code: int) -> None:
+        await self.leave()
+
+    async def may_see(self, user: Any) -> bool:
+        return True
+
+    async def access_changed(self, event: dict[str, Any]) -> None:
+        user = await user_now(self.scope)
+        if user is None or not await self.may_see(user):
+            self.revoked = True
+            await self.leave()
+            await self.close(code=REVOKED)
+            return
+        self.scope["user"] = user  # staff no more, say: later frames are filtered as such
+
+
+class ClusterConsumer(Revocable):
     """Live cluster state for the Cluster page: the slots, then every change."""
 
     # WebSocket handlers ---------------------------------------------------------------
@@ -21,12 +79,9 @@ class ClusterConsumer(AsyncJsonWebsocketConsumer):
         if user is None or not user.is_authenticated:
             await self.close()  # before accept: the handshake is refused (HTTP 403)
             return
-        await self.channel_layer.group_add(CLUSTER_GROUP, self.channel_name)
+        await self.join(CLUSTER_GROUP)
         await self.accept()
         await self.send_json({"type": "slots", "slots": await self.load_slots()})
-
-    async def disconnect(self, code: int) -> None:
-        await self.channel_layer.group_discard(CLUSTER_GROUP, self.channel_name)
 
     # Helpers ---------------------------------------------------------------------------
 
@@ -41,9 +96,13 @@ class ClusterConsumer(AsyncJsonWebsocketConsumer):
     # Group message handlers -------------------------------------------------------------
 
     async def cluster_slots(self, event: dict[str, Any]) -> None:
+        if self.revoked:
+            return
         await self.send_json({"type": "slots", "slots": await self.visible(event["slots"])})
 
     async def cluster_allocation(self, event: dict[str, Any]) -> None:
+        if self.revoked:
+            return
         names = await self.visible_names({event["job"]})
         if event["job"] in names:
             change = {k: v for k, v in event.items() if k != "type"}
@@ -52,6 +111,8 @@ class ClusterConsumer(AsyncJsonWebsocketConsumer):
     async def cluster_allocations(self, event: dict[str, Any]) -> None:
         """A scheduler step's allocation changes, in one frame: those of jobs this user
         may see, each with its job's name."""
+        if self.revoked:
+            return
         changes = event["changes"]
         names = await self.visible_names({c["job"] for c in changes})
         shown = [{**c, "name": names[c["job"]]} for c in changes if c["job"] in names]
@@ -69,7 +130,7 @@ class ClusterConsumer(AsyncJsonWebsocketConsumer):
         return dict(jobs.values_list("pk", "name"))
 
 
-class JobConsumer(AsyncJsonWebsocketConsumer):
+class JobConsumer(Revocable):
     """One job's live updates: metrics with sequence numbers, events, state changes, and
     after each event or state change (or a step's batch of them) the job's status
     (``training.status``), which the page shows as it is."""
@@ -83,16 +144,14 @@ class JobConsumer(AsyncJsonWebsocketConsumer):
             await self.close()  # not logged in, or a job this user may not see: refused
             return
         self.job_id = job_id
-        await self.channel_layer.group_add(self.group, self.channel_name)
-        await self.channel_layer.group_add(JOBS_GROUP, self.channel_name)
+        await self.join(self.group, JOBS_GROUP)
         await self.accept()
 
-    async def disconnect(self, code: int) -> None:
-        if getattr(self, "group", None):
-            await self.channel_layer.group_discard(self.group, self.channel_name)
-            await self.channel_layer.group_discard(JOBS_GROUP, self.channel_name)
-
     # Helpers ---------------------------------------------------------------------------
+
+    @database_sync_to_async
+    def may_see(self, user: Any) -> bool:
+        return bool(visible_jobs(user).filter(pk=self.job_id).exists())
 
     @database_sync_to_async
     def group_if_allowed(self, job_id: int) -> str | None:
@@ -120,6 +179,8 @@ class JobConsumer(AsyncJsonWebsocketConsumer):
     # Group message handlers -------------------------------------------------------------
 
     async def job_metrics(self, event: dict[str, Any]) -> None:
+        if self.revoked:
+            return
         await self.send_json(
             {
                 "type": "metrics",
@@ -132,6 +193,8 @@ class JobConsumer(AsyncJsonWebsocketConsumer):
     async def jobs_updates(self, event: dict[str, Any]) -> None:
         """A scheduler step's events and state changes of every job: this job's, then its
         status once."""
+        if self.revoked:
+            return
         mine = [u["message"] for u in event["updates"] if u["job"] == self.job_id]
         for message in mine:
             if message["type"] == "job.event":
@@ -142,9 +205,13 @@ class JobConsumer(AsyncJsonWebsocketConsumer):
             await self.send_status()
 
     async def job_event(self, event: dict[str, Any]) -> None:
+        if self.revoked:
+            return
         await self.send_json({"type": "event", "event": event["event"]})
         await self.send_status()
 
     async def job_state(self, event: dict[str, Any]) -> None:
+        if self.revoked:
+            return
         await self.send_json({"type": "state", "state": event["state"]})
         await self.send_status()

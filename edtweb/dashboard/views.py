@@ -4,10 +4,13 @@ import time
 from itertools import groupby
 from typing import Any
 
+from django.contrib.auth import views as auth_views
 from django.contrib.auth.decorators import login_required
+from django.contrib.auth.forms import AuthenticationForm
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import render
 
+from edtweb import throttle
 from edtweb.dashboard.slots import current_slots
 from edtweb.ownership import login_required_json
 from edtweb.redis_server import ping_error
@@ -46,11 +49,6 @@ def cluster(request: HttpRequest) -> HttpResponse:
 
 
 @login_required_json
-def cluster_slots(request: HttpRequest) -> JsonResponse:
-    return JsonResponse({"slots": current_slots()})
-
-
-@login_required_json
 def cluster_allocations(request: HttpRequest) -> JsonResponse:
     """Slots per job over time, from the jobs' generation events (the Cluster chart)."""
     from edtweb.ownership import visible_jobs
@@ -82,3 +80,28 @@ def cluster_allocations(request: HttpRequest) -> JsonResponse:
             ],
         }
     )
+
+
+class LoginView(auth_views.LoginView):
+    """Django's login page, its failures counted per username (edtweb/throttle.py): past
+    the limit, the page says for how long, with a 429 and Retry-After, and checks no
+    password until then."""
+
+    def post(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        username = request.POST.get("username", "")
+        seconds = throttle.wait(username)
+        if not seconds:
+            return super().post(request, *args, **kwargs)
+        form = AuthenticationForm(request, initial={"username": username})
+        context = self.get_context_data(form=form, throttled=throttle.message(seconds))
+        response = self.render_to_response(context, status=429)
+        response["Retry-After"] = str(seconds)
+        return response
+
+    def form_invalid(self, form: AuthenticationForm) -> HttpResponse:
+        throttle.failed(form.data.get("username", ""))
+        return super().form_invalid(form)
+
+    def form_valid(self, form: AuthenticationForm) -> HttpResponse:
+        throttle.succeeded(form.get_user().get_username())
+        return super().form_valid(form)

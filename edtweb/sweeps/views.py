@@ -19,7 +19,7 @@ from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 
-from edtweb import usercaps
+from edtweb import params, usercaps
 from edtweb.datasets.models import Dataset
 from edtweb.ownership import get_owned, owned
 from edtweb.registry.models import ModelDefinition
@@ -217,14 +217,11 @@ def _own(request: HttpRequest, pk: int) -> Sweep:
 def _picked(request: HttpRequest) -> list[Job]:
     """The jobs of ``?ids=1,2,3`` (up to MAX_JOBS), each one the user may see: any other
     is a 404, as one that does not exist."""
-    raw = request.GET.get("ids", "")
     try:
-        ids = list(dict.fromkeys(int(part) for part in raw.split(",") if part.strip()))
-    except ValueError:
-        raise Http404(f"job ids, comma-separated, not {raw!r}") from None
-    if not 1 <= len(ids) <= MAX_JOBS:
-        raise Http404(f"pick 1 to {MAX_JOBS} jobs on the jobs list")
-    found = {j.pk: j for j in owned(request, Job).filter(pk__in=ids)
+        ids = params.id_list("ids", request.GET.get("ids", ""), MAX_JOBS)
+    except params.BadParameter as exc:
+        raise Http404(f"pick 1 to {MAX_JOBS} jobs on the jobs list ({exc})") from None
+    found = {j.pk: j for j in owned(request, Job).filter(pk__in=params.storable(ids))
              .select_related("model_definition", "dataset")}  # fmt: skip
     missing = [pk for pk in ids if pk not in found]
     if missing:

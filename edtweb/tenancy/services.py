@@ -38,25 +38,39 @@ def teams_of(user: Any) -> Any:
     return Team.objects.filter(memberships__user=user).order_by("name")
 
 
+def usable_teams(user: Any) -> Any:
+    """The teams ``user`` may submit into: their own (staff: every team)."""
+    return Team.objects.all() if user.is_staff else teams_of(user)
+
+
+def sig_team(user: Any, sig: Any) -> str | Unset:
+    """A WMLA instance group's name as a submission's team: the team of that name when
+    ``user`` may use it, else left out (their default team): a team of others' is as a
+    name no team has."""
+    if isinstance(sig, str) and sig and usable_teams(user).filter(name=sig).exists():
+        return sig
+    return UNSET
+
+
 def placement(user: Any, team: str | Unset | None = UNSET,
               group: str | None = None) -> tuple[Team | None, str]:  # fmt: skip
     """The team and the resource group a submission of ``user`` goes into: ``team`` named
     (``""`` or None: no team; left out: the user's default team) and ``group`` named (left
     out: the team's group, else ``default``). Refused, with a sentence naming the field,
-    for a team that does not exist, a team the user is not a member of (staff may submit
-    into any), a group that does not exist, or one the team may not use (a job without a
-    team runs in ``default``; staff may name any group)."""
+    for a team the user may not use (one they are not a member of, or none of that name,
+    in the same words: a refusal never tells whether another's team exists; staff may
+    submit into any), a group that does not exist, or one the team may not use (a job
+    without a team runs in ``default``; staff may name any group)."""
     chosen: Team | None
     if isinstance(team, Unset):
         chosen = default_team(user)
     elif not team:
         chosen = None
     else:
-        chosen = Team.objects.select_related("resource_group").filter(name=team).first()
+        chosen = usable_teams(user).select_related("resource_group").filter(name=team).first()
         if chosen is None:
-            raise ValidationError({"team": f"no team {team!r}: {_names(teams_of(user), 'yours')}"})
-        if not user.is_staff and not chosen.memberships.filter(user=user).exists():
-            raise ValidationError({"team": f"you are not a member of team {team}"})
+            yours = Team.objects.order_by("name") if user.is_staff else teams_of(user)
+            raise ValidationError({"team": f"no team {team!r} of yours: {_names(yours, 'yours')}"})
     if not group:
         return chosen, str(chosen.resource_group_id) if chosen else DEFAULT
     if group != DEFAULT and not ResourceGroup.objects.filter(name=group).exists():

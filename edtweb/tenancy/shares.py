@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from edtweb import params
 from edtweb.ownership import Viewer, team_ids
 from edtweb.tenancy.models import Team
 from edtweb.training.models import Job
@@ -23,6 +24,8 @@ from edtweb.training.models import Job
 NO_TEAM = ""
 NO_TEAM_NAME = "no team"
 CURSOR = re.compile(r"^\d+-\d+$")  # a stream entry's id
+LAST_ID_PART = 2**63 - 1  # each part of a stream entry's id is below 2^64 (Redis' own)
+LATEST = 1e11  # seconds: a unix time past this (the year 5138) is a mistake
 MOST = 5000  # entries in one answer: over an hour at the scheduler's once a second
 SKEW = 300.0  # seconds the scheduler's clock may be off Redis' (the ``since`` of an answer)
 
@@ -74,6 +77,27 @@ def entry(data: dict[str, Any], scope: Scope) -> dict[str, Any]:
             },
         }
     return {"t": _number(data.get("t")), "groups": groups}
+
+
+def since(text: str) -> tuple[str | None, float | None]:
+    """A request's ``since``: (the cursor of an earlier answer, None) or (None, a unix time
+    in seconds), (None, None) when empty; :class:`BadParameter` for anything else."""
+    text = text.strip()
+    if not text:
+        return None, None
+    why = ("a unix time in seconds, or the cursor of an earlier answer (1767000000000-0), "
+           f"not {params.shown(text)}")  # fmt: skip
+    if CURSOR.match(text):
+        if any(int(part) > LAST_ID_PART for part in text.split("-")):
+            raise params.BadParameter("since", why)
+        return text, None
+    try:
+        moment = params.finite("since", text)
+    except params.BadParameter:
+        raise params.BadParameter("since", why) from None
+    if not 0 <= moment <= LATEST:
+        raise params.BadParameter("since", why)
+    return None, moment
 
 
 def history(user: Any, after: str | None = None, since: float | None = None) -> dict[str, Any]:

@@ -151,7 +151,10 @@ def moment(text: str, now: datetime, zone: tzinfo | None = None) -> datetime:
     relative = RELATIVE.match(text)
     if relative:
         count, unit = int(relative.group(1)), UNITS[relative.group(2)]
-        return now - timedelta(**{unit: count})
+        try:
+            return now - timedelta(**{unit: count})
+        except OverflowError:  # past year 1, or more days than a timedelta holds
+            raise ValueError(f"{text!r}: a span back from now reaches before year 1") from None
     try:
         if len(text) == 10:
             return datetime.combine(date.fromisoformat(text), time.min, tzinfo=zone)

@@ -1,6 +1,7 @@
 """The one module that pushes to the pages: a job's updates to its pages (group
-``job.<id>``), allocations and the slots to the Cluster page (group ``cluster``). Group
-names are constants or come from job ids, never from user text. Sequence numbers let a
+``job.<id>``), allocations and the slots to the Cluster page (group ``cluster``), and to a
+user's every socket (group ``user.<id>``) that what they may see has changed. Group names
+are constants or come from ids, never from user text. Sequence numbers let a
 page notice a gap and reload its history: a channel layer drops messages past its capacity
 without a word.
 
@@ -159,6 +160,18 @@ def publish_event(job_id: int, event: Any) -> None:
 def publish_state(job_id: int, state: str) -> None:
     _send(group_of(job_id), {"type": "job.state", "state": state})
     _send(CLUSTER, {"type": "cluster.allocation", "job": job_id, "state": state, "at": time.time()})
+
+
+def user_group(user_id: int) -> str:
+    """The Channels group of every socket a user has open."""
+    return f"user.{user_id}"
+
+
+def publish_access_changed(user_ids: set[int]) -> None:
+    """Tell each user's open sockets to check again what the user may see (a team left,
+    an account deactivated, a session ended): each closes where it may no longer."""
+    for user_id in sorted(user_ids):
+        _send(user_group(user_id), {"type": "access.changed"})
 
 
 def publish_slots(slots: list[dict[str, Any]]) -> None:

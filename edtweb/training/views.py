@@ -24,7 +24,7 @@ from django.urls import reverse
 from django.utils import dateformat, timezone
 from django.views.decorators.http import require_GET, require_POST
 
-from edtweb import usercaps
+from edtweb import params, usercaps
 from edtweb.datasets.models import Dataset
 from edtweb.ownership import OWN, STEER, Viewer, get_owned, login_required_json, owned
 from edtweb.registry.models import ModelDefinition
@@ -157,7 +157,11 @@ def clone_url(job: Job) -> str:
 @require_GET
 def job_metrics(request: HttpRequest, pk: int) -> JsonResponse:
     job = get_owned(request, Job, pk)
-    return JsonResponse(history.metrics(job, int(request.GET.get("points", 2000))))
+    try:
+        points = params.whole(request.GET, "points", 2000, 1, 100_000)
+    except params.BadParameter as exc:
+        return exc.response()
+    return JsonResponse(history.metrics(job, points))
 
 
 @login_required_json
@@ -218,8 +222,11 @@ def job_resume(request: HttpRequest, pk: int) -> HttpResponse:
 @require_GET
 def job_log(request: HttpRequest, pk: int) -> JsonResponse:
     job = get_owned(request, Job, pk)
-    slot, offset = request.GET.get("slot", ""), int(request.GET.get("offset", 0))
-    return JsonResponse(history.log_tail(job, slot, offset))
+    try:
+        offset = params.whole(request.GET, "offset", 0)
+    except params.BadParameter as exc:
+        return exc.response()
+    return JsonResponse(history.log_tail(job, request.GET.get("slot", ""), offset))
 
 
 @login_required_json
@@ -238,10 +245,12 @@ def job_priority(request: HttpRequest, pk: int) -> JsonResponse:
 @require_GET
 def job_priority_preview(request: HttpRequest, pk: int) -> JsonResponse:
     job = get_owned(request, Job, pk)
+    bound = BOUNDS["priority"]
     try:
-        priority = int(request.GET.get("priority", ""))
-    except ValueError:
-        return JsonResponse({"error": "priority must be a whole number"}, status=400)
+        priority = params.whole(request.GET, "priority", None, int(bound.low),
+                                int(bound.high or bound.low))  # fmt: skip
+    except params.BadParameter as exc:
+        return exc.response()
     return JsonResponse(history.preview(job, priority, request.user))
 
 

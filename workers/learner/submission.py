@@ -48,7 +48,7 @@ BOUNDS: dict[str, Bound] = {
     "priority": Bound(1, 10_000),
     "checkpoint_every": Bound(1, 1000),  # epochs
     "lr": Bound(1e-8, 10.0),
-    "max_micro_batch": Bound(0),  # 0: no cap
+    "max_micro_batch": Bound(0, 65_536),  # 0: no cap; at most the largest global batch
     # Goodput mode's global batch range (docs/architecture.md, "Goodput mode"): both 0, the
     # fixed effective batch; else the scheduler picks each generation's batch within it
     "batch_min": Bound(0, 65_536),
