@@ -40,11 +40,10 @@ from workers.learner.spec import JobSpec  # noqa: E402
 BATCH = 256
 PHASES = [
     ("_batches_for", "batches: take, build the next ahead, to the device"),
-    ("_accumulate", "forward, backward, all-reduce, read the agreement"),
+    ("_accumulate", "forward, backward (alone: no all-reduce), the agreement unread"),
     ("_apply", "optimizer step"),
     ("_train_record", "train record"),
-    ("_keep_unwritten", "keep unwritten records"),
-    ("_driver_log", "driver log"),
+    ("_resolve", "the step before's agreement read (waits for the device), its record"),
 ]
 
 
@@ -110,7 +109,6 @@ def report(url: str, data: Path, tmp: Path, n: int) -> None:
     spent: dict[str, float] = defaultdict(float)
     for name, label in PHASES:
         timed(learner, name, label, spent)
-    timed(learner.buckets, "finish", "  of which: wait for the buckets", spent)
     with_timers = ms_per_step(step, n)
     print(f"{torch.cuda.get_device_name(0)}, torch {torch.__version__}")
     print(f"engine step {engine_ms:.3f} ms ({n} steps); {with_timers:.3f} ms with the timers")
