@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 from rest_framework.authtoken.models import Token
 
@@ -191,9 +192,14 @@ def test_a_killed_slot_worker_is_restarted_and_the_job_completes(
     jobs = services.job_store(job.pk)
     generation = jobs.generation()
     victim = next(s for s in store.list_slots() if s.slot_id == jobs.members(generation)[-1])
-    assert any(is_learner(p) for p in descendants(victim.pid)), "no learner on that slot"
+    tree = descendants(victim.pid)  # its learner fork server and the learner forked there
+    assert any(is_learner(p) for p in tree), "no learner on that slot"
 
     os.kill(victim.pid, signal.SIGKILL)  # the Celery worker hosting a learner
+    # nothing of the dead slot's is left running, within a heartbeat's lapse (EDT_HEARTBEAT_TTL)
+    survivors = lambda: [p for p in tree if p.is_running()  # noqa: E731
+                         and p.status() != psutil.STATUS_ZOMBIE]  # fmt: skip
+    wait_for(lambda: not survivors(), 6, "the dead slot's fork server and learner to end")
     restarted = lambda: any(s.slot_id == victim.slot_id and s.pid != victim.pid  # noqa: E731
                             for s in cluster.warm_slots())  # fmt: skip
     wait_for(restarted, 90, "the slot's worker restarted")
