@@ -153,15 +153,33 @@ def redis_calls(store: Store, command: str) -> int:
     return int(stats.get(f"cmdstat_{command}", {}).get("calls", 0))
 
 
+class Rounds(MetricsConsumer):
+    """The consumer, noting when each of its rounds begins."""
+
+    def __init__(self, store: Store) -> None:
+        super().__init__(store)
+        self.began: list[float] = []
+
+    def round(self, block: float = 1.0) -> int:
+        self.began.append(time.monotonic())
+        return super().round(block)
+
+
 def test_an_idle_consumer_waits_rather_than_spins(store: Store) -> None:
-    consumer = MetricsConsumer(store)
+    """With no job to watch, a round takes the lease and waits out its block (1 s): two
+    rounds after the first take 2 s or more, however busy the machine (a loop that spun
+    would be done in milliseconds)."""
+    consumer = Rounds(store)
     thread = threading.Thread(target=consumer.run, daemon=True)
-    before = redis_calls(store, "set")
     thread.start()
-    time.sleep(2)  # the window watched: no job at all
-    consumer.stopping.set()
-    thread.join(timeout=10)
-    assert redis_calls(store, "set") - before <= 6, "the lease taken in a hot loop"
+    try:
+        began = lambda: len(consumer.began)  # noqa: E731
+        wait_for(lambda: began() >= 3, 30, lambda: f"3 rounds, {began()} began")
+    finally:
+        consumer.stopping.set()
+        thread.join(timeout=10)
+    took = consumer.began[2] - consumer.began[0]
+    assert took >= 1.9, f"two idle rounds in {took:.2f} s: the lease taken in a hot loop"
 
 
 def test_the_runner_stores_no_metric_and_completes_once_the_consumer_stored_them(
