@@ -478,8 +478,8 @@ def test_slots_and_batches_stay_within_every_bound(snapshot: Snapshot) -> None:
         if j.batch_range is None or not n:
             assert j.id not in decision.batches
             continue
-        useful = policy.profile(j, snapshot.capacity, PER_HOST).useful
-        assert n <= max(j.min_workers, useful)  # never beyond where goodput stops rising
+        # Never beyond where goodput stops rising.
+        assert n <= max(j.min_workers, useful(j, snapshot.capacity))
         low, high = j.batch_range
         assert max(low, n) <= decision.batches[j.id] <= high
 
