@@ -7,7 +7,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from playwright.sync_api import Page, sync_playwright
+from playwright.sync_api import Page, expect, sync_playwright
+
+from tests.harness.waiting import load_factor
 
 CHROMIUM = Path("/usr/bin/chromium")
 ARGS = [
@@ -28,7 +30,11 @@ def browser_page() -> Iterator[Page]:
         browser = pw.chromium.launch(executable_path=str(CHROMIUM), args=ARGS, headless=True)
         try:
             page = browser.new_page()
-            page.set_default_timeout(15_000)
+            # Every wait of the page is on a condition; this bounds a hang, scaled by the
+            # machine's load as every wait of the suite is (tests/harness/waiting.py).
+            bound = 30_000 * load_factor()
+            page.set_default_timeout(bound)
+            expect.set_options(timeout=bound)
             errors: list[str] = []
             page.on("pageerror", lambda exc: errors.append(str(exc)))
             yield page
@@ -44,7 +50,7 @@ def log_in(page: Page, base: str, data_dir: Path, user: str = "admin") -> None:
     page.fill("#id_username", user)
     page.fill("#id_password", password)
     page.click("form[action='/accounts/login/'] button[type=submit]")
-    page.wait_for_url(base + "/", timeout=60_000)
+    page.wait_for_url(base + "/", timeout=60_000 * load_factor())
 
 
 DEMO_DATASET = "CIFAR-10 demo (synthetic)"
@@ -61,7 +67,7 @@ def start_job(page: Page, base: str, name: str, epochs: int, **fields: int) -> s
     for field, value in fields.items():
         page.fill(f"#id_{field}", str(value))
     page.click("#train-form button[type=submit]")
-    page.wait_for_url(re.compile(r".*/jobs/\d+/$"), timeout=60_000)
+    page.wait_for_url(re.compile(r".*/jobs/\d+/$"), timeout=60_000 * load_factor())
     return page.url
 
 

@@ -15,7 +15,14 @@ import pytest
 
 from tests.harness.cluster import cluster, control_worker, watch
 from tests.harness.processes import interrupt_on_sigterm, processes
-from tests.harness.redis import durable_redis, private_redis, redis_server, store, store_redis
+from tests.harness.redis import (
+    durable_redis,
+    private_redis,
+    redis_server,
+    register_slot,
+    store,
+    store_redis,
+)
 from tests.harness.stack import live
 from tests.harness.waiting import scale_test_timeout
 
@@ -27,6 +34,7 @@ __all__ = [
     "private_redis",
     "processes",
     "redis_server",
+    "register_slot",
     "store",
     "store_redis",
     "watch",

@@ -110,10 +110,15 @@ def test_upload_train_watch_reprioritise_and_download(
             "document.getElementById('chart-loss').data?.[0]?.x?.length > 3",
             timeout=120_000 * load_factor(),
         )
-        before = chart_points(page, "chart-loss"), chart_points(page, "chart-workers")
-        time.sleep(2)
-        after = chart_points(page, "chart-loss"), chart_points(page, "chart-workers")
-        assert after[0] > before[0] and after[1] > before[1]
+        before = [chart_points(page, "chart-loss"), chart_points(page, "chart-workers")]
+        page.evaluate("window.notReloaded = true")  # a reload would lose it: no wait ends
+        page.wait_for_function(  # more points on both, from the same page
+            "([loss, workers]) => window.notReloaded"
+            " && document.getElementById('chart-loss').data[0].x.length > loss"
+            " && document.getElementById('chart-workers').data[0].x.length > workers",
+            arg=before,
+            timeout=30_000 * load_factor(),
+        )
         titles = page.eval_on_selector_all(
             ".chart .g-xtitle, .chart .g-ytitle, .chart .g-y2title",
             "t => t.map(e => e.textContent)",

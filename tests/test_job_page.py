@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 import io
 import re
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -39,10 +40,10 @@ def test_durations(seconds: int, text: str) -> None:
 
 
 def test_a_waiting_job_names_slots_free_place_and_the_job_ahead(
-    redis_server: RedisServer, store: Store, alice: Any, bob: Any
+    store: Store, register_slot: Callable[..., str], alice: Any, bob: Any
 ) -> None:
     for index in range(4):
-        slot = store.register_slot("host", index, "cpu", pid=1)
+        slot = register_slot("host", index)
         store.heartbeat(slot, {"kind": "cpu"}, ttl=30)
     running = job(alice, "big", Job.State.RUNNING, priority=8000)
     held = Allocation(("host.0", "host.1"), ())

@@ -1,14 +1,14 @@
 """The live loop and the per-job controller without Django: an in-memory job book, a real
 Redis of the test's own, and learners played by the test through the protocol's own calls
 (READY, lease, adopt, exit, failure report), as the elastic protocol has them
-(docs/architecture.md, "Elastic training protocol"). Each row starts from nothing; the
-table runs forward and reversed."""
+(docs/architecture.md, "Elastic training protocol"). Each row is a test of its own that
+starts from nothing, run once with the book's rows in order and once reversed."""
 
 from __future__ import annotations
 
 import contextlib
 import json
-import time
+import secrets
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
@@ -34,6 +34,7 @@ from scheduler.policies import Team, goodput
 from scheduler.policies.goodput import BATCH_CHANGE_GAIN, rounded_gns
 from scheduler.policies.throughput import ThroughputModel, best_batch
 from scheduler.policies.throughput import goodput as goodput_of
+from tests.harness.waiting import wait_for
 
 EPOCH = datetime(2026, 1, 1, tzinfo=UTC)
 MESSAGES = Celery("edt-table")  # builds learner task messages; nothing is sent through it
@@ -154,13 +155,15 @@ class World:
             self.learners_play(**play)
         self.step()
 
-    def settle_until(self, done: Callable[[], bool], seconds: float = 20, **play: Any) -> None:
+    def settle_until(self, done: Callable[[], bool], what: str, **play: Any) -> None:
         """Steps and plays until ``done`` (a retry's delay runs on the real clock)."""
-        deadline = time.monotonic() + seconds
-        while not done() and time.monotonic() < deadline:
+
+        def played() -> bool:
             self.step()
             self.learners_play(**play)
-            time.sleep(0.05)
+            return done()
+
+        wait_for(played, 30, what, step=0.05)
 
     def members(self) -> dict[int, int]:
         return {pk: len(r.members()) for pk, r in self.live.runners.items()}
@@ -193,8 +196,7 @@ def a_dead_joiners_slot_is_sent_a_learner_again(w: World) -> None:
     crash = {"exits": lambda pk, slot: Exit.CRASHED if slot in died and not died.clear() else None}
     w.settle(**crash)
     assert runner.state.start_failures == 1 and runner.state.retry_at > 0  # it waits 1 s
-    w.settle_until(lambda: w.members() == {1: 2}, **crash)
-    assert w.members() == {1: 2}
+    w.settle_until(lambda: w.members() == {1: 2}, "two members again", **crash)
     assert runner.state.learners.tokens[first] != token  # a new learner, not the dead one
 
 
@@ -224,10 +226,13 @@ def a_lost_slots_learner_is_replaced_elsewhere(w: World) -> None:
     survivor, lost = runner.state.members
     w.slots = [s for s in w.slots if s.slot_id != lost]
     jobs.report_failure(survivor, jobs.generation(), 7, "a peer of the collective is gone")
-    deadline = time.monotonic() + 30
-    while lost in runner.state.members and time.monotonic() < deadline:
+
+    def survivor_alone() -> bool:
         jobs.renew_lease(survivor, runner.state.learners.tokens[survivor])
         w.step()
+        return lost not in runner.state.members
+
+    wait_for(survivor_alone, 30, f"{lost}'s lease to lapse", step=0.05)
     assert runner.state.members == (survivor,)
     assert jobs.members(jobs.generation()) == [survivor]
     w.settle()
@@ -392,23 +397,24 @@ ROWS = [
 ]
 
 
+@pytest.fixture(scope="module")
+def table_redis(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
+    """One redis-server for the table's rows: each row empties it first."""
+    folder, password = tmp_path_factory.mktemp("table-redis"), "test-" + secrets.token_hex(8)
+    server = RedisServer(folder, appendonly=False, password=password, dies_with_parent=True)
+    yield server.start()
+    server.stop()
+
+
 @pytest.fixture
-def world(private_redis: RedisServer) -> Iterator[Callable[[int], World]]:
-    made: list[World] = []
-
-    def make(slots: int) -> World:
-        made.append(World(private_redis, slots))
-        return made[-1]
-
-    yield make
-    for w in made:
-        w.client.close()
+def world(table_redis: RedisServer) -> Iterator[World]:
+    w = World(table_redis, 8)
+    yield w
+    w.client.close()
 
 
 @pytest.mark.parametrize("order", ["forward", "reversed"])
-def test_the_live_loop_table(world: Callable[[int], World], order: str) -> None:
-    rows = ROWS if order == "forward" else ROWS[::-1]
-    for row in rows:
-        w = world(8)
-        w.book.reverse = order == "reversed"
-        row(w)
+@pytest.mark.parametrize("row", ROWS, ids=[row.__name__ for row in ROWS])
+def test_the_live_loop_table(world: World, row: Callable[[World], None], order: str) -> None:
+    world.book.reverse = order == "reversed"
+    row(world)

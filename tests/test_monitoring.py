@@ -76,7 +76,8 @@ def test_metrics_show_a_training_job_with_real_values(live: LiveEdt) -> None:
         assert seen[("edt_learner_starts_total", ())] >= workers
         assert seen[("edt_scheduler_step_seconds_count", ())] >= 1
         assert ("edt_metrics_lag_records", (("job", str(job)),)) in seen
-        assert seen[("edt_redis_retries_total", ())] >= 0
+        # Served, as the scheduler wrote it (its value moves only while Redis is away).
+        assert ("edt_redis_retries_total", ()) in seen
     finally:
         assert live.edt("mallory", "stop", str(job)).returncode == 0
 

@@ -1,11 +1,11 @@
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 from django.test import Client
 
-from edtweb.redis_server import RedisServer
 from scheduler.store import Store
 
 pytestmark = pytest.mark.django_db
@@ -24,9 +24,9 @@ def test_a_wrong_password_says_so(client: Client, alice: Any) -> None:
 
 
 def test_cluster_page_lists_registered_slots(
-    client: Client, alice: Any, redis_server: RedisServer, store: Store
+    client: Client, alice: Any, store: Store, register_slot: Callable[..., str]
 ) -> None:
-    slot = store.register_slot("pg-host", 0, "cpu", pid=1)
+    slot = register_slot("pg-host", 0)
     store.heartbeat(slot, {"kind": "cpu", "cpu_percent": 1.0}, ttl=30)
     client.force_login(alice)
     response = client.get("/")

@@ -11,7 +11,7 @@ import html
 import json
 import re
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -39,10 +39,10 @@ ETA = (TOTAL - LAST_STEP) * PACE  # 495.5 s: "8 min"
 
 
 @pytest.fixture
-def cluster(store: Store) -> Iterator[Store]:
+def cluster(store: Store, register_slot: Callable[..., str]) -> Iterator[Store]:
     """Three live slots; the allocation record is the test's to write, and is cleared."""
     for index in range(len(SLOTS)):
-        slot = store.register_slot("status-h", index, "cpu", pid=1)
+        slot = register_slot("status-h", index)
         store.heartbeat(slot, {"kind": "cpu", "cpu_percent": 50.0 + index}, ttl=30)
     yield store
     store.save_allocations(AllocationRecord(), ttl=0.1)

@@ -3,6 +3,7 @@ from __future__ import annotations
 import json
 import signal
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -25,8 +26,10 @@ from scheduler.store import (
 from tests.harness.waiting import bound, wait_for
 
 
-def test_a_slot_is_alive_while_its_heartbeat_lasts_then_lost(store: Store) -> None:
-    slot = store.register_slot("st-a", 0, "cpu", pid=123)
+def test_a_slot_is_alive_while_its_heartbeat_lasts_then_lost(
+    store: Store, register_slot: Callable[..., str]
+) -> None:
+    slot = register_slot("st-a", 0, pid=123)
     store.heartbeat(slot, {"kind": "cpu", "cpu_percent": 12.5}, ttl=1)
     [info] = [s for s in store.list_slots() if s.host == "st-a"]
     assert (info.slot_id, info.state, info.queue, info.pid) == ("st-a.0", ALIVE, "slot.st-a.0", 123)
@@ -38,16 +41,20 @@ def _state(store: Store, slot_id: str) -> str:
     return next(s.state for s in store.list_slots() if s.slot_id == slot_id)
 
 
-def test_a_clean_shutdown_is_offline_not_lost(store: Store) -> None:
-    slot = store.register_slot("st-b", 0, "cpu", pid=1)
+def test_a_clean_shutdown_is_offline_not_lost(
+    store: Store, register_slot: Callable[..., str]
+) -> None:
+    slot = register_slot("st-b", 0)
     store.heartbeat(slot, {}, ttl=30)
     store.mark_offline(slot)
     assert _state(store, slot) == OFFLINE
 
 
-def test_slots_are_ordered_by_host_then_numeric_index(store: Store) -> None:
+def test_slots_are_ordered_by_host_then_numeric_index(
+    store: Store, register_slot: Callable[..., str]
+) -> None:
     for index in (10, 2, 1):
-        store.register_slot("st-c", index, "cpu", pid=1)
+        register_slot("st-c", index)
     ids = [s.slot_id for s in store.list_slots() if s.host == "st-c"]
     assert ids == ["st-c.1", "st-c.2", "st-c.10"]
 
@@ -68,8 +75,10 @@ def test_slot_changes_reads_like_a_log() -> None:
     assert lines == ["slot h.1: alive -> lost", "slot h.2 (cpu) registered: alive"]
 
 
-def test_scheduler_tick_publishes_the_registry(store: Store) -> None:
-    slot = store.register_slot("st-e", 0, "cpu", pid=1)
+def test_scheduler_tick_publishes_the_registry(
+    store: Store, register_slot: Callable[..., str]
+) -> None:
+    slot = register_slot("st-e", 0)
     store.heartbeat(slot, {"kind": "cpu"}, ttl=5)
     published: list[list[dict[str, object]]] = []
     service = SchedulerService(store, published.append, interval=0.05)
@@ -84,13 +93,13 @@ def test_scheduler_tick_publishes_the_registry(store: Store) -> None:
 
 @pytest.mark.django_db  # the slots' groups come from the groups' rules (edtweb/tenancy)
 def test_a_page_opened_between_publishes_sees_which_job_holds_each_slot(
-    store: Store,
+    store: Store, register_slot: Callable[..., str]
 ) -> None:
     """The Cluster page's first render reads the allocation record the scheduler last
     wrote (they used to arrive only with the next publish, so every slot looked idle)."""
     from edtweb.dashboard.slots import current_slots
 
-    slot = store.register_slot("st-f", 0, "cpu", pid=1)
+    slot = register_slot("st-f", 0)
     store.heartbeat(slot, {"kind": "cpu"}, ttl=5)
     published: list[list[dict[str, object]]] = []
     record = AllocationRecord({42: Allocation((slot,), ())}, capacity=1, policy="priority")

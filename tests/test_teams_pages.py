@@ -220,10 +220,13 @@ def test_a_preview_of_a_team_with_no_jobs_and_of_an_impossible_change(
     o = job(people["olga"], "o", teams["nlp"], state=Job.State.QUEUED, max_workers=2)
     answer = root.post(PREVIEW, {"teams": {"vision": {"weight": 5, "limit": 3}}},
                        format="json").json()  # fmt: skip
-    rows = {r["team"]: r for g in answer["groups"] if g["group"] == "default" for r in g["teams"]}
+    group = next(g for g in answer["groups"] if g["group"] == "default")
+    rows = {r["team"]: r for r in group["teams"]}
     assert rows["vision"]["after"] == 0 and rows["vision"]["changed"]
+    # Olga's queued job holds nothing yet; it asks its 2 and the policy gives them, before
+    # and after.
+    assert group["jobs"] == 1 and rows["nlp"]["demand"] == o.max_workers == 2
     assert (rows["nlp"]["now"], rows["nlp"]["before"], rows["nlp"]["after"]) == (0, 2, 2)
-    assert o.pk  # queued: it holds nothing yet, the policy gives it what it asks
     mistakes = [
         ({"vision": {"guarantee": 5, "limit": 3}},
          "teams.vision: a guarantee of 5 is over the limit 3"),

@@ -12,7 +12,6 @@ import signal
 import subprocess
 import sys
 import tarfile
-import time
 import zipfile
 from pathlib import Path
 from typing import Any
@@ -138,13 +137,14 @@ def test_a_notebook_submits_polls_reads_the_log_and_gets_the_model(
     reply = submit(wmla, ARGS.format(epochs=2))
     assert reply.ok, reply.text
     exec_id = reply.json()["id"]
-    state = ""
-    for _ in range(240):
-        exec_ = requests.get(f"{url}/execs/{exec_id}", auth=auth, headers=HEADERS).json()
-        state = exec_["state"]
-        if state in ENDED:
-            break
-        time.sleep(0.5)
+    seen: dict[str, Any] = {}
+
+    def ended() -> bool:
+        seen.update(requests.get(f"{url}/execs/{exec_id}", auth=auth, headers=HEADERS).json())
+        return seen["state"] in ENDED
+
+    wait_for(ended, 120, lambda: f"exec {exec_id} to end; it is {seen.get('state')}", step=0.5)
+    exec_, state = seen, seen["state"]
     if state != "FINISHED":
         log = requests.get(f"{url}/execs/{exec_id}/log", auth=auth, headers=HEADERS).json()
         pytest.fail(f"exec {state}: {exec_['error']!r}; its log ends:\n{log[-3000:]}")

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 import secrets
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -87,3 +87,19 @@ def store(store_redis: RedisServer, settings: Any) -> Iterator[Store]:
     client = connect(store_redis.url)
     yield Store(client)
     client.close()
+
+
+@pytest.fixture
+def register_slot(store: Store) -> Iterator[Callable[..., str]]:
+    """Register a slot on the test's store as its worker does (``register_slot``'s
+    arguments; the device ``cpu`` and pid 1 unless given); each is forgotten when the test
+    ends, so that the run's shared Redis keeps no slot of a test's."""
+    made: list[str] = []
+
+    def register(host: str, index: int, device: str = "cpu", pid: int = 1, **kw: Any) -> str:
+        made.append(store.register_slot(host, index, device, pid, **kw))
+        return made[-1]
+
+    yield register
+    for slot in made:
+        store.forget_slot(slot)
