@@ -539,6 +539,7 @@ class Learner:
         else:
             self.watch.active.clear()
         self._was_rank0 = self.rank == 0
+        self.buckets.hooked(not self._alone())  # alone, backward runs no hook of ours
         log.info("%s: generation %d, rank %d of %d (%.2f s after READY)", self.slot, gen,
                  self.rank, self.size, time.perf_counter() - self.ready_at)  # fmt: skip
 
@@ -914,7 +915,7 @@ class Learner:
         if not self.model.training:  # after an evaluation (every module: 0.05 ms a step)
             self.model.train()
         self.held.clear()  # just before the step's forward and backward need as much (rehearse)
-        if self.size == 1 and self.noise is None and self.defn.train_step is None:
+        if self._alone():
             return self._accumulate_alone(batches), self._agreement_host()
         self.buckets.begin()
         B = self.batch
@@ -951,21 +952,26 @@ class Learner:
         self.buckets.finish()
         return self.buckets.tail.clone(), None  # the next step's arm writes the tail again
 
+    def _alone(self) -> bool:
+        """A native model's fixed-batch step with no peer: no bucket and no collective."""
+        return self.size == 1 and self.noise is None and self.defn.train_step is None
+
     def _accumulate_alone(self, batches: list[tuple[Any, Any]]) -> torch.Tensor:
         """One learner: forward and backward as a plain loop does them, gradients where
         autograd puts them (no bucket, no copy, no collective); right answers and loss
         summed on the device."""
         self.optimizer.zero_grad(set_to_none=True)
         B = self.batch
-        loss_part: Any = 0.0
-        correct: Any = 0.0
+        loss_part: Any = None
+        correct: Any = None
         for x, y in batches:
             n = len(y)
             with self._autocast():
                 out = self.model(x)
                 loss = self.defn.loss_fn(out, y)
-            loss_part = loss_part + _share(loss.detach(), n, B)
-            correct = correct + _right_answers(out.detach(), y)
+            share, right = _share(loss.detach(), n, B), _right_answers(out.detach(), y)
+            loss_part = share if loss_part is None else loss_part + share
+            correct = right if correct is None else correct + right
             scaled = loss if n == B else loss * (n / B)
             if self.scaler is not None:
                 scaled = self.scaler.scale(scaled)
@@ -1028,8 +1034,10 @@ class Learner:
 
     def _gather(self, dataset: Dataset[Any], indices: list[int] | torch.Tensor) -> tuple[Any, Any]:
         if isinstance(dataset, TensorDataset):
-            idx = torch.as_tensor(indices, dtype=torch.long, device=dataset.tensors[0].device)
-            return dataset.tensors[0][idx], dataset.tensors[1][idx]
+            x, y = dataset.tensors[0], dataset.tensors[1]
+            idx = indices if isinstance(indices, torch.Tensor) else torch.tensor(
+                indices, dtype=torch.long, device=x.device)  # fmt: skip
+            return x[idx], y[idx]
         if isinstance(indices, torch.Tensor):
             indices = indices.tolist()  # a user's dataset is indexed with Python ints
         return torch.utils.data.default_collate([dataset[i] for i in indices])  # type: ignore[no-any-return]

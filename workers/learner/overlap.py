@@ -104,19 +104,30 @@ class GradBuckets:
         # With every gradient in one bucket there is nothing to overlap: that bucket can
         # only go once backward is over, so ``finish`` copies the gradients in and
         # launches it, without a Python hook per parameter during backward.
-        overlap = sum(1 for idx in groups if idx) > 1
-        self._hooks = [
-            p.register_post_accumulate_grad_hook(self._hook(i))  # type: ignore[no-untyped-call]
-            for i, p in enumerate(params)
-        ] if overlap else []  # fmt: skip
+        self._overlap = sum(1 for idx in groups if idx) > 1
+        self._hooks: list[Any] = []
+        self.hooked(True)
 
     @property
     def count(self) -> int:
         return len(self.buffers)
 
+    def hooked(self, on: bool) -> None:
+        """Hooks on the parameters while the buckets are in use (several buckets: each is
+        launched as its gradients are in); off, backward runs no Python per parameter (a
+        learner alone, which uses no bucket)."""
+        if on and not self._hooks and self._overlap:
+            self._hooks = [
+                p.register_post_accumulate_grad_hook(self._hook(i))  # type: ignore[no-untyped-call]
+                for i, p in enumerate(self.params)
+            ]  # fmt: skip
+        elif not on:
+            self.remove()
+
     def remove(self) -> None:
         for handle in self._hooks:
             handle.remove()
+        self._hooks = []
 
     def begin(self) -> None:
         """Start a step with no ``.grad``: backward's first gradient becomes ``.grad`` as
