@@ -65,7 +65,9 @@ TWO = be.Setup("host-bound (bench/deep_mlp.py, 42 Linear layers of width 64)", D
 
 
 def engine_learner(url: str, model: Path, batch: int, data: Path, tmp: Path) -> Learner:
-    job = f"overhead-{uuid.uuid4().hex[:8]}"
+    """A learner in this process, prepared and formed as the one member of a generation
+    (the driver's way), its watch and record writer running; ``train_step`` steps it."""
+    job = f"engine-{uuid.uuid4().hex[:8]}"
     jobs = JobStore(connect(url), job)
     spec = JobSpec(job_id=job, model=str(model), data=str(data), workdir=str(tmp / job),
                    batch_size=batch, epochs=1000, checkpoint_every=100000)  # fmt: skip

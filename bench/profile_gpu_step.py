@@ -17,7 +17,6 @@ import os
 import sys
 import tempfile
 import time
-import uuid
 from collections import defaultdict
 from collections.abc import Callable
 from pathlib import Path
@@ -30,12 +29,9 @@ import torch  # noqa: E402
 from torch.profiler import ProfilerActivity, profile  # noqa: E402
 
 from bench.bench_engine import WIDE  # noqa: E402
+from bench.bench_step_overhead import engine_learner  # noqa: E402
 from edtweb.redis_server import RedisServer  # noqa: E402
-from protocol.connection import connect  # noqa: E402
-from protocol.jobstore import JobStore  # noqa: E402
 from workers.learner.datasets import write_cifar10  # noqa: E402
-from workers.learner.engine import Learner  # noqa: E402
-from workers.learner.spec import JobSpec  # noqa: E402
 
 BATCH = 256
 PHASES = [
@@ -91,18 +87,7 @@ def main() -> None:
 
 
 def report(url: str, data: Path, tmp: Path, n: int) -> None:
-    job = f"profile-{uuid.uuid4().hex[:8]}"
-    jobs = JobStore(connect(url), job)
-    spec = JobSpec(job_id=job, model=str(WIDE), data=str(data), workdir=str(tmp / job),
-                   batch_size=BATCH, epochs=1000, checkpoint_every=100000)  # fmt: skip
-    learner = Learner(spec, "g0", jobs, url)
-    learner.prepare()
-    learner.watch.start()
-    learner.records.start()
-    gen = jobs.publish_generation(["g0"])
-    learner.form_group(gen)
-    learner.sync_state()
-    learner._take_batch(gen)
+    learner = engine_learner(url, WIDE, BATCH, data, tmp)
     step = learner.train_step
     ms_per_step(step, 30)  # warm-up
     engine_ms = ms_per_step(step, n)
