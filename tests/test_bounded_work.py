@@ -26,7 +26,7 @@ from tests.harness.api import token_client
 from tests.harness.processes import PROJECT_DIR
 from tests.harness.sweeps import sweep_inputs
 from tests.harness.waiting import bound
-from tests.test_wmla_hpo import basic, model_folder, request
+from tests.harness.wmla_hpo import basic, model_folder, request
 
 pytestmark = pytest.mark.django_db
 API = "/api/v1/"

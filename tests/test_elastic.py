@@ -43,6 +43,8 @@ PACED_TWIN = PROJECT_DIR / "tests" / "models" / "paced_twin_mlp.py"  # MLP, 0.1 
 TORN = PROJECT_DIR / "tests" / "models" / "rank0_dies_in_state_broadcast.py"  # PACED_TWIN's
 BATCH, STEPS, LR, SEED = 64, 100, 0.01, 0
 SMALL_BUCKETS = ("--bucket-bytes", "65536")  # the MLP's gradients in several buckets
+# MLP counting every host read of a tensor's values, and which step made it
+COUNTING = PROJECT_DIR / "tests" / "models" / "counts_host_reads.py"
 
 
 @pytest.fixture(scope="module")
@@ -601,3 +603,26 @@ def test_a_rank_0_killed_between_its_all_reduce_and_its_record_loses_no_step(
     assert any(r.get("replay") for r in tests) and {r["step"] for r in tests} == {16}
     losses, params = reference_run(dataset)
     assert_same_training(workdir, losses, params)
+
+
+# No host read inside a step (docs/architecture.md, "Elastic training protocol"): the host reads a
+# step's agreement only after the next step is queued, so on a GPU it runs a step ahead of
+# the device. A TorchFunctionMode in each learner sees every read.
+@pytest.mark.parametrize("workers", [1, 2])
+def test_no_step_reads_its_own_values_before_the_next_step_is_queued(
+    redis_server: RedisServer, tmp_path: Path, dataset: Path, workers: int,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:  # fmt: skip
+    reads_dir = tmp_path / "reads"
+    reads_dir.mkdir()
+    monkeypatch.setenv("EDT_TEST_READS_DIR", str(reads_dir))
+    drive(redis_server, tmp_path, dataset, f"0:{workers}", "--max-steps", "12",
+          model=COUNTING)  # fmt: skip
+    seen = [json.loads(p.read_text()) for p in sorted(reads_dir.glob("reads-*.json"))]
+    assert len(seen) == workers, "a learner wrote no count of its reads"
+    for learner in seen:
+        # the agreement is read, one step late: something is read, and none of it early
+        assert learner["reads"], "no read at all: the counting saw nothing"
+        assert learner["early"] == [], (
+            f"step values read before the next step was queued: {learner['early'][:5]}"
+        )

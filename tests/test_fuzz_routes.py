@@ -33,7 +33,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from rest_framework.test import APIClient
 
-from edtweb.tenancy.models import Team
+from edtweb.tenancy.models import ResourceGroup, Team
 from edtweb.tenancy.services import set_member
 from edtweb.training import services
 from edtweb.training.forms import TrainForm
@@ -108,6 +108,7 @@ def world(alice: Any, store: Any, tmp_path: Path, settings: Any) -> Iterator[Wor
     with own_storage(tmp_path, settings):
         made = sweep_inputs(alice)
         model, dataset = made["model"], made["dataset"]
+        ResourceGroup.objects.default()  # an emptied database (a transactional test's) lost it
         team = Team.objects.create(name="blue")
         set_member(team, alice)
         job = services.submit_from_form(alice, {"model": model, "dataset": dataset,

@@ -13,7 +13,6 @@ from __future__ import annotations
 import io
 import json
 import os
-import tarfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -31,47 +30,12 @@ from edtweb.sweeps.models import Sweep
 from edtweb.training import services
 from edtweb.training.models import Job
 from scheduler.store import Store
-from tests.harness.processes import PROJECT_DIR
+from tests.harness.wmla_hpo import ARGS, PARAMS, SCRIPT, URL, basic, model_folder, request
 from workers.learner.contract import write_config
 from workers.learner.spec import JobSpec
 from workers.learner.validate import validate
 
 pytestmark = pytest.mark.django_db
-URL = "/platform/rest/deeplearning/v1/hypersearch"
-SCRIPT = PROJECT_DIR / "tests" / "models" / "wmla_hpo" / "main.py"
-ARGS = ("--exec-start edtPyTorch --model-main main.py --edt-options maxWorkers=2 "
-        "--cs-datastore-meta type=fs,data_path=shapes --some-option 3")  # fmt: skip
-PARAMS = [
-    {"name": "learning_rate", "type": "Range", "dataType": "DOUBLE", "minDbVal": -5,
-     "maxDbVal": -1, "power": "10", "step": "4",
-     # what WMLA's notebook sends beside a DOUBLE range, unused
-     "minIntVal": 0, "maxIntVal": 0, "discreteDbVal": [], "discreateStrVal": []},
-    {"name": "hidden", "type": "Discrete", "dataType": "INT", "discreteIntVal": [16, 32]},
-]  # fmt: skip
-
-
-def request(**changes: Any) -> dict[str, Any]:
-    algo = {"algorithm": "Hyperband", "maxRunTime": -1, "maxJobNum": 4, "maxParalleJobNum": 2,
-            "objectiveMetric": "loss", "objective": "minimize", "hyperbandEta": 3.0,
-            "algoParams": [{"name": "ResourceName", "value": "epochs"},
-                           {"name": "ResourceValue", "value": "2"},
-                           {"name": "RandomSeed", "value": "7"}]}  # fmt: skip
-    data: dict[str, Any] = {"modelSpec": {"sigName": "edt-ig", "args": ARGS}, "algoDef": algo,
-                            "hyperParams": PARAMS}  # fmt: skip
-    for key, value in changes.items():
-        if key in algo:
-            algo[key] = value
-        else:
-            data[key] = value
-    return data
-
-
-def model_folder() -> bytes:
-    """The model folder packed as the notebooks pack it (``.modelDir.tar``, gzip)."""
-    out = io.BytesIO()
-    with tarfile.open(fileobj=out, mode="w:gz") as tar:
-        tar.add(SCRIPT, arcname="hpo-model/main.py")
-    return out.getvalue()
 
 
 def start(client: APIClient, data: Any) -> Any:
@@ -79,18 +43,6 @@ def start(client: APIClient, data: Any) -> Any:
     upload.name = "model.modelDir.tar"
     body = {"file": upload, "data": json.dumps(data) if not isinstance(data, str) else data}
     return client.post(URL, body, format="multipart", HTTP_ACCEPT="application/json")
-
-
-def basic(user: str) -> APIClient:
-    client = APIClient()
-    client.credentials(HTTP_AUTHORIZATION=_basic(user, f"{user}-pass-1"))
-    return client
-
-
-def _basic(user: str, password: str) -> str:
-    import base64
-
-    return "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()
 
 
 @pytest.fixture
