@@ -1295,10 +1295,8 @@ def _as_value(value: torch.Tensor | float, device: torch.device) -> torch.Tensor
 
 
 def _correct(out: torch.Tensor, y: Any) -> float:
-    """How many samples a classifier's output gets right (nan for other outputs)."""
-    if out.dim() == 2 and out.shape[1] > 1 and isinstance(y, torch.Tensor) and y.dim() == 1:
-        return float((out.argmax(dim=1) == y).sum())
-    return float("nan")
+    """How many samples a classifier's output gets right, read (nan for other outputs)."""
+    return float(_right_answers(out, y))
 
 
 def _accuracy(out: torch.Tensor, y: Any) -> float:
