@@ -23,6 +23,17 @@ from tests.harness.processes import PROJECT_DIR
 from tests.harness.waiting import wait_for
 
 pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture(autouse=True)
+def forget_failures() -> Any:
+    """The names these tests lock out are free again after each: other tests in the run's
+    Redis log in as alice."""
+    yield
+    for name in ("alice", "nobody"):
+        throttle.succeeded(name)
+
+
 TOKEN = "/api/v1/auth/token/"
 LIMIT = 3
 
