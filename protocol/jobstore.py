@@ -319,6 +319,17 @@ class JobStore:
         value = self.r.get(self.key("checkpoint"))
         return int(str(value)) if value is not None else 0
 
+    @patient
+    def note_unused_parameters(self) -> None:
+        """A learner's step found a parameter without a gradient: from the next generation
+        on, every learner of the job all-reduces with the engine's own buckets
+        (workers/learner/reducer.py)."""
+        self.r.set(self.key("unused"), 1)
+
+    @patient
+    def unused_parameters(self) -> bool:
+        return bool(self.r.exists(self.key("unused")))
+
     def request_stop(self) -> None:
         self.r.set(self.key("stop"), 1)
         self.r.publish(self.key("control"), "stop")

@@ -45,6 +45,8 @@ BATCH, STEPS, LR, SEED = 64, 100, 0.01, 0
 SMALL_BUCKETS = ("--bucket-bytes", "65536")  # the MLP's gradients in several buckets
 # MLP counting every host read of a tensor's values, and which step made it
 COUNTING = PROJECT_DIR / "tests" / "models" / "counts_host_reads.py"
+# MLP's updates, with a layer that some training batches leave without a gradient
+UNUSED = PROJECT_DIR / "tests" / "models" / "unused_branch_mlp.py"
 
 
 @pytest.fixture(scope="module")
@@ -148,6 +150,25 @@ def test_micro_batches_of_16_on_one_worker_match_four_workers(
     losses, params = reference_run(dataset)
     assert_same_training(one, losses, params)
     assert_same_training(four, losses, params)
+
+
+def test_a_parameter_left_without_a_gradient_sends_the_job_to_the_engines_own_buckets(
+    redis_server: RedisServer, tmp_path: Path, dataset: Path
+) -> None:
+    # Torch's reducer waits for every parameter; a rank whose batch skips the side layer
+    # leaves its bucket unlaunched: the job goes on with the engine's buckets, step for
+    # step the plain MLP's updates (docs/architecture.md, "Torch's reducer").
+    job = f"unused-{uuid.uuid4().hex[:8]}"
+    workdir = drive(redis_server, tmp_path, dataset, "0:2", "--job", job, model=UNUSED)
+    assert JobStore(connect(redis_server.url), job).unused_parameters()
+    losses, params = reference_run(dataset)
+    records = train_records(workdir)
+    assert [r["step"] for r in records] == list(range(1, STEPS + 1))
+    for record, expected in zip(records, losses, strict=True):
+        assert record["loss"] == pytest.approx(expected, rel=1e-4), record
+    final = torch.load(workdir / "model.pt", weights_only=True)
+    for name, value in params.items():
+        torch.testing.assert_close(final[f"body.{name}"], value, rtol=1e-4, atol=1e-6)
 
 
 def test_a_learner_killed_with_sigkill_costs_no_iteration(

@@ -59,6 +59,7 @@ from workers.learner.partition import (
     slice_bounds,
 )
 from workers.learner.records import RecordWriter
+from workers.learner.reducer import TorchReducer, UnusedParameters
 from workers.learner.rendezvous import RedisStore, gloo_options
 from workers.learner.spec import JobSpec
 
@@ -252,6 +253,11 @@ class Learner:
         self.size = 1
         self.hosts = 1  # the hosts its generation spans (train records: per-placement rates)
         self.pg: Any = None
+        # The gradient all-reduce with peers: torch's reducer for a native model's
+        # fixed-batch step whose every parameter takes part (reducer.py); else the
+        # engine's own buckets (overlap.py: goodput mode, WMLA scripts, unused parameters)
+        self.reducer: TorchReducer | None = None
+        self.buckets: GradBuckets | None = None
         self.spares: statecast.Spares = {}  # memory for the first state received (adopt)
         self.held: list[torch.Tensor] = []  # the rehearsal's gradients, until the first step
         self.ready_at = time.perf_counter()  # READY (run); until then, this learner's making
@@ -364,15 +370,11 @@ class Learner:
         lr = None if defn.style == "wmla" and "lr" in spec.script_decides else spec.lr
         self.optimizer = self.defn.build_optimizer(self.params, lr)  # type: ignore[arg-type]
         self.scaler = self._scaler()
-        caps = (spec.bucket_bytes,) * 2 if spec.bucket_bytes > 0 else ()
-        # + right answers, loss, generation, stop, rank 0's last written step (exact as a
-        # float32 up to 2**24 steps)
         self.batch = spec.batch_size
         if spec.goodput:  # the sum of the local squared norms rides on the all-reduce too
             self.noise = NoiseScale(base=spec.batch_size)
             self.micro = MicroNorms(self.params)
             self.counters.update(sample=0, batch=self.batch)
-        self.buckets = GradBuckets(self.params, AGREED + (self.noise is not None), *caps)
         self.per_epoch = iterations_per_epoch(len(self.train_set), spec.batch_size)  # type: ignore[arg-type]
         self.total_steps = self.per_epoch * spec.epochs
         if spec.max_steps > 0:
@@ -393,8 +395,13 @@ class Learner:
                     len(self.train_set))  # type: ignore[arg-type]  # fmt: skip
             x, y = self._batch(self.train_set, list(range(n)))
             held = rehearse(self.model, self.params, defn.loss_fn, x, y, self._autocast)
+            if self.noise is None and self.params and len(held) == len(self.params):
+                # every parameter takes part (as the rehearsal saw): torch's reducer
+                self.reducer = TorchReducer(self.params, spec.bucket_bytes)
             # (on a GPU the caching allocator keeps freed memory for the step anyway)
             self.held = held if self.device.type == "cpu" else []
+        if self.reducer is None:
+            self._own_buckets()
         log.info("%s: ready in %.2f s (code, %d training samples, model)",
                  self.slot, time.perf_counter() - started, len(self.train_set))  # type: ignore[arg-type]  # fmt: skip
 
@@ -539,9 +546,28 @@ class Learner:
         else:
             self.watch.active.clear()
         self._was_rank0 = self.rank == 0
-        self.buckets.hooked(not self._alone())  # alone, backward runs no hook of ours
+        if self.reducer is not None and self.jobs.unused_parameters():
+            self._own_buckets()  # a parameter went without a gradient in an earlier step
+        if self.buckets is not None:
+            self.buckets.hooked(not self._alone())  # alone, backward runs no hook of ours
         log.info("%s: generation %d, rank %d of %d (%.2f s after READY)", self.slot, gen,
                  self.rank, self.size, time.perf_counter() - self.ready_at)  # fmt: skip
+
+    def _own_buckets(self) -> GradBuckets:
+        """The engine's own buckets, made on first need: torch's reducer, if any, gives
+        way to them for the rest of this learner (every member reads the same flag when
+        it forms a generation, so a generation's members all use the same)."""
+        if self.buckets is None:
+            if self.reducer is not None:
+                self.reducer.close()
+                self.reducer = None
+            spec = self.spec
+            caps = (spec.bucket_bytes,) * 2 if spec.bucket_bytes > 0 else ()
+            # + right answers, loss, generation, stop, rank 0's last written step (exact as
+            # a float32 up to 2**24 steps)
+            self.buckets = GradBuckets(self.params, AGREED + (self.noise is not None), *caps)
+            self.buckets.hooked(not self._alone())
+        return self.buckets
 
     def collective(self, op: str, tensor: torch.Tensor, **kw: Any) -> None:
         try:
@@ -680,7 +706,7 @@ class Learner:
         assert self.noise is not None
         B = self.batch
         unscale = self.scaler.get_scale() ** -2 if self.scaler is not None else 1.0
-        big_sqr = self.buckets.sqnorm() * unscale
+        big_sqr = self._own_buckets().sqnorm() * unscale
         if self.size > 1:
             bounds = (slice_bounds(B, self.size, r) for r in range(self.size))
             count, small = small_batch([hi - lo for lo, hi in bounds])
@@ -917,7 +943,10 @@ class Learner:
         self.held.clear()  # just before the step's forward and backward need as much (rehearse)
         if self._alone():
             return self._accumulate_alone(batches), self._agreement_host()
-        self.buckets.begin()
+        if self.reducer is not None:
+            return self._accumulate_reduced(self.reducer, batches), None
+        buckets = self._own_buckets()
+        buckets.begin()
         B = self.batch
         loss_part: Any = 0.0
         correct: Any = 0.0
@@ -938,7 +967,7 @@ class Learner:
             loss_part = loss_part + _share(loss.detach(), n, B)
             correct = correct + _right_answers(out.detach(), y)
             if k == len(batches) - 1:
-                self.buckets.arm(launch, self._agreement(correct, loss_part))
+                buckets.arm(launch, self._agreement(correct, loss_part))
             scaled = loss * (n / B)
             if self.scaler is not None:
                 scaled = self.scaler.scale(scaled)
@@ -948,9 +977,9 @@ class Learner:
         if micro is not None:
             micro.on = False
         if self.defn.train_step is not None or not batches:
-            self.buckets.arm(launch, self._agreement(correct, loss_part))
-        self.buckets.finish()
-        return self.buckets.tail.clone(), None  # the next step's arm writes the tail again
+            buckets.arm(launch, self._agreement(correct, loss_part))
+        buckets.finish()
+        return buckets.tail.clone(), None  # the next step's arm writes the tail again
 
     def _alone(self) -> bool:
         """A native model's fixed-batch step with no peer: no bucket and no collective."""
@@ -960,11 +989,58 @@ class Learner:
         """One learner: forward and backward as a plain loop does them, gradients where
         autograd puts them (no bucket, no copy, no collective); right answers and loss
         summed on the device."""
+        if not batches:
+            return torch.zeros(2, device=self.device)
+        correct, loss_part = self._forward_backward(batches)
+        return torch.stack([_as_value(correct, self.device), _as_value(loss_part, self.device)])
+
+    def _accumulate_reduced(
+        self, reducer: TorchReducer, batches: list[tuple[Any, Any]]
+    ) -> torch.Tensor:
+        """With peers, a native model's fixed-batch step: forward and backward as alone,
+        the last backward's gradients all-reduced by torch's reducer as they are in, the
+        agreement with them (reducer.py). A rank with no sample (a global batch smaller
+        than the generation) back-propagates zeros, so that its buckets go too."""
+        launch = gloo_or_nccl_allreduce(self.pg)
+
+        def arm(correct: Any, loss_part: Any) -> None:
+            reducer.arm(launch, self._agreement(correct, loss_part))
+
+        try:
+            if batches:
+                self._forward_backward(batches, arm)
+            else:
+                self.optimizer.zero_grad(set_to_none=True)
+                zero = torch.zeros((), device=self.device)
+                arm(zero, zero)
+                (torch.stack([p.sum() for p in self.params]).sum() * 0.0).backward()  # type: ignore[no-untyped-call]
+            return reducer.finish()
+        except UnusedParameters:
+            self.jobs.note_unused_parameters()  # read by every member at the next generation
+            raise
+        except BucketFailure:
+            raise
+        except Exception as exc:
+            failure = reducer.error
+            reducer.failed()
+            if failure is None:  # the model's own error
+                raise
+            raise BucketFailure(str(failure)) from exc
+
+    def _forward_backward(
+        self,
+        batches: list[tuple[Any, Any]],
+        arm: Callable[[Any, Any], None] | None = None,
+    ) -> tuple[Any, Any]:
+        """A native model's forward and backward over the step's micro-batches, gradients
+        accumulated in ``.grad``; ``arm`` gets the right answers and loss share so far
+        before the last backward. Returns the step's right answers and loss on the
+        device, unread."""
         self.optimizer.zero_grad(set_to_none=True)
         B = self.batch
         loss_part: Any = None
         correct: Any = None
-        for x, y in batches:
+        for k, (x, y) in enumerate(batches):
             n = len(y)
             with self._autocast():
                 out = self.model(x)
@@ -972,13 +1048,13 @@ class Learner:
             share, right = _share(loss.detach(), n, B), _right_answers(out.detach(), y)
             loss_part = share if loss_part is None else loss_part + share
             correct = right if correct is None else correct + right
+            if arm is not None and k == len(batches) - 1:
+                arm(correct, loss_part)
             scaled = loss if n == B else loss * (n / B)
             if self.scaler is not None:
                 scaled = self.scaler.scale(scaled)
             scaled.backward()  # type: ignore[no-untyped-call]
-        if not batches:
-            return torch.zeros(2, device=self.device)
-        return torch.stack([_as_value(correct, self.device), _as_value(loss_part, self.device)])
+        return correct, loss_part
 
     def _agreement(self, correct: Any, loss_part: Any) -> torch.Tensor:
         """What rides on the gradient all-reduce (docs/architecture.md, "Elastic training
@@ -1004,10 +1080,11 @@ class Learner:
         self._micro_sqr.clear()
         if self.size > 1:
             local = sum(len(y) for _, y in batches)
-            self.buckets.measure_at = LOCAL_SQR
-            self.buckets.local_weight = (self.batch / local) ** 2 if local else 0.0
+            buckets = self._own_buckets()
+            buckets.measure_at = LOCAL_SQR
+            buckets.local_weight = (self.batch / local) ** 2 if local else 0.0
             return None
-        self.buckets.measure_at = None
+        self._own_buckets().measure_at = None
         assert self.micro is not None
         self.micro.take()
         self.micro.on = True

@@ -1,0 +1,129 @@
+"""The gradient all-reduce of a native model's fixed-batch step with peers, by torch's own
+C++ reducer (the one inside DistributedDataParallel) rather than a Python hook per
+parameter (docs/architecture.md, "Torch's reducer").
+
+The reducer is built once per learner, before READY, on the model's parameters: it
+registers its hooks on their gradient accumulators in C++, groups them into buckets in
+reverse registration order (DDP's 1 MiB first bucket, then 25 MiB, or the job's
+``bucket_bytes``), and after the first step each ``.grad`` is a view into its bucket
+(``gradient_as_bucket_view``). Its own process group is a placeholder of one rank that
+carries nothing: every bucket goes through a comm hook that all-reduces it (a SUM: each
+rank back-propagated ``loss * (its samples / B)``) on the process group of the generation
+the learner is in now, so a resize changes one reference and builds nothing, and the
+buckets keep their memory and their order across generations.
+
+The step's agreement (overlap.py's tail: right answers, loss, rank 0's generation, stop
+flag and records written) is a small tensor of its own, all-reduced on the same group just
+before the first bucket, so it is launched at the same point of backward on every rank.
+
+A parameter that gets no gradient in the step's last backward leaves its bucket unlaunched
+and the reducer unfinished; :meth:`finish` says so (``UnusedParameters``), and the learner
+goes back to the engine's own buckets for the rest of the job (``Learner._reduced``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+from torch._C._distributed_c10d import (
+    GradBucket,
+    ProcessGroup,
+    Reducer,
+    _compute_bucket_assignment_by_size,
+    _register_comm_hook,
+)
+
+from workers.learner.overlap import BUCKET_BYTES, FIRST_BUCKET_BYTES, BucketFailure
+
+
+class UnusedParameters(BucketFailure):
+    """A parameter got no gradient in the step: its bucket was never launched."""
+
+
+class TorchReducer:
+    def __init__(self, params: Sequence[torch.Tensor], bucket_bytes: int = 0) -> None:
+        first, rest = (bucket_bytes, bucket_bytes) if bucket_bytes > 0 else (
+            FIRST_BUCKET_BYTES, BUCKET_BYTES)  # fmt: skip
+        backward = list(reversed(range(len(params))))  # roughly the order grads come in
+        groups, limits = _compute_bucket_assignment_by_size(
+            [params[i] for i in backward], [first, rest]
+        )
+        self.members = [[backward[i] for i in group] for group in groups]
+        # The reducer's own group is never used to communicate (every bucket goes through
+        # the hook); one rank, no backend.
+        placeholder = ProcessGroup(0, 1)  # type: ignore[call-arg]
+        # (params, buckets, their limits, group, sparse, cap, find unused, grads as bucket
+        # views, names, first cap: positional, as the stubs misspell one name)
+        self._reducer = Reducer(
+            list(params), self.members, limits, placeholder, [], rest, False, True, {}, first
+        )
+        _register_comm_hook(self._reducer, None, self._hook)
+        self._launch: Callable[[torch.Tensor], Any] | None = None
+        self._agreement: torch.Tensor | None = None
+        self._agreed: Any = None
+        # the first failure of a launch or of an all-reduce in the step (backward raised
+        # because of it, not because of the model)
+        self.error: BaseException | None = None
+
+    @property
+    def count(self) -> int:
+        return len(self.members)
+
+    def arm(self, launch: Callable[[torch.Tensor], Any], agreement: torch.Tensor) -> None:
+        """The next backward is the step's last: its gradients are all-reduced with
+        ``launch`` as they are in, ``agreement`` just before the first bucket."""
+        self._launch, self._agreement, self._agreed = launch, agreement, None
+        self.error = None
+        self._reducer.prepare_for_forward()
+        self._reducer.prepare_for_backward([])
+
+    def _hook(self, _state: object, bucket: GradBucket) -> torch.futures.Future[torch.Tensor]:
+        try:
+            if self._launch is None:
+                raise RuntimeError("a bucket became ready outside an armed step")
+            if bucket.index() == 0 and self._agreement is not None:
+                self._agreed = self._launch(self._agreement)
+            work = self._launch(bucket.buffer())
+        except Exception as exc:
+            self.error = self.error or exc
+            failed: torch.futures.Future[torch.Tensor] = torch.futures.Future()
+            failed.set_exception(exc)  # type: ignore[arg-type]
+            return failed
+        return work.get_future().then(self._summed)  # type: ignore[no-any-return]
+
+    def _summed(self, fut: torch.futures.Future[list[torch.Tensor]]) -> torch.Tensor:
+        try:
+            return fut.value()[0]
+        except Exception as exc:
+            self.error = self.error or exc
+            raise
+
+    def failed(self) -> None:
+        """The last backward raised (a bucket's all-reduce failed): make the reducer ready
+        for the next step; no gradient of this one is used."""
+        self._launch, self._agreement, self._agreed = None, None, None
+        self._reducer._reset_state()
+
+    def finish(self) -> torch.Tensor:
+        """After the last backward (which waited for every bucket, in the reducer): the
+        summed agreement, on the device, unread."""
+        agreement, agreed = self._agreement, self._agreed
+        try:
+            self._reducer._check_reducer_finalized()
+        except RuntimeError as exc:
+            self.failed()
+            raise UnusedParameters(str(exc).split(". ")[0]) from exc
+        self._launch, self._agreement, self._agreed = None, None, None
+        if agreement is None or agreed is None:
+            raise BucketFailure("the step's agreement was not launched")
+        try:
+            agreed.wait()
+        except Exception as exc:
+            raise BucketFailure(str(exc)) from exc
+        return agreement
+
+    def close(self) -> None:
+        """Take the reducer's hooks off the parameters (the engine's buckets take over)."""
+        self._reducer._remove_autograd_hooks()
