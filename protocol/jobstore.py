@@ -212,9 +212,6 @@ class JobStore:
     def renew_lease(self, slot_id: str, token: str) -> None:
         self.r.set(self.key(f"lease:{slot_id}"), token, px=LEASE_TTL_MS)
 
-    def drop_lease(self, slot_id: str) -> None:
-        self.r.delete(self.key(f"lease:{slot_id}"))
-
     def leases(self, slots: list[str]) -> dict[str, str]:
         """Slot -> token of the learner holding a live lease there, for ``slots``."""
         if not slots:

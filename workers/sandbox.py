@@ -479,11 +479,6 @@ def descendants(pid: int) -> list[int]:
     return found
 
 
-def parent_of(pid: int) -> int:
-    stat = Path(f"/proc/{pid}/stat").read_text()
-    return int(stat[stat.rindex(")") + 2 :].split()[1])
-
-
 def kill_children(subreaper: int, keep: Callable[[int], bool] = lambda _pid: False) -> int:
     """SIGKILL every descendant of ``subreaper`` (a subreaper: each one killed hands its own
     children to it) until none is left; returns how many were killed."""

@@ -203,36 +203,6 @@ def best_batch(
     return best, rate
 
 
-def _search(
-    model: ThroughputModel,
-    learners: int,
-    step: int,
-    low: int,
-    high: int,
-    gns: float,
-    base: int,
-    max_micro: int,
-    per_host: int,
-) -> int:
-    """The micro-batch u in ``[low, high]`` of the best goodput at batch ``u·step``: the
-    best of a geometric grid, then a ternary search between its neighbours."""
-
-    def value(u: int) -> float:
-        return goodput(model, learners, u * step, gns, base, max_micro, per_host)
-
-    ratio = high / low
-    grid = sorted({low, high, *(round(low * ratio ** (i / _GRID)) for i in range(1, _GRID))})
-    index = max(range(len(grid)), key=lambda i: value(grid[i]))
-    left, right = grid[max(index - 1, 0)], grid[min(index + 1, len(grid) - 1)]
-    while right - left > 2:
-        third = (right - left) // 3
-        if value(left + third) < value(right - third):
-            left += third
-        else:
-            right -= third
-    return max(range(left, right + 1), key=value)
-
-
 def _search_accum(
     model: ThroughputModel,
     learners: int,
