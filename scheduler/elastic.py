@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import signal
 from collections.abc import Callable, Collection, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from protocol.exits import Exit, RunResult
@@ -314,15 +314,15 @@ def apply(c: Control, seen: Seen, want: int, joined: Collection[str], left: Coll
     """A decision for the job: ``want`` slots, with learners to start on ``joined`` and to
     take off ``left``; in goodput mode, ``batch``: the global batch to train at (0: the
     last one asked). Members on ``left`` that joiners on ``joined`` replace, the count
-    holding, are moved (:meth:`_Step.move`): each trains on until its joiner is READY,
+    holding, are moved (:meth:`Step.move`): each trains on until its joiner is READY,
     then one generation admits the joiners and drops them; a joiner that dies first calls
     its move off. A batch that changes is published with the next generation, or, the
-    membership staying, with one of the same members (:meth:`_Step.resize`)."""
+    membership staying, with one of the same members (:meth:`Step.resize`)."""
     if c.phase is JobPhase.SUSPENDING:
         # Its learners are checkpointing to leave: a joiner would see the stop flag and exit
         # at once, again and again. It resumes, with a controller of its own, once out.
         return c, []
-    step = _Step(c, seen, token)
+    step = Step(c, seen, token)
     for slot in left:  # a move's joiner called off: the move is off, its member stays
         if slot in step.moving:
             step.leaving.discard(step.moving.pop(slot))
@@ -352,7 +352,7 @@ def tick(c: Control, seen: Seen, alive: Collection[str] | None,
          token: Tokens) -> tuple[Control, list[Action], Transition | None]:  # fmt: skip
     """Move the job's membership toward its allocation, and take the phase transition the
     facts call for. ``alive``: the slots alive now (None: not known, as for the drive)."""
-    step = _Step(c, seen, token)
+    step = Step(c, seen, token)
     step.progress()
     step.drop_dead_joiners()
     step.retry_deferred()
@@ -373,47 +373,86 @@ def kill_all(c: Control, seen: Seen) -> list[Action]:
     return [Kill(s) for s in c.started if not exited(c, seen, s)]
 
 
-class _Step:
+def _thawed(name: str, value: Any) -> Any:
+    """A working copy of frozen field ``name``'s value."""
+    if isinstance(value, frozenset):
+        return set(value)
+    if name == "moving":
+        return dict(value)
+    if isinstance(value, tuple):
+        return list(value)
+    if isinstance(value, Mapping):
+        return dict(value)
+    return value
+
+
+def _frozen(name: str, value: Any) -> Any:
+    """A working copy's value frozen again for Control's field ``name``."""
+    if isinstance(value, set):
+        return frozenset(value)
+    if isinstance(value, list):
+        return tuple(value)
+    if name == "moving":
+        return tuple(value.items())
+    return value
+
+
+class Step:
     """One step's working copy of the state, and the actions it takes in order. It lives
     for one call of :func:`apply` or :func:`tick`, which return frozen values."""
 
+    # The working copy: a field of Control, or of its Learners, under its own name; tuples
+    # and frozensets thawed into lists and sets, mappings copied (``moving``: joiner -> the
+    # member it replaces); frozen again, field by field, by :meth:`done_with`.
+    phase: JobPhase
+    want: int
+    batch: int
+    published_batch: int
+    members: list[str]
+    joining: list[str]
+    started: set[str]
+    leaving: set[str]
+    moving: dict[str, str]
+    step: int
+    done: bool
+    tail: str
+    over: bool
+    failure_since: float | None
+    handled_failures: int
+    moved: bool
+    waiting_on_dead: float
+    start_failures: int
+    retries: int
+    retry_at: float
+    deferred: list[str]
+    last_crash: str
+    max_start_failures: int
+    tokens: dict[str, str]
+    sent_at: dict[str, float]
+    leased: set[str]
+    missing_since: dict[str, float]
+    gone: set[str]
+    looked_at: float
+
     def __init__(self, c: Control, seen: Seen, token: Tokens) -> None:
-        self.c, self.seen, self.token = c, seen, token
-        self.phase, self.want, self.step, self.done = c.phase, c.want, c.step, c.done
-        self.batch, self.published_batch = c.batch, c.published_batch
-        self.members, self.joining = list(c.members), list(c.joining)
-        self.started, self.leaving = set(c.started), set(c.leaving)
-        self.moving = dict(c.moving)  # joiner -> the member it replaces
-        self.tail, self.over, self.moved = c.tail, c.over, c.moved
-        self.failure_since, self.handled = c.failure_since, c.handled_failures
-        self.tokens, self.sent_at = dict(c.learners.tokens), dict(c.learners.sent_at)
-        self.leased, self.missing = set(c.learners.leased), dict(c.learners.missing_since)
-        self.gone = set(c.learners.gone)
-        self.start_failures, self.retries, self.retry_at = c.start_failures, c.retries, c.retry_at
-        self.deferred, self.last_crash = list(c.deferred), c.last_crash
+        self.seen, self.token = seen, token
+        for f in fields(Control):
+            if f.name != "learners":
+                setattr(self, f.name, _thawed(f.name, getattr(c, f.name)))
+        for f in fields(Learners):
+            setattr(self, f.name, _thawed(f.name, getattr(c.learners, f.name)))
         self.generation = seen.generation  # moved on by this step's publication
         self.ready = set(seen.ready)  # less the slots this step sends a learner to
         self.actions: list[Action] = []
 
     def done_with(self) -> tuple[Control, list[Action]]:
-        moving = self.settle_moves()
-        learners = Learners(
-            tokens=self.tokens, sent_at=self.sent_at, leased=frozenset(self.leased),
-            missing_since=self.missing, gone=frozenset(self.gone),
-            looked_at=self.c.learners.looked_at,
-        )  # fmt: skip
-        state = Control(
-            phase=self.phase, want=self.want, batch=self.batch,
-            published_batch=self.published_batch, members=tuple(self.members),
-            joining=tuple(self.joining), started=frozenset(self.started),
-            leaving=frozenset(self.leaving), moving=moving, step=self.step, done=self.done,
-            tail=self.tail, over=self.over, failure_since=self.failure_since,
-            handled_failures=self.handled, moved=self.moved, learners=learners,
-            waiting_on_dead=self.c.waiting_on_dead,
-            start_failures=self.start_failures, retries=self.retries, retry_at=self.retry_at,
-            deferred=tuple(self.deferred), last_crash=self.last_crash,
-            max_start_failures=self.c.max_start_failures,
-        )  # fmt: skip
+        self.moving = dict(self.settle_moves())
+        learners = Learners(**{f.name: _frozen(f.name, getattr(self, f.name))
+                               for f in fields(Learners)})  # fmt: skip
+        state = Control(learners=learners, **{
+            f.name: _frozen(f.name, getattr(self, f.name))
+            for f in fields(Control) if f.name != "learners"
+        })  # fmt: skip
         return state, self.actions
 
     # Learners ----------------------------------------------------------------------------------
@@ -441,7 +480,7 @@ class _Step:
             self.tokens[slot], self.sent_at[slot] = token, self.seen.now
             self.leased.discard(slot)
             self.gone.discard(slot)
-            self.missing.pop(slot, None)
+            self.missing_since.pop(slot, None)
             self.ready.discard(slot)
             self.started.add(slot)
             self.actions.append(Start(slot, token))
@@ -593,17 +632,19 @@ class _Step:
         waiting on it and still alive). True while a failure is being handled (members
         lost, their replacement not yet published)."""
         reports = self.seen.failures
-        failed = {r["slot"] for r in reports[self.handled :] if r["gen"] == self.generation}
+        failed = {
+            r["slot"] for r in reports[self.handled_failures :] if r["gen"] == self.generation
+        }
         dead = {s for s in self.members if self.exited(s) and not self.finished(s)}
         if not failed and not dead:
             return False
         now = self.seen.now
         self.failure_since = self.failure_since or now
         silent = set(self.members) - failed - dead
-        grace = self.c.waiting_on_dead if dead else FAILURE_GRACE_SECONDS
+        grace = self.waiting_on_dead if dead else FAILURE_GRACE_SECONDS
         if silent and now - self.failure_since < grace:
             return True
-        self.handled = len(reports)
+        self.handled_failures = len(reports)
         self.failure_since = None
         self.replace(survivors=[s for s in self.members if s in failed and s not in dead])
         return False
@@ -653,7 +694,7 @@ class _Step:
             want=self.want, members=len(self.members), learners=learners, lost=lost,
             done=self.done, error=first_error(self.seen) is not None,
             started=self.step > 0 or self.generation > 0,
-            gave_up=self.start_failures >= self.c.max_start_failures,
+            gave_up=self.start_failures >= self.max_start_failures,
         )  # fmt: skip
 
     def kill_all(self) -> None:
@@ -662,7 +703,7 @@ class _Step:
         self.deferred = []
 
     def gave_up(self) -> str:
-        if self.start_failures < self.c.max_start_failures:
+        if self.start_failures < self.max_start_failures:
             return "failed"
         return (f"the job's learners could not start: {self.start_failures} in a row exited "
                 f"before joining, the last with: {self.last_crash}")  # fmt: skip

@@ -5,7 +5,7 @@ the last one's error instead of sending learners for ever."""
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import fields, replace
 
 import pytest
 
@@ -143,3 +143,27 @@ def test_deferred_slots_are_the_jobs_until_started_or_taken_back(order: str) -> 
     assert not [a for a in s.actions[1:] if isinstance(a, Start)]  # no start before the delay
     s.c, _ = elastic.apply(s.c, s.seen(), 0, [], ["h.0"], s.token)
     assert s.c.deferred == () and elastic.joiners(s.c) == []
+
+
+def test_a_step_gives_back_every_field_of_the_state_it_was_given() -> None:
+    # Step's working copy is made and frozen again field by field (dataclasses.fields): a
+    # field it forgot would come back as its default, one it mangled (a move's pair, a
+    # set) as something else. Every field here is off its default.
+    learners = elastic.Learners(
+        tokens={"h.0": "t0", "h.2": "t2"}, sent_at={"h.0": 1.0, "h.2": 2.0},
+        leased=frozenset({"h.0"}), missing_since={"h.2": 3.0}, gone=frozenset({"h.9"}),
+        looked_at=4.0,
+    )  # fmt: skip
+    state = Control(
+        phase=JobPhase.TRAINING, want=2, batch=64, published_batch=32, members=("h.0", "h.1"),
+        joining=("h.2",), started=frozenset({"h.0", "h.1", "h.2"}), leaving=frozenset({"h.1"}),
+        moving=(("h.2", "h.1"),), step=7, done=True, tail="5-0", over=True, failure_since=6.0,
+        handled_failures=1, moved=True, learners=learners, waiting_on_dead=8.0,
+        start_failures=2, retries=3, retry_at=9.0, deferred=("h.3",), last_crash="boom",
+        max_start_failures=4,
+    )  # fmt: skip
+    defaults = Control()
+    off = [f.name for f in fields(Control) if getattr(state, f.name) == getattr(defaults, f.name)]
+    assert off == []
+    again, actions = elastic.Step(state, Seen(generation=1), lambda: "t").done_with()
+    assert (again, actions) == (state, [])

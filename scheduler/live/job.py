@@ -228,7 +228,7 @@ class JobRunner:
 
     def _tick_progress(self) -> None:
         """Only the learners' progress (a runner taking over reads it before any decision)."""
-        step = elastic._Step(self.state, self.seen(), new_token)
+        step = elastic.Step(self.state, self.seen(), new_token)
         step.progress()
         self.state, actions = step.done_with()
         self._do(actions)
