@@ -30,6 +30,14 @@ REDIS_RETRIES = Counter(
 )  # fmt: skip
 
 
+def doubling(first: float, cap: float, n: int) -> float:
+    """The delay after ``n`` earlier failures in a row: ``first``, doubled for each, at most
+    ``cap`` (the exponent stops growing long after any delay reached the cap). Every
+    backoff in EDT is this one: Redis retries (:class:`Backoff`), a dead child's restart
+    (workers/supervisor.py), a learner's failed start (scheduler/elastic.py)."""
+    return min(cap, first * 2.0 ** min(n, 64))
+
+
 class Backoff:
     """Delays that double from ``first`` up to ``cap``, back to ``first`` after a success."""
 
@@ -40,7 +48,7 @@ class Backoff:
 
     def failed(self) -> float:
         """Count a failure; returns how long to wait before the next attempt."""
-        delay = min(self.cap, self.first * 2.0**self.failures)
+        delay = doubling(self.first, self.cap, self.failures)
         self.failures += 1
         REDIS_RETRIES.inc()
         self.quiet_until = time.monotonic() + delay

@@ -24,6 +24,7 @@ from typing import Any
 
 from protocol.exits import Exit, RunResult
 from protocol.jobstore import Progress
+from protocol.retry import doubling
 from scheduler.phases import FINAL, Facts, JobPhase, Transition, advance
 
 FAILURE_GRACE_SECONDS = 1.0
@@ -499,7 +500,7 @@ class Step:
             self.retries += 1
             self.last_crash = self.crash_of(slot)
         if failed:
-            delay = min(LAST_RETRY, FIRST_RETRY * 2 ** (self.retries - 1))
+            delay = doubling(FIRST_RETRY, LAST_RETRY, self.retries - 1)
             self.retry_at = self.seen.now + delay
 
     def crash_of(self, slot: str) -> str:

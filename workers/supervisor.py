@@ -27,6 +27,8 @@ from typing import IO, Protocol
 
 import psutil
 
+from protocol.retry import doubling
+
 log = logging.getLogger("edt.supervisor")
 
 
@@ -51,8 +53,7 @@ class RestartPolicy:
         ``quick_deaths`` quick deaths before this one; and the count to keep for the next."""
         if ran_for >= self.healthy:
             quick_deaths = 0
-        # The exponent stops growing long after any delay reached the cap (no overflow).
-        delay = min(self.cap, self.first * 2.0 ** min(quick_deaths, 64))
+        delay = doubling(self.first, self.cap, quick_deaths)
         return delay, quick_deaths + 1
 
 

@@ -22,10 +22,12 @@ from typing import Any
 
 from protocol.connection import REDIS_DOWN
 from protocol.jobstore import JobStore
+from protocol.retry import Backoff
 
 log = logging.getLogger("edt.learner")
 
-RETRY_SECONDS = (0.05, 0.1, 0.2, 0.5, 1.0)  # while Redis does not answer, then every 1 s
+# while Redis does not answer: 0.05 s, doubling to 1 s (a Backoff: counted as Redis retries)
+RETRY_FIRST, RETRY_CAP = 0.05, 1.0
 # At most one write this often: steps of a few ms go out a few at a time, in one pipeline,
 # not a Redis round trip (and its CPU, on the learner's host and Redis') per step.
 WRITE_SECONDS = 0.1
@@ -62,7 +64,7 @@ class RecordWriter(threading.Thread):
             self.cond.notify()
 
     def run(self) -> None:
-        failures = 0
+        backoff = Backoff(RETRY_FIRST, RETRY_CAP)
         while True:
             with self.cond:
                 while not (self.queue or self.checkpoint is not None or self.closing):
@@ -80,16 +82,15 @@ class RecordWriter(threading.Thread):
                     self.queue[:0] = batch
                     if self.checkpoint is None:
                         self.checkpoint = checkpoint
-                    if not failures:
+                    if not backoff.failures:
                         log.warning("job %s: redis away while writing metrics (%s); "
                                     "keeping them", self.jobs.job_id, exc)  # fmt: skip
+                    delay = backoff.failed()
                     if not self.closing:
-                        self.cond.wait(RETRY_SECONDS[min(failures, len(RETRY_SECONDS) - 1)])
-                failures += 1
+                        self.cond.wait(delay)
                 continue
-            if failures:
+            if backoff.succeeded():
                 log.info("job %s: redis is back; metrics written again", self.jobs.job_id)
-                failures = 0
             self.written = max([self.written, *(step for step, _ in batch)])
             with self.cond:  # let the next records gather (close() cuts this short)
                 self.cond.wait_for(lambda: self.closing, WRITE_SECONDS)
