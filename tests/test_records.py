@@ -71,8 +71,9 @@ def test_records_put_while_redis_is_away_are_kept_and_written_in_order_once_it_i
         redis.start()
         wait_for(lambda: writer.written == 101, 30, "every record written once Redis is back")
         assert [r["step"] for _, r in jobs.read_metrics()] == list(range(1, 102))
-        # Its retries keep their back-off (RETRY_FIRST doubling to RETRY_CAP), a few waits each: a record does
-        # not cut one short (when each did, it waited once per record: 101 here).
+        # Its retries keep their back-off (RETRY_FIRST doubling to RETRY_CAP), a few waits
+        # each: a record does not cut one short (when each did, it waited once per record:
+        # 101 here).
         assert woke < 30, f"{woke} waits while Redis was away"
     finally:
         writer.close()

@@ -11,15 +11,14 @@ from django.db import models
 from edtweb.sweeps.space import ALGORITHMS, DIRECTIONS
 from edtweb.training.models import PRECISION_CHOICES
 from edtweb.training.validation import DEFAULTS
+from scheduler.policies.model import COMPLETED, FAILED, QUEUED, RUNNING, STOPPED
 
 
 class Sweep(models.Model):
-    class State(models.TextChoices):
-        QUEUED = "QUEUED"
-        RUNNING = "RUNNING"
-        COMPLETED = "COMPLETED"
-        STOPPED = "STOPPED"
-        FAILED = "FAILED"
+    # a job's states less SUSPENDED (scheduler/policies/model.py), as choices
+    State = models.TextChoices(
+        "State", [(s, s) for s in (QUEUED, RUNNING, COMPLETED, STOPPED, FAILED)]
+    )
 
     ACTIVE = (State.QUEUED, State.RUNNING)
 

@@ -9,6 +9,8 @@ from django.db import connections, models, router
 from django.utils import timezone
 
 from edtweb.training.validation import BOUNDS, DEFAULTS
+from scheduler.policies.model import ACTIVE as ACTIVE_STATES_ORDERED
+from scheduler.policies.model import JOB_STATES
 from workers.learner.submission import PRECISIONS
 
 PRECISION_CHOICES = [(p, p) for p in PRECISIONS]
@@ -16,15 +18,9 @@ PRIORITY = BOUNDS["priority"]
 
 
 class Job(models.Model):
-    class State(models.TextChoices):
-        QUEUED = "QUEUED"
-        RUNNING = "RUNNING"
-        SUSPENDED = "SUSPENDED"
-        COMPLETED = "COMPLETED"
-        FAILED = "FAILED"
-        STOPPED = "STOPPED"
-
-    ACTIVE = (State.QUEUED, State.RUNNING, State.SUSPENDED)
+    # the scheduler's list of a job's states (scheduler/policies/model.py), as choices
+    State = models.TextChoices("State", [(state, state) for state in JOB_STATES])
+    ACTIVE = tuple(map(State, ACTIVE_STATES_ORDERED))
 
     owner = models.ForeignKey(
         settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="jobs"

@@ -19,16 +19,14 @@ from scheduler.elastic import START_FAILURES
 from scheduler.groups import DEFAULT as DEFAULT_GROUP
 from scheduler.groups import Rule
 from scheduler.moves import MOVE_EVERY
+from scheduler.policies import ACTIVE as ACTIVE  # a job's states, as its row spells them
+from scheduler.policies import COMPLETED as COMPLETED
+from scheduler.policies import FAILED as FAILED
+from scheduler.policies import QUEUED as QUEUED
+from scheduler.policies import RUNNING as RUNNING
+from scheduler.policies import STOPPED as STOPPED
+from scheduler.policies import SUSPENDED as SUSPENDED
 from scheduler.policies import Team
-
-# A job's resting states, as the job rows spell them.
-QUEUED = "QUEUED"
-RUNNING = "RUNNING"
-SUSPENDED = "SUSPENDED"
-COMPLETED = "COMPLETED"
-FAILED = "FAILED"
-STOPPED = "STOPPED"
-ACTIVE = (QUEUED, RUNNING, SUSPENDED)
 
 
 class JobRow(NamedTuple):

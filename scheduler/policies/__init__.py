@@ -10,12 +10,17 @@ from collections.abc import Callable
 
 from scheduler.policies import fairshare, fifo_gang, goodput, las, priority, quota, tiresias
 from scheduler.policies.model import (
+    ACTIVE,
     ACTIVE_STATES,
+    COMPLETED,
     DEFAULT_PRIORITY,
+    FAILED,
+    JOB_STATES,
     MAX_PRIORITY,
     MIN_PRIORITY,
     QUEUED,
     RUNNING,
+    STOPPED,
     SUSPENDED,
     Decision,
     JobView,
@@ -51,14 +56,19 @@ def decide(snapshot: Snapshot, policy: str = DEFAULT_POLICY) -> Decision:
 
 
 __all__ = [
+    "ACTIVE",
     "ACTIVE_STATES",
+    "COMPLETED",
     "DEFAULT_POLICY",
     "DEFAULT_PRIORITY",
+    "FAILED",
+    "JOB_STATES",
     "MAX_PRIORITY",
     "MIN_PRIORITY",
     "POLICIES",
     "QUEUED",
     "RUNNING",
+    "STOPPED",
     "SUSPENDED",
     "Decision",
     "JobView",

@@ -15,11 +15,13 @@ from operator import attrgetter
 
 from scheduler.policies.throughput import ThroughputModel
 
-QUEUED = "QUEUED"
-RUNNING = "RUNNING"
-SUSPENDED = "SUSPENDED"
-# Jobs in any other state (COMPLETED, FAILED, STOPPED) are not scheduled and are left out.
-ACTIVE_STATES = frozenset({QUEUED, RUNNING, SUSPENDED})
+# A job's resting states as its row spells them: the one list (the web's Job.State and the
+# live loop's ports are made from it). Jobs in the last three are not scheduled.
+QUEUED, RUNNING, SUSPENDED = "QUEUED", "RUNNING", "SUSPENDED"
+COMPLETED, FAILED, STOPPED = "COMPLETED", "FAILED", "STOPPED"
+JOB_STATES = (QUEUED, RUNNING, SUSPENDED, COMPLETED, FAILED, STOPPED)
+ACTIVE = (QUEUED, RUNNING, SUSPENDED)
+ACTIVE_STATES = frozenset(ACTIVE)
 
 MIN_PRIORITY = 1
 MAX_PRIORITY = 10000
