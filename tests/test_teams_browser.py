@@ -18,10 +18,10 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
 import pytest
-from playwright.sync_api import Page
+from playwright.sync_api import Page, expect
 
 from edtweb.tenancy import services as tenancy
-from edtweb.tenancy.models import Team
+from edtweb.tenancy.models import ResourceGroup, Team
 from edtweb.training.models import Job
 from protocol.keys import SHARES_KEPT, SHARES_KEY
 from scheduler.store import Allocation, AllocationRecord, Store
@@ -212,3 +212,30 @@ def test_the_teams_groups_usage_and_cluster_pages_fit_a_phone_and_pass_axe(
         }
         found = looked_over(page, live_server.url, pages, ready)
     assert not found, "\n".join(f"{where}: {what}" for where, what in found.items())
+
+
+@pytest.mark.browser
+def test_an_admin_makes_a_resource_group_on_its_page_and_sees_a_refusal_in_words(
+    live_server: Any, django_user_model: Any
+) -> None:
+    """The Groups page's form goes through the REST API (static/edt/js/api.js, the pages'
+    one client): a new group lands and is said; a second one of the same name is refused
+    with the API's message under the form, and nothing else changes."""
+    django_user_model.objects.create_user("root", password="root-pass-1", is_staff=True)
+    with browser_page() as page:
+        page.goto(live_server.url + "/accounts/login/")
+        page.fill("#id_username", "root")
+        page.fill("#id_password", "root-pass-1")
+        page.click("form[action='/accounts/login/'] button[type=submit]")
+        page.wait_for_url(live_server.url + "/")
+        page.goto(live_server.url + "/groups/")
+        for attempt in ("made", "refused"):
+            page.fill("#group-name", "a100")
+            page.fill("#group-rules", "host=dgx*,device=gpu,model=*A100*,slots=8")
+            page.click("#new-group-create")
+            if attempt == "made":
+                expect(page.locator("#group-status")).to_have_text("Group a100 created.")
+        expect(page.locator("#new-group-error")).to_be_visible()
+        expect(page.locator("#new-group-error")).to_contain_text("already exists")
+    names = off_loop(lambda: sorted(g.name for g in ResourceGroup.objects.all()))
+    assert names == ["a100", "default"]

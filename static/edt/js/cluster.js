@@ -5,7 +5,6 @@
   const names = new Map(); // job id -> name, for this user's jobs
   const summaryEl = document.getElementById("summary");
   const liveEl = document.getElementById("live");
-  let retryMs = 500;
 
   function el(tag, attrs, text) {
     const node = document.createElement(tag);
@@ -230,24 +229,15 @@
     if (!jobs.length) ol.append(el("li", { class: "empty" }, "Nothing waits."));
   }
 
-  function connect() {
-    const scheme = location.protocol === "https:" ? "wss://" : "ws://";
-    const port = document.body.dataset.livePort; // live updates may come from a process of their own
-    const ws = new WebSocket(scheme + (port ? location.hostname + ":" + port : location.host) + "/ws/cluster/");
-    ws.onopen = () => { retryMs = 500; setLive("up", "live"); loadAllocation(); refreshQueue(); };
-    ws.onmessage = (msg) => {
-      const data = JSON.parse(msg.data);
+  if (rangeEl) rangeEl.addEventListener("change", drawAllocation);
+  EDT.live("/ws/cluster/", {
+    open() { setLive("up", "live"); loadAllocation(); refreshQueue(); },
+    message(data) {
       if (data.type === "slots") render(data.slots);
       else if (data.type === "allocation") onAllocation(data);
       else if (data.type === "allocations") for (const change of data.changes) onAllocation(change);
-    };
-    ws.onclose = () => {
-      setLive("down", "reconnecting…");
-      setTimeout(connect, retryMs);
-      retryMs = Math.min(retryMs * 2, 10000);
-    };
-  }
-  if (rangeEl) rangeEl.addEventListener("change", drawAllocation);
-  connect();
+    },
+    closed() { setLive("down", "reconnecting…"); },
+  });
   setInterval(later, 5000); // keep the time axis moving
 })();

@@ -4,25 +4,7 @@
 (function () {
   "use strict";
   const FLASH = "edt-groups-flash";
-  function csrf() {
-    const m = document.cookie.match(/csrftoken=([^;]+)/);
-    return m ? m[1] : "";
-  }
-  async function api(method, path, body) {
-    const init = { method, credentials: "same-origin", headers: { "X-CSRFToken": csrf() } };
-    if (body !== undefined) {
-      init.headers["Content-Type"] = "application/json";
-      init.body = JSON.stringify(body);
-    }
-    let r;
-    try {
-      r = await fetch("/api/v1/groups/" + path, init);
-    } catch (e) {
-      return { ok: false, data: { error: "the server does not answer: " + e.message } };
-    }
-    const data = r.status === 204 ? {} : await r.json().catch(() => ({ error: "HTTP " + r.status }));
-    return { ok: r.ok, data };
-  }
+  function api(method, path, body) { return EDT.api(method, "/api/v1/groups/" + path, body); }
   function lines(text) { return text.split("\n").map((l) => l.trim()).filter(Boolean); }
   function done(text) { sessionStorage.setItem(FLASH, text); location.reload(); }
   function fail(form, message) {

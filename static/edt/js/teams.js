@@ -6,31 +6,13 @@
   const API = "/api/v1/";
   const FLASH = "edt-teams-flash";
 
-  function csrf() {
-    const m = document.cookie.match(/csrftoken=([^;]+)/);
-    return m ? m[1] : "";
-  }
   function el(tag, attrs, text) {
     const node = document.createElement(tag);
     for (const [k, v] of Object.entries(attrs || {})) node.setAttribute(k, v);
     if (text !== undefined) node.textContent = text;
     return node;
   }
-  async function api(method, path, body) {
-    const init = { method, credentials: "same-origin", headers: { "X-CSRFToken": csrf() } };
-    if (body !== undefined) {
-      init.headers["Content-Type"] = "application/json";
-      init.body = JSON.stringify(body);
-    }
-    let r;
-    try {
-      r = await fetch(API + path, init);
-    } catch (e) {
-      return { ok: false, status: 0, data: { error: "the server does not answer: " + e.message } };
-    }
-    const data = r.status === 204 ? {} : await r.json().catch(() => ({ error: "HTTP " + r.status }));
-    return { ok: r.ok, status: r.status, data };
-  }
+  function api(method, path, body) { return EDT.api(method, API + path, body); }
   function teamPath(name) { return "teams/" + encodeURIComponent(name) + "/"; }
   function say(text) { // after a reload too
     sessionStorage.setItem(FLASH, text);
