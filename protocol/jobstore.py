@@ -113,10 +113,12 @@ class JobStore:
 
     # Generations ---------------------------------------------------------------------
 
-    def publish_generation(self, members: list[str], batch: int = 0) -> int:
-        """Publish the next generation; its member list (and, in goodput mode, the global
-        ``batch`` it trains at) is written before its number."""
-        gen = self.generation() + 1
+    def publish_generation(self, members: list[str], batch: int = 0, gen: int = 0) -> int:
+        """Publish generation ``gen``, as the job's controller numbered it
+        (scheduler/elastic.py; 0, for a driver without one: the one after the latest); its
+        member list (and, in goodput mode, the global ``batch`` it trains at) is written
+        before its number."""
+        gen = gen or self.generation() + 1
         if batch > 0:
             self.r.set(self.key(f"gen:{gen}:batch"), int(batch))
         self.r.set(self.key(f"gen:{gen}"), json.dumps(members))

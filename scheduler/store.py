@@ -274,8 +274,8 @@ class ObservedJobStore(JobStore):
 
     # Writes: to Redis and to the observation --------------------------------------------
 
-    def publish_generation(self, members: list[str], batch: int = 0) -> int:
-        gen = super().publish_generation(members, batch)
+    def publish_generation(self, members: list[str], batch: int = 0, gen: int = 0) -> int:
+        gen = super().publish_generation(members, batch, gen)
         self.seen.generation = gen
         return gen
 

@@ -254,8 +254,8 @@ class JobRunner:
                     LEARNER_STARTS.inc()
                 case Kill(slot, sig):
                     self.launcher.kill(slot, sig)
-                case Publish(members, _gen, batch):
-                    self.jobs.publish_generation(list(members), batch)
+                case Publish(members, gen, batch):
+                    self.jobs.publish_generation(list(members), batch, gen)
                 case RequestStop():
                     self.jobs.request_stop()
                 case Event(kind, data):
