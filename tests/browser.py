@@ -45,7 +45,11 @@ def browser_page() -> Iterator[Page]:
 
 def log_in(page: Page, base: str, data_dir: Path, user: str = "admin") -> None:
     """Log in as the launcher's admin (its password is kept in the data directory)."""
-    password = (data_dir / "admin-password").read_text().strip()
+    log_in_as(page, base, user, (data_dir / "admin-password").read_text().strip())
+
+
+def log_in_as(page: Page, base: str, user: str, password: str) -> None:
+    """Log in through the login form; back on the Cluster page."""
     page.goto(base + "/accounts/login/")
     page.fill("#id_username", user)
     page.fill("#id_password", password)

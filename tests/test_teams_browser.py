@@ -25,7 +25,7 @@ from edtweb.tenancy.models import ResourceGroup, Team
 from edtweb.training.models import Job
 from protocol.keys import SHARES_KEPT, SHARES_KEY
 from scheduler.store import Allocation, AllocationRecord, Store
-from tests.browser import browser_page
+from tests.browser import browser_page, log_in_as
 from tests.harness.pages import looked_over
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -93,11 +93,7 @@ def test_an_admin_sets_a_guarantee_with_the_preview_and_the_teams_chart_shows_it
     base = live_server.url
 
     with browser_page() as page:
-        page.goto(base + "/accounts/login/")
-        page.fill("#id_username", "root")
-        page.fill("#id_password", "root-pass-1")
-        page.click("form[action='/accounts/login/'] button[type=submit]")
-        page.wait_for_url(base + "/")
+        log_in_as(page, base, "root", "root-pass-1")
 
         # A new team, from the page's form; then its member.
         page.click("nav >> text=Teams")
@@ -199,11 +195,7 @@ def test_the_teams_groups_usage_and_cluster_pages_fit_a_phone_and_pass_axe(
     pages = {"teams": "/teams/?team=vision", "groups": "/groups/", "usage": "/usage/",
              "cluster-teams": "/"}  # fmt: skip
     with browser_page() as page:
-        page.goto(live_server.url + "/accounts/login/")
-        page.fill("#id_username", "root")
-        page.fill("#id_password", "root-pass-1")
-        page.click("form[action='/accounts/login/'] button[type=submit]")
-        page.wait_for_url(live_server.url + "/")
+        log_in_as(page, live_server.url, "root", "root-pass-1")
         ready = {
             "teams": lambda p: p.wait_for_selector("#shares-preview table"),
             "cluster-teams": lambda p: p.wait_for_function(
@@ -223,11 +215,7 @@ def test_an_admin_makes_a_resource_group_on_its_page_and_sees_a_refusal_in_words
     with the API's message under the form, and nothing else changes."""
     django_user_model.objects.create_user("root", password="root-pass-1", is_staff=True)
     with browser_page() as page:
-        page.goto(live_server.url + "/accounts/login/")
-        page.fill("#id_username", "root")
-        page.fill("#id_password", "root-pass-1")
-        page.click("form[action='/accounts/login/'] button[type=submit]")
-        page.wait_for_url(live_server.url + "/")
+        log_in_as(page, live_server.url, "root", "root-pass-1")
         page.goto(live_server.url + "/groups/")
         for attempt in ("made", "refused"):
             page.fill("#group-name", "a100")
