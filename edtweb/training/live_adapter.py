@@ -4,7 +4,6 @@ app of this process (docs/architecture.md, "Layering")."""
 
 from __future__ import annotations
 
-import time
 from contextlib import AbstractContextManager
 from datetime import datetime
 from pathlib import Path
@@ -20,6 +19,7 @@ from edtweb.training.models import Job, Metric
 from protocol.learner_task import LearnerPaths
 from scheduler.groups import DEFAULT as DEFAULT_GROUP
 from scheduler.live import speedups
+from scheduler.live.cache import Timed
 from scheduler.live.job import Controlled, JobRunner
 from scheduler.live.loop import LiveScheduler
 from scheduler.live.ports import JobRow, Ports, Tenancy
@@ -104,7 +104,7 @@ class DjangoJobBook:
     TENANCY_EVERY = 1.0  # seconds an admin's change of teams or groups may wait
 
     def __init__(self) -> None:
-        self.tenancy_read: tuple[float, Tenancy] | None = None
+        self.tenancy_read: Timed[str, Tenancy] = Timed(self.TENANCY_EVERY)
 
     def schedulable(self, created: dict[int, datetime]) -> list[JobRow]:
         return job_rows(schedulable_jobs(), created)
@@ -132,10 +132,7 @@ class DjangoJobBook:
 
     def tenancy(self) -> Tenancy:
         """Read at most once a second (three queries; a step may run many times a second)."""
-        now = time.monotonic()
-        if self.tenancy_read is None or now - self.tenancy_read[0] >= self.TENANCY_EVERY:
-            self.tenancy_read = (now, tenancy())
-        return self.tenancy_read[1]
+        return self.tenancy_read.get("tenancy", tenancy)
 
     def paths(self, job_ids: list[int]) -> dict[int, LearnerPaths]:
         """The record's paths (never the job's own files: its learners own its directory

@@ -10,9 +10,9 @@ no model yet gets None: the policy's fallback (linear in slots, at its base batc
 
 from __future__ import annotations
 
-import time
 from typing import NamedTuple
 
+from scheduler.live.cache import Timed
 from scheduler.live.speedups import Records
 from scheduler.policies.throughput import ThroughputModel
 from scheduler.policies.throughput_fit import Measured, fit, measured
@@ -34,28 +34,20 @@ class Goodputs:
 
     def __init__(self, records: Records, refresh: float = REFRESH) -> None:
         self.records = records
-        self.refresh = refresh
-        # job -> (when read, its measurements, the fit's inputs, the answer)
-        self.cache: dict[int, tuple[float, Measured, tuple[int, int], Goodput]] = {}
+        self.seen: Timed[int, Measured] = Timed(refresh)  # job -> its measurements
+        # job -> the last fit's inputs (measurements, micro-batch cap, host size) and answer:
+        # fitted again only when one of them changed
+        self.fits: dict[int, tuple[tuple[Measured, int, int], Goodput]] = {}
 
     def of(self, job_id: int, max_micro: int, per_host: int) -> Goodput:
-        now = time.monotonic()
-        hit = self.cache.get(job_id)
-        if hit is None or now - hit[0] >= self.refresh:
-            seen = measured(self.records(job_id))
-            same = hit is not None and hit[1] == seen and hit[2] == (max_micro, per_host)
-            answer = hit[3] if same and hit is not None else self._answer(seen, max_micro, per_host)
-            hit = (now, seen, (max_micro, per_host), answer)
-            self.cache[job_id] = hit
-        elif hit[2] != (max_micro, per_host):
-            hit = (hit[0], hit[1], (max_micro, per_host), self._answer(hit[1], max_micro, per_host))
-            self.cache[job_id] = hit
-        return hit[3]
-
-    @staticmethod
-    def _answer(seen: Measured, max_micro: int, per_host: int) -> Goodput:
-        return Goodput(seen.gns, fit(seen.timings, max_micro, per_host), seen.batch)
+        seen = self.seen.get(job_id, lambda: measured(self.records(job_id)))
+        inputs = (seen, max_micro, per_host)
+        hit = self.fits.get(job_id)
+        if hit is None or hit[0] != inputs:
+            hit = (inputs, Goodput(seen.gns, fit(seen.timings, max_micro, per_host), seen.batch))
+            self.fits[job_id] = hit
+        return hit[1]
 
     def forget(self, keep: set[int]) -> None:
-        for job_id in [j for j in self.cache if j not in keep]:
-            del self.cache[job_id]
+        self.seen.forget(keep)
+        self.fits = {job_id: hit for job_id, hit in self.fits.items() if job_id in keep}

@@ -9,10 +9,10 @@ job, from its latest ``WINDOW`` iterations only (``JobBook.train_records``, thro
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from scheduler.live.cache import Timed
 from scheduler.policies.speedup import from_rates, median_rates
 
 REFRESH = 30.0
@@ -30,20 +30,11 @@ class RecentRecords:
 
     def __init__(self, read: Records, ttl: float = RECORDS_TTL) -> None:
         self.read = read
-        self.ttl = ttl
-        self.cache: dict[int, tuple[float, list[dict[str, Any]]]] = {}
+        self.cache: Timed[int, list[dict[str, Any]]] = Timed(ttl)
+        self.forget = self.cache.forget
 
     def __call__(self, job_id: int) -> list[dict[str, Any]]:
-        now = time.monotonic()
-        hit = self.cache.get(job_id)
-        if hit is None or now - hit[0] >= self.ttl:
-            hit = (now, self.read(job_id))
-            self.cache[job_id] = hit
-        return hit[1]
-
-    def forget(self, keep: set[int]) -> None:
-        for job_id in [j for j in self.cache if j not in keep]:
-            del self.cache[job_id]
+        return self.cache.get(job_id, lambda: self.read(job_id))
 
 
 def observed_rates(records: Iterable[dict[str, Any]]) -> dict[int, float]:
@@ -58,17 +49,8 @@ class Curves:
 
     def __init__(self, rates: Rates, refresh: float = REFRESH) -> None:
         self.rates = rates
-        self.refresh = refresh
-        self.cache: dict[int, tuple[float, tuple[float, ...]]] = {}
+        self.cache: Timed[int, tuple[float, ...]] = Timed(refresh)
+        self.forget = self.cache.forget
 
     def curve(self, job_id: int, max_workers: int) -> tuple[float, ...]:
-        now = time.monotonic()
-        hit = self.cache.get(job_id)
-        if hit is None or now - hit[0] >= self.refresh:
-            hit = (now, from_rates(self.rates(job_id), max_workers))
-            self.cache[job_id] = hit
-        return hit[1]
-
-    def forget(self, keep: set[int]) -> None:
-        for job_id in [j for j in self.cache if j not in keep]:
-            del self.cache[job_id]
+        return self.cache.get(job_id, lambda: from_rates(self.rates(job_id), max_workers))
