@@ -116,8 +116,10 @@ def test_every_variant_is_judged_and_the_goals_are_computed() -> None:
     assert [t.team for t in ours.teams] == ["x", "y"]
     assert ours.teams[0].avg_jct == pytest.approx(526.5)
     measured = {what: (value, met) for what, value, _, met in goals(outcomes)}
-    assert measured["avg JCT / quota-preempt's"] == (pytest.approx((526.5 + 50) / (620 + 50)),
-                                                      False)  # fmt: skip
+    ratio = (526.5 + 50) / (620 + 50)  # 0.86: below 1, above issue 27's 0.7
+    assert measured["avg JCT / quota-preempt's"] == (pytest.approx(ratio), True)
+    assert measured["avg JCT / quota-preempt's (issue 27)"] == (pytest.approx(ratio), False)
+    assert measured["idle while a fitting job waits, slot-h"] == (0.0, True)
     assert measured["share deficit / quota-preempt's"] == (0.0, True)
 
 

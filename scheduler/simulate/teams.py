@@ -286,13 +286,10 @@ def simulate_teams(jobs: Sequence[SimJob], teams: tuple[Team, ...], base: Config
 def goals(outcomes: dict[str, Outcome]) -> list[tuple[str, float, str, bool]]:
     """(what, measured, goal, met) for the hierarchical variant against the baselines."""
     ours, kill = outcomes["hierarchical"], outcomes[BASELINE]
+    ratio = ours.summary.avg_jct / kill.summary.avg_jct
     rows = [
-        (
-            "avg JCT / quota-preempt's",
-            ours.summary.avg_jct / kill.summary.avg_jct,
-            "≤ 0.7",
-            ours.summary.avg_jct <= 0.7 * kill.summary.avg_jct,
-        ),
+        ("avg JCT / quota-preempt's", ratio, "≤ 1", ratio <= 1.0),  # issue 41
+        ("avg JCT / quota-preempt's (issue 27)", ratio, "≤ 0.7", ratio <= 0.7),
         (
             "share deficit / quota-preempt's",
             ours.deficit_hours / kill.deficit_hours if kill.deficit_hours else 0.0,
