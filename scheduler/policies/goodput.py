@@ -67,6 +67,16 @@ from scheduler.policies.throughput import ThroughputModel, best_batch, goodput
 
 POLICY = "goodput"
 FAIRNESS = -1.0  # Pollux's exponent p of the power mean over speedups
+# A job's weight in the objective is its fair share times its *urgency* where its remaining
+# work is known (JobView.remaining, slot-seconds): (remaining / REMAINING_UNIT) ^ -URGENCY,
+# the remaining work taken within REMAINING_BOUNDS, times ((attained + remaining) /
+# remaining) ^ PROGRESS. Of two jobs, the one with less work left, and above all the one
+# nearer its end, gains more from a slot: it leaves the queue sooner (shortest remaining
+# work first); a long job's weight grows as it nears its end, so it is not starved.
+URGENCY = 0.1
+REMAINING_UNIT = 3600.0
+REMAINING_BOUNDS = (60.0, 36000.0)
+PROGRESS = 1.0
 GNS_STEP = 1.02  # noise scales are rounded to this ratio before a table is built
 
 
@@ -280,6 +290,17 @@ def spread(entries: Sequence[_Entry], targets: dict[str, int], budget: int,
     return budget
 
 
+def urgency(job: JobView) -> float:
+    """The factor on a job's weight from its remaining work and its attained service (see
+    URGENCY); 1 where its remaining work is unknown."""
+    left = job.remaining
+    if left <= 0:
+        return 1.0
+    low, high = REMAINING_BOUNDS
+    size = (min(max(left, low), high) / REMAINING_UNIT) ** -URGENCY
+    return float(size * ((job.attained + left) / left) ** PROGRESS)
+
+
 # The decision ---------------------------------------------------------------------------
 
 
@@ -339,6 +360,7 @@ def decide(snapshot: Snapshot, fairness: float = FAIRNESS) -> Decision:
                 continue
             share = shares[job.id]
             scale = share if fairness == 0 else share * prof.at(share) ** -fairness
+            scale *= urgency(job)
             steps = envelope(prof, job.min_workers, cap, fairness)
             entries.append(_Entry(job, prof, cap, scale, steps))
         left = spread(entries, targets, left, fairness)
