@@ -324,17 +324,15 @@ def by_priority(jobs: Iterable[JobView]) -> list[JobView]:
     return sorted(by_submission(jobs), key=attrgetter("priority"), reverse=True)
 
 
-def work_key(job: JobView) -> tuple[int, float, float, str]:
-    """:func:`by_work`'s order as a key."""
-    return (-job.priority, job.remaining, job.submitted, job.id)
-
-
 def by_work(jobs: Iterable[JobView]) -> list[JobView]:
     """Active jobs by priority (highest first), then remaining work (the least first; an
     unknown one, 0, first: a job not yet measured gets measured), then submission, then id.
     With no remaining work known this is :func:`by_priority`. Shortest remaining work
     first is what empties a queue soonest (the least average wait for the same work)."""
-    return sorted(active(jobs), key=work_key)
+    ordered = by_submission(jobs)  # stable sorts (C-level keys): the later keys break ties
+    ordered.sort(key=attrgetter("remaining"))
+    ordered.sort(key=attrgetter("priority"), reverse=True)
+    return ordered
 
 
 _ID = attrgetter("id")

@@ -66,7 +66,6 @@ from scheduler.policies.model import (
     Team,
     by_work,
     guarantees,
-    work_key,
 )
 
 TEAM, MEMBERS, USER = 0, 1, 2
@@ -330,9 +329,8 @@ class Hierarchy:
         # 2. Beyond entitlements, into room nobody else needs, in fair-share order over all
         #    users (a job may fit even when the group's needs are at its capacity: in room
         #    its own team is entitled to and a teammate cannot use).
-        waiting.sort(key=work_key)
         grown: set[Node] = set()
-        for job in waiting:
+        for job in by_work(waiting):
             user = self.users[(job.team, job.owner)]
             if self._grow(user, job):
                 grown.add(user)
