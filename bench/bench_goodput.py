@@ -445,8 +445,9 @@ TRIED_ROWS = [
     ("the same, x^-0.25, 1 min-10 h", "0.675", "0.88", "13.25"),
     ("x^-0.5 (1 min-10 h) x ((attained + remaining) / remaining)^0.5", "0.671", "0.88",
      "13.30"),
-    ("x^-0.25 and progress^0.5 / x^0 and progress^0.5 / x^0 and progress^2",
+    ("x^-0.25 and progress^0.5 / x^-0.01 and progress^0.5 / x^0 and progress^2",
      "0.675 / 0.685 / 0.693", "0.88 / 0.90 / 0.91", "13.05 / 12.71 / 12.46"),
+    ("x^-0.01 and progress^1", "0.677", "0.89", "12.64"),
     ("x^-0.1 and progress^1 (the policy now)", "0.673", "0.88", "12.74"),
 ]  # fmt: skip
 TRIED = "\n".join(
