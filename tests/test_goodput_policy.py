@@ -646,3 +646,20 @@ def test_of_two_alike_jobs_the_one_nearer_its_end_gets_more_slots(reverse: bool)
     near = [gjob("a", remaining=600.0, attained=6000.0), gjob("b", 1, remaining=36000.0)]
     decided = run(8, near, reverse)
     assert decided.targets["a"] > decided.targets["b"] > 0
+
+
+# A job whose all-reduce takes seconds: one learner is its best (its useful size is 1).
+SLOW_SYNC = ThroughputModel(0.02, 0.001, 5.0, 0.5, 10.0, 1.0, min_micro_batch=8)
+
+
+@ORDERS
+def test_a_goodput_job_does_not_shrink_only_to_leave_slots_idle(reverse: bool) -> None:
+    """Its fit now says one learner is best: holding 4 slots that nobody else wants it
+    keeps them (at its best batch on 4); new, it gets only its useful size; a fixed-batch
+    job arriving takes the slots back down to what fair share and the objective give."""
+    assert useful(gjob("s", 8, throughput=SLOW_SYNC), 8) == 1
+    held = run(8, [gjob("s", 8, throughput=SLOW_SYNC, current=4, batch=256)], reverse)
+    assert held.targets == {"s": 4} and held.reasons == {}
+    assert run(8, [gjob("s", 8, throughput=SLOW_SYNC)], reverse).targets == {"s": 1}
+    crowded = [gjob("s", 8, throughput=SLOW_SYNC, current=4, batch=256), job("f", 8, 1)]
+    assert run(8, crowded, reverse).targets == {"s": 1, "f": 7}

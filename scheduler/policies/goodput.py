@@ -29,7 +29,10 @@ the most per slot, while it adds anything (ties to the earlier job in fairshare-
 order). For concave
 goodput that greedy is the optimum; the envelope bridges the dip where a job starts to
 span hosts. Slots no step wants go, up to their max, to the fixed-batch jobs (work
-conserving); a goodput job is never given more than its useful size.
+conserving), then back to goodput jobs up to the slots they hold now (hysteresis: no job
+shrinks only to leave slots idle, as an unsettled fit of its throughput would make it, to
+grow again once the fit settles); a goodput job is never given more than its useful size
+beyond those.
 
 **Teams are hard constraints.** With teams, every team's subtree gets exactly the whole
 slots hierarchical fair share gives it over its jobs (useful sizes as their max), so never
@@ -371,6 +374,7 @@ def decide(snapshot: Snapshot, fairness: float = FAIRNESS) -> Decision:
                 more = min(left, entry.job.max_workers - targets[entry.job.id])
                 targets[entry.job.id] += more
                 left -= more
+        left = _keep(members, original, profiles, targets, left)
     batches = {
         job.id: profiles[job.id].batch[targets[job.id]]
         for job in jobs
@@ -387,6 +391,24 @@ def decide(snapshot: Snapshot, fairness: float = FAIRNESS) -> Decision:
     return make_decision(
         POLICY, snapshot, jobs, targets, explain, shares, by_team, by_user, batches
     )
+
+
+def _keep(members: Sequence[JobView], original: dict[str, JobView],
+          profiles: dict[str, Profile], targets: dict[str, int], left: int) -> int:  # fmt: skip
+    """Hysteresis: what no step wanted goes back, in the pool's order, to goodput jobs
+    below the count they hold now (never above their max), so that no job shrinks only to
+    leave slots idle (a fit that is not settled yet would otherwise shrink a job and grow
+    it back). Returns the slots left."""
+    for view in members:
+        if not left:
+            break
+        job = original[view.id]
+        keep = min(job.current, job.max_workers, profiles[job.id].top)
+        if job.goodput_mode and targets[job.id] < keep:
+            more = min(left, keep - targets[job.id])
+            targets[job.id] += more
+            left -= more
+    return left
 
 
 # Recent decisions' profiles and capped views, by the identity of the job's view: a
