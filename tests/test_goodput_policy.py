@@ -600,3 +600,66 @@ def test_the_commands_run_goodput(tmp_path: Path, capsys: pytest.CaptureFixture[
     out = capsys.readouterr().out
     assert "goodput profiles" in out and "cifar10 batch" in out and "average JCT" in out
     assert main([*command, "--goodput-profiles", str(tmp_path / "nowhere")]) == 1
+
+
+def test_the_pollux_simulator_decides_at_each_arrival_and_completion_with_events(
+    apps: dict[str, Application],
+) -> None:
+    """Stepped every 60 s, a job submitted at 10 s into an idle cluster is first seen at 60
+    s; deciding on events (EDT) starts it at 10 s: the same run (30 s to start, alone on its
+    slots) ends 50 s sooner. On one GPU, a second job submitted while the first runs starts
+    at the first one's completion, not at the next tick."""
+    one = [WorkloadJob("ncf-0", 10, "ncf", 1, 32768)]
+    ticks = simulate_workload(one, apps, ClusterConfig("fairshare-speedup", gpus=4, per_node=4))
+    events = simulate_workload(
+        one, apps, ClusterConfig("fairshare-speedup", gpus=4, per_node=4, events=True)
+    )
+    assert ticks[0].jct - events[0].jct == pytest.approx(50.0)
+    two = [*one, WorkloadJob("ncf-1", 20, "ncf", 1, 32768)]
+    config = ClusterConfig("fairshare-speedup", gpus=1, per_node=1, events=True)
+    finished = {o.name: (o.submitted + o.jct, o.restarts)
+                for o in simulate_workload(two, apps, config)}  # fmt: skip
+    alone = simulate_workload(one, apps, config)[0].jct - 30.0  # its run on the one GPU
+    assert finished["ncf-0"] == (pytest.approx(10 + 30 + alone), 0)
+    # It starts within the second the simulator rounds a completion to.
+    assert finished["ncf-1"][0] == pytest.approx(finished["ncf-0"][0] + 30 + alone, abs=1.0)
+
+
+@pytest.mark.parametrize(
+    "remaining, attained, factor",
+    [(0.0, 5000.0, 1.0), (900.0, 0.0, 4**0.1), (3600.0, 3600.0, 2.0), (10.0, 0.0, 60**0.1),
+     (1e9, 0.0, 10**-0.1), (1e9, 3e9, 4 * 10**-0.1)],
+)  # fmt: skip
+def test_remaining_work_weighs_a_job_within_bounds(
+    remaining: float, attained: float, factor: float
+) -> None:
+    """(remaining / 1 h) ^ -0.1, the remaining work taken within 1 min .. 10 h, times
+    (attained + remaining) / remaining; unknown remaining work: 1."""
+    job = gjob("a", remaining=remaining, attained=attained)
+    assert policy.urgency(job) == pytest.approx(factor)
+
+
+@ORDERS
+def test_of_two_alike_jobs_the_one_nearer_its_end_gets_more_slots(reverse: bool) -> None:
+    alike = run(8, [gjob("a"), gjob("b", submitted=1)], reverse)
+    assert alike.targets["a"] == alike.targets["b"]
+    near = [gjob("a", remaining=600.0, attained=6000.0), gjob("b", 1, remaining=36000.0)]
+    decided = run(8, near, reverse)
+    assert decided.targets["a"] > decided.targets["b"] > 0
+
+
+# A job whose all-reduce takes seconds: one learner is its best (its useful size is 1).
+SLOW_SYNC = ThroughputModel(0.02, 0.001, 5.0, 0.5, 10.0, 1.0, min_micro_batch=8)
+
+
+@ORDERS
+def test_a_goodput_job_does_not_shrink_only_to_leave_slots_idle(reverse: bool) -> None:
+    """Its fit now says one learner is best: holding 4 slots that nobody else wants it
+    keeps them (at its best batch on 4); new, it gets only its useful size; a fixed-batch
+    job arriving takes the slots back down to what fair share and the objective give."""
+    assert useful(gjob("s", 8, throughput=SLOW_SYNC), 8) == 1
+    held = run(8, [gjob("s", 8, throughput=SLOW_SYNC, current=4, batch=256)], reverse)
+    assert held.targets == {"s": 4} and held.reasons == {}
+    assert run(8, [gjob("s", 8, throughput=SLOW_SYNC)], reverse).targets == {"s": 1}
+    crowded = [gjob("s", 8, throughput=SLOW_SYNC, current=4, batch=256), job("f", 8, 1)]
+    assert run(8, crowded, reverse).targets == {"s": 1, "f": 7}

@@ -179,6 +179,22 @@ TABLE = {
         0, VISION_NLP, [job("v1", team="vision", current=4), job("n1", team="nlp")],
         {"v1": 0, "n1": 0},
     ),
+    # Within a user, jobs of one priority are admitted by remaining work (slot-seconds),
+    # the least first, an unknown one (0) before any known; a higher priority still first.
+    "within its quota a team runs its shortest remaining work first": (
+        3, [Team("x", guarantee=2), Team("y", guarantee=1)],
+        [job("x1", 1, 0, team="x", remaining=900.0, current=1),
+         job("x2", 1, 1, team="x", remaining=50.0), job("x3", 1, 2, team="x", remaining=200.0),
+         job("y1", 1, 3, team="y", remaining=5000.0, current=1),
+         job("y2", 1, 4, team="y", remaining=10.0)],
+        {"x1": 0, "x2": 1, "x3": 1, "y1": 0, "y2": 1},
+    ),
+    "a job not yet measured goes first; priority before remaining work": (
+        2, [Team("x")],
+        [job("x1", 1, 0, team="x", remaining=50.0), job("x2", 1, 1, team="x"),
+         job("x3", 1, 2, team="x", remaining=900.0, priority=10000)],
+        {"x1": 0, "x2": 1, "x3": 1},
+    ),
 }  # fmt: skip
 
 
@@ -349,7 +365,8 @@ OWNERS = ["", "alice", "bob"]
 @st.composite
 def team_snapshots(draw: st.DrawFn, min_ones: bool = False) -> Snapshot:
     """Up to 5 teams (each under the group or an earlier team), up to 14 jobs of up to 3
-    owners in them or in none, on up to 40 slots; few distinct values, so ties happen."""
+    owners in them or in none, on up to 40 slots, their remaining work known or not; few
+    distinct values, so ties happen."""
     teams: list[Team] = []
     for index in range(draw(st.integers(0, 5))):
         parent = draw(st.sampled_from(["", *(t.id for t in teams)]))
@@ -370,6 +387,7 @@ def team_snapshots(draw: st.DrawFn, min_ones: bool = False) -> Snapshot:
                 current=draw(st.integers(0, top)),
                 owner=draw(st.sampled_from(OWNERS)),
                 team=draw(st.sampled_from(["", *(t.id for t in teams)])),
+                remaining=draw(st.sampled_from([0.0, 0.0, 50.0, 100.0])),
             )
         )
     try:

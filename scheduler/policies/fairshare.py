@@ -22,7 +22,7 @@ from scheduler.policies.model import (
     JobView,
     Snapshot,
     active,
-    by_priority,
+    by_work,
     make_decision,
     zeros,
 )
@@ -84,9 +84,9 @@ def hierarchical(snapshot: Snapshot) -> Decision:
 def flat(snapshot: Snapshot) -> Decision:
     """Weighted max-min shares of ``snapshot.capacity`` slots among all its jobs, as if one
     user's (teams and owners ignored); see the module docstring."""
-    # 1. Canonical order (priority desc, submission asc, id): the answer never depends on the
-    #    order the jobs came in.
-    jobs = by_priority(snapshot.jobs)
+    # 1. Canonical order (priority desc, remaining work asc where known, submission asc, id):
+    #    the answer never depends on the order the jobs came in.
+    jobs = by_work(snapshot.jobs)
     # 2. Minimums first, in that order; a job whose minimum does not fit waits (0).
     admitted = admit(jobs, snapshot.capacity)
     # 3. The water level λ that shares the capacity among the admitted jobs.

@@ -29,7 +29,10 @@ the most per slot, while it adds anything (ties to the earlier job in fairshare-
 order). For concave
 goodput that greedy is the optimum; the envelope bridges the dip where a job starts to
 span hosts. Slots no step wants go, up to their max, to the fixed-batch jobs (work
-conserving); a goodput job is never given more than its useful size.
+conserving), then back to goodput jobs up to the slots they hold now (hysteresis: no job
+shrinks only to leave slots idle, as an unsettled fit of its throughput would make it, to
+grow again once the fit settles); a goodput job is never given more than its useful size
+beyond those.
 
 **Teams are hard constraints.** With teams, every team's subtree gets exactly the whole
 slots hierarchical fair share gives it over its jobs (useful sizes as their max), so never
@@ -67,6 +70,16 @@ from scheduler.policies.throughput import ThroughputModel, best_batch, goodput
 
 POLICY = "goodput"
 FAIRNESS = -1.0  # Pollux's exponent p of the power mean over speedups
+# A job's weight in the objective is its fair share times its *urgency* where its remaining
+# work is known (JobView.remaining, slot-seconds): (remaining / REMAINING_UNIT) ^ -URGENCY,
+# the remaining work taken within REMAINING_BOUNDS, times ((attained + remaining) /
+# remaining) ^ PROGRESS. Of two jobs, the one with less work left, and above all the one
+# nearer its end, gains more from a slot: it leaves the queue sooner (shortest remaining
+# work first); a long job's weight grows as it nears its end, so it is not starved.
+URGENCY = 0.1
+REMAINING_UNIT = 3600.0
+REMAINING_BOUNDS = (60.0, 36000.0)
+PROGRESS = 1.0
 GNS_STEP = 1.02  # noise scales are rounded to this ratio before a table is built
 
 
@@ -280,6 +293,17 @@ def spread(entries: Sequence[_Entry], targets: dict[str, int], budget: int,
     return budget
 
 
+def urgency(job: JobView) -> float:
+    """The factor on a job's weight from its remaining work and its attained service (see
+    URGENCY); 1 where its remaining work is unknown."""
+    left = job.remaining
+    if left <= 0:
+        return 1.0
+    low, high = REMAINING_BOUNDS
+    size = (min(max(left, low), high) / REMAINING_UNIT) ** -URGENCY
+    return float(size * ((job.attained + left) / left) ** PROGRESS)
+
+
 # The decision ---------------------------------------------------------------------------
 
 
@@ -339,6 +363,7 @@ def decide(snapshot: Snapshot, fairness: float = FAIRNESS) -> Decision:
                 continue
             share = shares[job.id]
             scale = share if fairness == 0 else share * prof.at(share) ** -fairness
+            scale *= urgency(job)
             steps = envelope(prof, job.min_workers, cap, fairness)
             entries.append(_Entry(job, prof, cap, scale, steps))
         left = spread(entries, targets, left, fairness)
@@ -349,6 +374,7 @@ def decide(snapshot: Snapshot, fairness: float = FAIRNESS) -> Decision:
                 more = min(left, entry.job.max_workers - targets[entry.job.id])
                 targets[entry.job.id] += more
                 left -= more
+        left = _keep(members, original, profiles, targets, left)
     batches = {
         job.id: profiles[job.id].batch[targets[job.id]]
         for job in jobs
@@ -365,6 +391,24 @@ def decide(snapshot: Snapshot, fairness: float = FAIRNESS) -> Decision:
     return make_decision(
         POLICY, snapshot, jobs, targets, explain, shares, by_team, by_user, batches
     )
+
+
+def _keep(members: Sequence[JobView], original: dict[str, JobView],
+          profiles: dict[str, Profile], targets: dict[str, int], left: int) -> int:  # fmt: skip
+    """Hysteresis: what no step wanted goes back, in the pool's order, to goodput jobs
+    below the count they hold now (never above their max), so that no job shrinks only to
+    leave slots idle (a fit that is not settled yet would otherwise shrink a job and grow
+    it back). Returns the slots left."""
+    for view in members:
+        if not left:
+            break
+        job = original[view.id]
+        keep = min(job.current, job.max_workers, profiles[job.id].top)
+        if job.goodput_mode and targets[job.id] < keep:
+            more = min(left, keep - targets[job.id])
+            targets[job.id] += more
+            left -= more
+    return left
 
 
 # Recent decisions' profiles and capped views, by the identity of the job's view: a

@@ -46,6 +46,11 @@ class JobView:
     (0: the range's min), ``throughput`` its fitted time per iteration (None: not measured
     yet, taken as linear in slots), ``batch`` the global batch it runs at now (0: unknown).
     Fixed-batch jobs leave them all at their defaults.
+
+    ``remaining`` is the work the job has left, in slot-seconds (its remaining iterations
+    at its measured rate, times the slots it was measured on), where it is known (0:
+    unknown). Fair share admits the jobs of one user whose priorities tie by it, the least
+    first (:func:`by_work`).
     """
 
     id: str
@@ -66,6 +71,7 @@ class JobView:
     base_batch: int = 0
     throughput: ThroughputModel | None = None
     batch: int = 0
+    remaining: float = 0.0
 
     @property
     def label(self) -> str:
@@ -95,6 +101,8 @@ class JobView:
             raise ValueError(f"job {self.id}: max_micro_batch, base_batch and batch must be >= 0")
         if not (math.isfinite(self.gns) and self.gns >= 0):
             raise ValueError(f"job {self.id}: gns must be a finite number >= 0")
+        if not (math.isfinite(self.remaining) and self.remaining >= 0):
+            raise ValueError(f"job {self.id}: remaining must be a finite number >= 0")
 
 
 @dataclass(frozen=True, slots=True)
@@ -316,6 +324,17 @@ def by_priority(jobs: Iterable[JobView]) -> list[JobView]:
     """Active jobs by priority (highest first), then submission, then id."""
     # A stable sort keeps the submission order among equal priorities, reverse=True included.
     return sorted(by_submission(jobs), key=attrgetter("priority"), reverse=True)
+
+
+def by_work(jobs: Iterable[JobView]) -> list[JobView]:
+    """Active jobs by priority (highest first), then remaining work (the least first; an
+    unknown one, 0, first: a job not yet measured gets measured), then submission, then id.
+    With no remaining work known this is :func:`by_priority`. Shortest remaining work
+    first is what empties a queue soonest (the least average wait for the same work)."""
+    ordered = by_submission(jobs)  # stable sorts (C-level keys): the later keys break ties
+    ordered.sort(key=attrgetter("remaining"))
+    ordered.sort(key=attrgetter("priority"), reverse=True)
+    return ordered
 
 
 _ID = attrgetter("id")

@@ -35,8 +35,9 @@ Allocation (:class:`Hierarchy`), in whole slots:
    entitled to and can use, so submitting more jobs never gets a user more slots.
 1. **Admission.** When every job can be admitted with the needs within the capacity and
    every limit, every job is. Otherwise each user admits their jobs in their fair-share
-   order (priority, then submission) while their minimums fit in the user's quota,
-   passing over a job whose minimum does not fit so a smaller one behind it may start;
+   order (priority, then remaining work where known, the least first, then submission)
+   while their minimums fit in the user's quota, passing over a job whose minimum does not
+   fit so a smaller one behind it may start;
    then, in the same order over all users, any other job whose admission keeps the needs
    within the capacity and the limits (it takes slots nobody else needs): work conserving
    without pushing anyone below their quota. So a job whose minimum is larger than its
@@ -63,7 +64,7 @@ from scheduler.policies.model import (
     JobView,
     Snapshot,
     Team,
-    by_priority,
+    by_work,
     guarantees,
 )
 
@@ -74,11 +75,6 @@ NO_TEAM = ""  # the implicit team of the jobs that name none
 Exact = tuple[int, int]
 _MIN = attrgetter("min_workers")
 _MAX = attrgetter("max_workers")
-
-
-def _order(job: JobView) -> tuple[int, float, str]:
-    """by_priority's order as a key: priority (highest first), submission, id."""
-    return (-job.priority, job.submitted, job.id)
 
 
 _LAST = 1 << 62  # after every job's position
@@ -221,7 +217,7 @@ class Hierarchy:
 
     def __init__(self, snapshot: Snapshot) -> None:
         self.capacity = snapshot.capacity
-        self.jobs = by_priority(snapshot.jobs)
+        self.jobs = by_work(snapshot.jobs)
         covered, sub_teams = _structure(snapshot.teams)
         self.root = Node(TEAM, NO_TEAM)
         self.teams: dict[str, Node] = {NO_TEAM: self.root}
@@ -333,9 +329,8 @@ class Hierarchy:
         # 2. Beyond entitlements, into room nobody else needs, in fair-share order over all
         #    users (a job may fit even when the group's needs are at its capacity: in room
         #    its own team is entitled to and a teammate cannot use).
-        waiting.sort(key=_order)
         grown: set[Node] = set()
-        for job in waiting:
+        for job in by_work(waiting):
             user = self.users[(job.team, job.owner)]
             if self._grow(user, job):
                 grown.add(user)

@@ -41,6 +41,7 @@ displaces (``scheduler/moves.py``: the live loop's rules).
 from __future__ import annotations
 
 import functools
+import math
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -70,6 +71,7 @@ class ClusterConfig:
     resize_pause: float = RESIZE_PAUSE
     threshold: float = tiresias_policy.DEFAULT_THRESHOLD
     moves: bool = False  # move learners onto fewer nodes where it pays back
+    events: bool = False  # decide also at each arrival and completion (EDT), not only each tick
 
     @property
     def gang(self) -> bool:
@@ -152,6 +154,35 @@ class _Job:
             if self.epoch >= app.max_epochs:
                 self.finished = now
 
+    def finishes_in(self, seconds: float) -> float | None:
+        """The seconds from now at which :meth:`run` would complete the job within the next
+        ``seconds`` (None: it would not), without running it."""
+        if not self.placement or self.finished is not None:
+            return None
+        delay = min(self.pause, seconds)
+        spent, seconds = delay, seconds - delay
+        app, batch, epoch, progress = self.app, self.batch, self.epoch, self.progress
+        while seconds > 0:
+            rate = app.rate(self.placement, batch, epoch)
+            end = app.epoch_ends[epoch]
+            if progress + rate * seconds < end:
+                return None
+            if epoch + 1 >= app.max_epochs:  # by then run() has completed it, rounding
+                return spent + math.ceil((end - progress) / rate)
+            delta = min(float(round((end - progress) / rate)), seconds)
+            epoch, progress = epoch + 1, end
+            spent, seconds = spent + delta, seconds - delta
+        return None
+
+    def remaining(self) -> float:
+        """Slot-seconds of work left: the progress to go at one GPU's rate in its epoch (at
+        the application's smallest batch in goodput mode, else at its own)."""
+        app = self.app
+        epoch = min(self.epoch, app.max_epochs - 1)
+        one = app.rate(packed(1), app.init_batch if self.goodput else self.spec.batch, epoch)
+        left = app.epoch_ends[-1] - self.progress
+        return max(left / one, 1e-9) if one > 0 else 0.0
+
 
 class Cluster:
     def __init__(
@@ -196,10 +227,14 @@ class Cluster:
         while self.pending or self.active:
             if not self.active:  # idle: jump to the interval where the next job is seen
                 due = self.pending[0].submitted
-                self.now = max(self.now, interval * -(-due // interval) - interval)
+                if self.config.events:
+                    self.now = max(self.now, due)
+                else:
+                    self.now = max(self.now, interval * -(-due // interval) - interval)
+            step = self._step(interval)
             for job in self.active.values():
-                job.run(self.now, interval)
-            self.now += interval
+                job.run(self.now, step)
+            self.now += step
             for name in [n for n, j in self.active.items() if j.finished is not None]:
                 job = self.active.pop(name)
                 assert job.finished is not None
@@ -215,6 +250,20 @@ class Cluster:
             if self.active:
                 self._decide()
         return self.outcomes
+
+    def _step(self, interval: float) -> float:
+        """The time to the next decision: the interval, or with ``events`` the next
+        arrival or completion where sooner (a completion at least a second on)."""
+        if not self.config.events:
+            return interval
+        step = interval
+        if self.pending:
+            step = min(step, max(0.0, self.pending[0].submitted - self.now))
+        for job in self.active.values():
+            done = job.finishes_in(step)
+            if done is not None:
+                step = min(step, max(done, 1.0))
+        return step
 
     def _decide(self) -> None:
         views = [self._view(job) for job in self.active.values()]
@@ -326,6 +375,7 @@ class Cluster:
                 base_batch=app.init_batch,
                 throughput=app.model,
                 batch=job.batch,
+                remaining=job.remaining(),
             )
             return job.view
         job.view = JobView(
@@ -336,6 +386,7 @@ class Cluster:
             state=state,
             attained=job.attained,
             speedup=job.curve,
+            remaining=job.remaining(),
         )
         return job.view
 

@@ -23,6 +23,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from scheduler.policies import POLICIES, Policy, las
+from scheduler.policies import fairshare as fairshare_policy
 from scheduler.policies import goodput as goodput_policy
 from scheduler.policies import tiresias as tiresias_policy
 from scheduler.policies.model import QUEUED, RUNNING, SUSPENDED, JobView, Snapshot, Team
@@ -32,6 +33,9 @@ from scheduler.simulate.speedup import speedup
 COMPLETION, WAKE = 0, 1
 AWAKE = frozenset({tiresias_policy.POLICY, las.POLICY, las.SPEEDUP_POLICY, goodput_policy.POLICY})
 CURVES = frozenset({las.SPEEDUP_POLICY, goodput_policy.POLICY})  # policies shown speedup curves
+# Policies that order by remaining work: their running jobs' views are renewed every
+# decision (the others' only when their count changes, as before).
+WORK = frozenset({fairshare_policy.POLICY, goodput_policy.POLICY})
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,6 +159,7 @@ class Simulator:
         # Policies that read attained service: a job's change of queue or class wakes them.
         self.wakes = config.policy in AWAKE
         self.curves = config.policy in CURVES  # speedup curves for the policy
+        self.work = config.policy in WORK
         self.goodput = config.policy == goodput_policy.POLICY
         self.pending = deque(sorted(jobs, key=lambda job: (job.submitted, job.id)))
         self.active: dict[str, _State] = {}
@@ -213,7 +218,7 @@ class Simulator:
         )
 
     def _reschedule(self, now: float) -> None:
-        if self.wakes:  # attained service grows while jobs run
+        if self.wakes or self.work:  # attained service grows, remaining work shrinks
             for job_id in self.running:
                 self.views[job_id] = self._view(self.active[job_id], now)
         snapshot = Snapshot(self.config.gpus, list(self.views.values()), self.config.teams,
@@ -241,6 +246,10 @@ class Simulator:
         job = state.job
         phase = RUNNING if state.slots else SUSPENDED if state.started else QUEUED
         attained = state.attained + state.slots * (now - state.since)
+        remaining = max(state.remaining, 1e-9)
+        if state.slots:
+            remaining -= self._speed(state) * max(0.0, now - max(state.since, state.resume_at))
+            remaining = max(remaining, 1e-9)
         profile = job.profile
         if profile is not None and self.goodput:
             return JobView(
@@ -257,6 +266,7 @@ class Simulator:
                 throughput=profile.model,
                 batch=state.batch,
                 team=job.team if self.config.teams else "",
+                remaining=remaining,
             )
         if not self.curves:
             curve: tuple[float, ...] = ()
@@ -273,6 +283,7 @@ class Simulator:
             attained=attained,
             speedup=curve,
             team=job.team if self.config.teams else "",
+            remaining=remaining,
         )
 
     def _speed(self, state: _State) -> float:

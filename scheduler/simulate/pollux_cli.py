@@ -67,6 +67,11 @@ def parser() -> argparse.ArgumentParser:
         action="store_true",
         help="move learners onto fewer nodes where it pays back within an interval",
     )
+    p.add_argument(
+        "--events",
+        action="store_true",
+        help="decide also at each arrival and completion, as EDT does, not only each interval",
+    )
     p.add_argument("--load", type=float, help="the load to report (default: from the name)")
     p.add_argument("--procs", type=int, default=2, help="processes (default 2)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
@@ -170,6 +175,7 @@ def main(argv: Sequence[str]) -> int:
         args.restart_pause,
         args.resize_pause,
         moves=args.moves,
+        events=args.events,
     )
     try:
         result = simulate_folder(args.workloads, config, args.traces, args.procs, args.load)
@@ -184,6 +190,7 @@ def main(argv: Sequence[str]) -> int:
         f"{args.gpus} GPUs ({args.per_node} per node), decisions every {args.interval:g} s, "
         f"pauses: restart {args.restart_pause:g} s, resize {args.resize_pause:g} s"
         f"{', learner moves' if args.moves else ''}"
+        f"{', and at each arrival and completion' if args.events else ''}"
     )
     for name, outcomes, bound in zip(result.workloads, result.outcomes, result.bounds, strict=True):
         avg = statistics.fmean(o.jct for o in outcomes)
