@@ -40,9 +40,9 @@ from scheduler.simulate.pollux import (
     trace_profiles,
 )
 from scheduler.simulate.speedup import AppFit
+from tests.harness.policies import ORDERS, job
 from tests.harness.processes import PROJECT_DIR
 
-ORDERS = pytest.mark.parametrize("reverse", [False, True], ids=["given-order", "reversed"])
 POLLUX = PROJECT_DIR / "tests" / "data" / "pollux-osdi21"
 
 # A job that computes 1 ms per sample plus 20 ms per micro-batch; all-reduce 20 ms on one
@@ -59,12 +59,6 @@ def gjob(job_id: str, max_workers: int = 16, submitted: float = 0.0, **fields: A
     fields.setdefault("gns", 2000.0)
     fields.setdefault("base_batch", 64)
     fields.setdefault("throughput", MODEL)
-    return JobView(job_id, max_workers, submitted, **fields)
-
-
-def job(job_id: str, max_workers: int = 8, submitted: float = 0.0, **fields: Any) -> JobView:
-    """A fixed-batch job."""
-    fields.setdefault("state", RUNNING if fields.get("current") else QUEUED)
     return JobView(job_id, max_workers, submitted, **fields)
 
 

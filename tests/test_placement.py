@@ -10,8 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from scheduler.placement import Placement, Slot, place
-
-ORDERS = pytest.mark.parametrize("reverse", [False, True], ids=["given-order", "reversed"])
+from tests.harness.policies import ORDERS
 
 
 def cluster(**hosts: int) -> list[Slot]:

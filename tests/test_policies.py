@@ -14,8 +14,6 @@ from hypothesis import strategies as st
 
 from scheduler.policies import (
     POLICIES,
-    QUEUED,
-    RUNNING,
     Decision,
     JobView,
     Snapshot,
@@ -24,15 +22,8 @@ from scheduler.policies import (
     speedup,
     tiresias,
 )
+from tests.harness.policies import ORDERS, job
 from tests.harness.processes import PROJECT_DIR
-
-ORDERS = pytest.mark.parametrize("reverse", [False, True], ids=["given-order", "reversed"])
-
-
-def job(job_id: str, max_workers: int = 8, submitted: float = 0.0, **fields: Any) -> JobView:
-    """A job; RUNNING when it holds slots, unless a state is given."""
-    fields.setdefault("state", RUNNING if fields.get("current") else QUEUED)
-    return JobView(job_id, max_workers, submitted, **fields)
 
 
 def run(policy: str, capacity: int, jobs: list[JobView], reverse: bool) -> Decision:

@@ -11,7 +11,6 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from scheduler.policies import (
-    QUEUED,
     RUNNING,
     Decision,
     JobView,
@@ -23,14 +22,7 @@ from scheduler.policies import (
     slots_by_team,
 )
 from scheduler.policies.model import guarantees
-
-ORDERS = pytest.mark.parametrize("reverse", [False, True], ids=["given-order", "reversed"])
-
-
-def job(job_id: str, max_workers: int = 8, submitted: float = 0.0, **fields: Any) -> JobView:
-    """A job; RUNNING when it holds slots, unless a state is given."""
-    fields.setdefault("state", RUNNING if fields.get("current") else QUEUED)
-    return JobView(job_id, max_workers, submitted, **fields)
+from tests.harness.policies import ORDERS, job
 
 
 def run(capacity: int, teams: list[Team], jobs: list[JobView], reverse: bool) -> Decision:
