@@ -157,7 +157,7 @@ def _sweeps(add: Any, sub: Any) -> None:
 
 
 def _datasets(add: Any, sub: Any) -> None:
-    group = sub.add_parser("datasets", help="upload, list, show, delete datasets")
+    group = sub.add_parser("datasets", help="upload, add in place, list, show, delete datasets")
     inner = group.add_subparsers(dest="action", required=True, metavar="ACTION")
     add(inner, "list", commands.datasets_list, "your datasets")
     add(inner, "show", commands.datasets_show, "one dataset").add_argument("id", type=int)
@@ -166,6 +166,10 @@ def _datasets(add: Any, sub: Any) -> None:
     p.add_argument("--name", help="default: the file's name")
     p.add_argument("--resume", type=int, metavar="ID", help="continue an interrupted upload")
     p.add_argument("--no-wait", action="store_true", help="do not wait until it is READY")
+    p = add(inner, "add", commands.datasets_add, "register a dataset in place, under a data root")
+    p.add_argument("--path", required=True, help="on the cluster's shared storage (EDT_DATA_ROOTS)")
+    p.add_argument("--name", required=True)
+    p.add_argument("--no-wait", action="store_true", help="return before the check ends")
     add(inner, "delete", commands.datasets_delete, "delete a dataset").add_argument("id", type=int)
 
 

@@ -78,7 +78,8 @@ class DatasetSerializer(serializers.ModelSerializer):
     class Meta:
         model = Dataset
         fields = ["id", "name", "owner", "filename", "status", "size", "received", "format",
-                  "summary", "error", "progress", "created_at", "thumbnails"]  # fmt: skip
+                  "summary", "error", "progress", "created_at", "thumbnails",
+                  "source"]  # fmt: skip
         read_only_fields = fields
 
     @extend_schema_field(ThumbnailSerializer(many=True))
@@ -91,6 +92,15 @@ class UploadStartSerializer(serializers.Serializer):
     name = serializers.CharField(max_length=200, help_text="the dataset's name")
     filename = serializers.CharField(max_length=300, required=False, allow_blank=True, default="")
     size = serializers.IntegerField(min_value=1, help_text="the archive's size in bytes")
+
+
+class DatasetRegisterSerializer(serializers.Serializer):
+    """A dataset in place: a path under a data root (``EDT_DATA_ROOTS``), read where it is."""
+
+    name = serializers.CharField(max_length=200, help_text="the dataset's name")
+    path = serializers.CharField(
+        max_length=1000, help_text="absolute, or relative to a data root (no '..')"
+    )
 
 
 class DatasetUploadSerializer(serializers.Serializer):
