@@ -198,6 +198,24 @@ def _jobs(add: Any, sub: Any) -> None:
         p.add_argument(flag, type=kind)
     p.add_argument("--precision", choices=["fp32", "bf16", "fp16"],
                    help="bf16: autocast on CPU or GPU; fp16: GPU only")  # fmt: skip
+    p.add_argument(
+        "--image-size",
+        type=int,
+        metavar="PIXELS",
+        help="an image folder's images: shorter side scaled to this, centre cut",
+    )
+    p.add_argument(
+        "--loader-workers",
+        type=int,
+        metavar="N",
+        help="DataLoader worker processes per learner (default: the slot's share)",
+    )
+    p.add_argument(
+        "--augment",
+        type=int,
+        choices=[0, 1],
+        help="1: random crop, flip and normalisation, seeded by job and epoch",
+    )
     p.add_argument("--batch-range", type=batch_range, metavar="LOW-HIGH",
                    help="goodput mode: the scheduler picks the global batch in this range "
                    "(e.g. 64-4096); --batch-size is then the batch the learning rate is "

@@ -140,12 +140,13 @@ def _listing(root: Path, limit: int = 20) -> str:
 # --------------------------------------------------------------------------- loading
 
 
-def load_dataset(root: Path, image_size: int = 0) -> Loaded:
+def load_dataset(root: Path, side: int = 0) -> Loaded:
     """(train, test, class names): float32 CHW images in [0, 1] and int64 labels; an image
-    folder is read on demand, its images brought to ``image_size`` (0: the first's size)."""
+    folder is read on demand, its images brought to ``side`` pixels a side (the job's
+    ``image_size``; 0: the first image's size)."""
     found, where = _locate(root)
     if found == "imagefolder":
-        return _load_imagefolder(where, image_size)
+        return _load_imagefolder(where, side)
     return _LOADERS[found](where)
 
 
@@ -310,11 +311,11 @@ class _SafeUnpickler(pickle.Unpickler):
 # --------------------------------------------------------------------------- image folders
 
 
-def _load_imagefolder(where: Path, image_size: int = 0) -> Loaded:
+def _load_imagefolder(where: Path, side: int = 0) -> Loaded:
     """Read on demand, never decoded whole (imagefolder.py)."""
     from workers.learner.imagefolder import load
 
-    return load(where, image_size)
+    return load(where, side)
 
 
 # --------------------------------------------------------------------------- npz

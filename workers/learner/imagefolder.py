@@ -69,15 +69,15 @@ class ImageFolder(Dataset[tuple[torch.Tensor, int]]):
         return resized.crop((left, top, left + width, top + height)) if self.crop else resized
 
 
-def load(where: Path, image_size: int = 0) -> tuple[ImageFolder, ImageFolder, list[str]]:
+def load(where: Path, side: int = 0) -> tuple[ImageFolder, ImageFolder, list[str]]:
     """The train and test splits of the folder at ``where``, and the class names; only the
-    file names are read (and the first image's size when no ``image_size`` is named)."""
+    file names are read (and the first image's size when no ``side`` is named)."""
     classes = [d.name for d in _subdirs(where / "train")]
     files = {split: listing(where, split, classes) for split in SPLITS}
     if not files["train"]:
         raise DatasetError("train/ holds no .png, .jpg or .jpeg images in its class folders.")
-    crop = image_size > 0
-    size = (image_size, image_size) if crop else _first_size(where, files["train"][0][0])
+    crop = side > 0
+    size = (side, side) if crop else _first_size(where, files["train"][0][0])
     train, test = (ImageFolder(where, files[s], size, crop) for s in SPLITS)
     return train, test, classes
 
