@@ -10,6 +10,7 @@ the smallest of its reduced scales (1/2, 1/4, 1/8) that still covers that size, 
 
 from __future__ import annotations
 
+import io
 import os
 from pathlib import Path
 from typing import Any
@@ -100,3 +101,31 @@ def _first_size(where: Path, name: str) -> tuple[int, int]:
             return image.size
     except (OSError, Image.DecompressionBombError) as e:
         raise DatasetError(f"{name} is not a readable image: {e}") from e
+
+
+def write_photos(
+    root: Path, train: int, test: int, side: int, num_classes: int = 3, variants: int = 4,
+    seed: int = 0,
+) -> Path:  # fmt: skip
+    """Large, learnable JPEGs (``side`` pixels square) as ``root/train/<class>/*.jpg`` and
+    ``root/test/…``: each class's shape (datasets.synthetic_images) drawn at 32 pixels and
+    scaled up, ``variants`` pictures per class, written again under many names (tests and
+    benchmarks of real-size images: decoding, not writing, is what they measure)."""
+    from workers.learner.datasets import _names_for, synthetic_images
+
+    rng = np.random.default_rng(seed)
+    names = _names_for(num_classes)
+    small, labels = synthetic_images(variants * num_classes, num_classes, rng)
+    encoded: dict[int, list[bytes]] = {c: [] for c in range(num_classes)}
+    for image, label in zip(small, labels, strict=True):
+        picture = Image.fromarray(image.transpose(1, 2, 0)).resize((side, side))
+        out = io.BytesIO()
+        picture.save(out, format="JPEG", quality=90)
+        encoded[int(label)].append(out.getvalue())
+    for split, count in (("train", train), ("test", test)):
+        for i in range(count):
+            label = i % num_classes
+            folder = root / split / names[label]
+            folder.mkdir(parents=True, exist_ok=True)
+            (folder / f"{i:06d}.jpg").write_bytes(encoded[label][(i // num_classes) % variants])
+    return root

@@ -19,8 +19,11 @@ goodput-mode job, whose batch moves within an epoch, keeps it too.
 
 from __future__ import annotations
 
+import multiprocessing
 import os
+import resource
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -34,9 +37,22 @@ PREFETCH = 4  # micro-batches each worker decodes ahead
 MOST_WORKERS = 8  # the default's cap: past it a slot's share seldom pays on one host
 PAD = 4  # augmentation's random crop: pixels of reflection padding on each side
 NORM_SAMPLES = 256  # samples the normalisation's per-channel statistics are taken from
+# A batch not decoded in this long fails the learner (a worker stuck, not slow) rather
+# than leaving the job waiting for ever
+LOADER_TIMEOUT = 600.0
 
 Place = tuple[int, int, int, int]  # epoch, iteration, group size, rank
 Batches = list[tuple[Any, Any]]
+
+
+def peak_memory() -> str:
+    """This process's peak resident memory and address space, and its reaped children's
+    (the loader workers) largest peak, in MiB, as the learner's log says at its end."""
+    status = dict(line.split(":", 1) for line in Path("/proc/self/status").read_text().splitlines())
+    kib = {key: int(status.get(key, "0 kB").split()[0]) for key in ("VmHWM", "VmPeak")}
+    children = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss  # KiB on Linux
+    return (f"resident {kib['VmHWM'] >> 10} MiB, address space {kib['VmPeak'] >> 10} MiB, "
+            f"largest worker resident {children >> 10} MiB")  # fmt: skip
 
 
 def default_workers(cores: int | None = None, slots: int | None = None) -> int:
@@ -90,6 +106,7 @@ class Feed:
         self.loader = DataLoader(
             dataset, batch_sampler=order, num_workers=workers, pin_memory=pin,
             persistent_workers=workers > 0, prefetch_factor=PREFETCH if workers else None,
+            timeout=LOADER_TIMEOUT if workers else 0,
             multiprocessing_context="fork" if workers else None,
         )  # fmt: skip
         self.next: Place | None = None  # where the running iteration stands
@@ -99,6 +116,8 @@ class Feed:
     def start(self, place: Place) -> None:
         """Start the workers decoding from ``place`` (before READY: forked before the
         learner's threads start, and the first step finds its batches waiting)."""
+        if self.batches is None:
+            _forget_temp_dir()
         self.order.place = place
         self.batches = iter(self.loader)
         self.next = place
@@ -116,6 +135,15 @@ class Feed:
             (epoch, nxt, size, rank) if nxt < self.order.per_epoch else (epoch + 1, 0, size, rank)
         )
         return [(x, y) for x, y in out]
+
+
+def _forget_temp_dir() -> None:
+    """multiprocessing keeps the temporary folder it made once per process, and a learner
+    inherits its fork server's, made before the sandbox gave the learner a private /tmp
+    where it does not exist: forgotten, the workers make their own there, for the sockets
+    that pass their batches' file descriptors."""
+    config: dict[str, Any] = multiprocessing.current_process()._config  # type: ignore[attr-defined]
+    config.pop("tempdir", None)
 
 
 def feed_for(
