@@ -28,7 +28,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 PROJECT = Path(__file__).resolve().parent.parent
@@ -75,7 +74,8 @@ def engine_rate(redis: RedisServer, data: Path, workers: int, steps: int, warm: 
     cmd = [sys.executable, "-m", "workers.learner.drive", "--model", str(MLP),
            "--data", str(data), "--schedule", "0:1", "--batch-size", str(BATCH),
            "--max-steps", str(steps), "--epochs", "1", "--image-size", str(SIZE),
-           "--loader-workers", str(workers), "--workdir", str(workdir), "--deadline", "600"]  # fmt: skip
+           "--loader-workers", str(workers), "--workdir", str(workdir),
+           "--deadline", "600"]  # fmt: skip
     env = {**os.environ, "REDIS_URL": redis.url, "PYTHONPATH": str(PROJECT)}
     done = subprocess.run(cmd, cwd=PROJECT, env=env, capture_output=True, text=True,
                           timeout=900)  # fmt: skip
@@ -97,7 +97,8 @@ def plain_rate(data: Path, workers: int, steps: int, warm: int) -> float:
 
 
 def spread(values: list[float], digits: int = 2) -> str:
-    return " / ".join(f"{v:.{digits}f}" for v in (min(values), statistics.median(values), max(values)))
+    shown = (min(values), statistics.median(values), max(values))
+    return " / ".join(f"{v:.{digits}f}" for v in shown)
 
 
 def main() -> None:
@@ -128,8 +129,11 @@ def main() -> None:
             ratios.append(rate["engine"] / rate["plain"])
             rows.append((pair + 1, sides[0], rate["engine"], rate["plain"], ratios[-1],
                          os.getloadavg()[0]))  # fmt: skip
-            print(f"pair {pair + 1}: engine {rate['engine']:.1f}/s, plain {rate['plain']:.1f}/s,"
-                  f" ratio {ratios[-1]:.3f}, load {rows[-1][5]:.1f}", flush=True)
+            print(
+                f"pair {pair + 1}: engine {rate['engine']:.1f}/s, plain {rate['plain']:.1f}/s,"
+                f" ratio {ratios[-1]:.3f}, load {rows[-1][5]:.1f}",
+                flush=True,
+            )
         scaling = []
         for workers in (int(w) for w in args.workers.split(",")):
             got = engine_rate(redis, data, workers, args.steps, args.warm, tmp)
@@ -155,8 +159,10 @@ def write(args: argparse.Namespace, rows: list[tuple[int, str, float, float, flo
         "| pair | first | engine (samples/s) | plain DataLoader (samples/s) | engine / plain "
         "| load |",
         "|---|---|---|---|---|---|",
-        *(f"| {p} | {first} | {e:.1f} | {b:.1f} | {r:.3f} | {load:.1f} |"
-          for p, first, e, b, r, load in rows),  # fmt: skip
+        *(
+            f"| {p} | {first} | {e:.1f} | {b:.1f} | {r:.3f} | {load:.1f} |"
+            for p, first, e, b, r, load in rows
+        ),
         "",
         f"Ratio engine / plain, min / median / max: {spread(ratios, 3)} (goal: median >= 0.95).",
         "",
