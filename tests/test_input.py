@@ -23,8 +23,9 @@ from tests.harness.driven import (
     sizes,
 )
 from workers.learner import loader
-from workers.learner.datasets import describe, load_dataset, write_imagefolder
+from workers.learner.datasets import describe, detect_format, load_dataset, write_imagefolder
 from workers.learner.partition import permutation, rank_indices, slice_bounds
+from workers.learner.shards import write_shards
 from workers.learner.spec import JobSpec
 
 LAZY = ("--loader-workers", "1")
@@ -100,6 +101,29 @@ def test_images_of_any_size_come_to_the_size_the_job_names(tmp_path: Path) -> No
     assert abs(float(train[0][0][0].mean()) - 200 / 255) < 0.02  # a JPEG's red, decoded small
     unnamed, _, _ = load_dataset(tmp_path)  # no size named: the first image's (small.jpg)
     assert {tuple(unnamed[i][0].shape) for i in range(3)} == {(3, 20, 20)}
+
+
+# ------------------------------------------------------------------------- .npy shards
+
+
+def test_npy_shards_are_memory_mapped_and_read_one_sample_at_a_time(tmp_path: Path) -> None:
+    write_shards(tmp_path, 90, 30, shards=3)
+    assert detect_format(tmp_path) == "npyshards"
+    train, test, classes = load_dataset(tmp_path)
+    assert (len(train), len(test), classes[:2]) == (90, 30, ["airplane", "automobile"])
+    assert describe(tmp_path)["splits"]["test"]["count"] == 30
+    stored = np.load(tmp_path / "x_train.001.npy")[0].transpose(2, 0, 1)
+    assert torch.allclose(train[30][0], torch.from_numpy(stored).float() / 255)
+    assert all(isinstance(m, np.memmap) for m in train._maps)  # type: ignore[attr-defined]
+
+
+def test_npy_shards_train_through_the_loader_like_one_process(
+    redis_server: RedisServer, tmp_path: Path
+) -> None:
+    data = write_shards(tmp_path / "shards", 512, 64, shards=4)
+    workdir = drive(redis_server, tmp_path, data, "0:2", 12)  # the default loader workers
+    losses, params = plain_training(data, 12)
+    assert_same_training(workdir, 12, losses, params)
 
 
 # ------------------------------------------------------------------------- augmentation

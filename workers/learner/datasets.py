@@ -51,7 +51,8 @@ EXPECTED = (
     "CIFAR-10 python batches (data_batch_1 … data_batch_5, test_batch, batches.meta), "
     "CIFAR-100 python files (train, test, meta), "
     "an image folder (train/<class>/*.png|jpg|jpeg and test/<class>/…), "
-    "or a single .npz file with x_train, y_train, x_test, y_test; "
+    "a single .npz file with x_train, y_train, x_test, y_test, "
+    "or .npy shards (x_train[.NNN].npy with y_train[.NNN].npy, the same for test); "
     "any of them may sit one directory down"
 )
 
@@ -88,6 +89,10 @@ def _format_at(where: Path) -> tuple[str, Path] | None:
         return "cifar100", where
     if _is_imagefolder(where):
         return "imagefolder", where
+    from workers.learner import shards  # read on demand, as image folders are
+
+    if shards.is_shards(where):
+        return "npyshards", where
     npz = _npz_file(where)
     return None if npz is None else ("npz", npz)
 
@@ -372,11 +377,19 @@ def _npz_split(x: npt.NDArray[Any], y: npt.NDArray[Any], what: str) -> TensorDat
     return _tensors(x, y)
 
 
+def _load_shards(where: Path) -> Loaded:
+    """Memory-mapped, read on demand (shards.py)."""
+    from workers.learner import shards
+
+    return shards.load(where)
+
+
 _LOADERS: dict[str, Callable[[Path], Loaded]] = {
     "cifar10": _load_cifar10,
     "cifar100": _load_cifar100,
     "imagefolder": _load_imagefolder,
     "npz": _load_npz,
+    "npyshards": _load_shards,
 }
 
 
