@@ -158,6 +158,19 @@ def test_a_lazy_dataset_resized_1_3_2_gives_the_single_process_updates(
     assert_same_training(workdir, steps, losses, params)
 
 
+def test_a_lazy_job_loses_a_killed_then_a_frozen_learner_and_no_step(
+    redis_server: RedisServer, tmp_path: Path, folder: Path
+) -> None:
+    steps = 50
+    workdir = drive(redis_server, tmp_path, folder, "0:3", steps, *LAZY, "--kill", "15:KILL",
+                    "--kill", "30:STOP", "--timeout", "5", model=PACED_TWIN)  # fmt: skip
+    faults = [e for e in events(workdir) if e["kind"] == "fault"]
+    assert [f["signal"] for f in faults] == ["SIGKILL", "SIGSTOP"]
+    assert sizes(workdir)[:3] == [3, 2, 1]
+    losses, params = plain_training(folder, steps)
+    assert_same_training(workdir, steps, losses, params)
+
+
 def test_a_killed_lazy_job_resumes_from_its_checkpoint_at_the_right_sample(
     redis_server: RedisServer, tmp_path: Path, folder: Path
 ) -> None:
