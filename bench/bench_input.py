@@ -10,8 +10,9 @@ so that decoding, not the model (examples/mlp.py), bounds the rate.
   job's ``image_size`` 32 and ``loader_workers`` W: its Feed, the elastic order, its
   records; the rate from the train records' times.
 - **plain**: ``DataLoader(folder, batch_size=B, shuffle=True, drop_last=True,
-  num_workers=W, persistent_workers=True)`` over the same ``ImageFolder`` (the same decode
-  and resize), the same model, loss and optimizer, one torch thread, in a fresh process.
+  num_workers=W, persistent_workers=True, prefetch_factor=4)`` over the same
+  ``ImageFolder`` (the same decode and resize), the same model, loss and optimizer, one
+  torch thread, in a fresh process.
 
 Both skip their first ``--warm`` steps (start-up, the workers' first batches) and stop
 before the epoch ends (no evaluation is timed). Pairs interleave, their order alternating;
@@ -51,7 +52,7 @@ torch.set_num_threads(1)
 torch.manual_seed(0)
 train, _test, _ = load(Path(data), int(size))
 loader = DataLoader(train, batch_size=batch, shuffle=True, drop_last=True,
-                    num_workers=workers, persistent_workers=True)
+                    num_workers=workers, persistent_workers=True, prefetch_factor=4)
 defn = load_definition(Path(sys.argv[7]))
 model = defn.build_model()
 optimizer = defn.build_optimizer(model.parameters(), 0.01)
@@ -154,7 +155,8 @@ def write(args: argparse.Namespace, rows: list[tuple[int, str, float, float, flo
         f"{load_before:.2f} before, {os.getloadavg()[0]:.2f} after. JPEGs of {args.side}x"
         f"{args.side} brought to {SIZE}x{SIZE} (decode-bound), examples/mlp.py, batch {BATCH}, "
         f"{args.pair_workers} loader workers on both sides, steps {args.warm + 1}-{args.steps} "
-        "timed (bench/bench_input.py).",
+        "timed (bench/bench_input.py). Each worker decodes 4 batches ahead on both sides "
+        "(the engine's loader.PREFETCH).",
         "",
         "| pair | first | engine (samples/s) | plain DataLoader (samples/s) | engine / plain "
         "| load |",
