@@ -11,12 +11,16 @@ from typing import Any
 import pytest
 from django.test import Client
 from PIL import Image
+from playwright.sync_api import expect
 
 from edtweb.api.errors import ApiError
 from edtweb.api.wmla import _dataset_at
 from edtweb.datasets.models import Dataset
 from edtweb.tenancy.models import Membership, Team
+from tests.browser import browser_page, log_in
 from tests.harness.api import token_client
+from tests.harness.pages import violations
+from tests.harness.stack import LiveEdt
 from tests.harness.waiting import wait_for
 from workers.dataroots import DataRoot, PathRefused, parse, resolve
 from workers.learner.datasets import write_imagefolder
@@ -159,3 +163,21 @@ def test_wmla_data_path_resolves_under_the_roots(alice: Any, configured: dict[st
     ready.delete()
     with pytest.raises(ApiError, match="register it with `edt datasets add --path flowers"):
         _dataset_at(mine, "flowers")
+
+
+@pytest.mark.browser
+def test_a_folder_is_registered_in_place_from_the_datasets_page(live: LiveEdt) -> None:
+    """On the run's live EDT, whose data root is ``roots/`` beside its data directory."""
+    folder = write_imagefolder(live.tmp / "roots" / "flowers-page", 30, 9, num_classes=3)
+    with browser_page() as page:
+        log_in(page, live.url, live.data_dir)
+        page.goto(live.url + "/datasets/")
+        page.fill("#in-place-name", "flowers")
+        page.fill("#in-place-path", "flowers-page/../..")
+        page.click("#in-place button[type=submit]")
+        expect(page.locator("#in-place-error")).to_contain_text("a path with '..' is refused")
+        page.fill("#in-place-path", "flowers-page")
+        page.click("#in-place button[type=submit]")
+        expect(page.locator("#dataset-source")).to_contain_text(str(folder))
+        expect(page.locator("#thumbs img")).to_have_count(12)
+        assert violations(page) == []
