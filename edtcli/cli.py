@@ -157,7 +157,7 @@ def _sweeps(add: Any, sub: Any) -> None:
 
 
 def _datasets(add: Any, sub: Any) -> None:
-    group = sub.add_parser("datasets", help="upload, list, show, delete datasets")
+    group = sub.add_parser("datasets", help="upload, add in place, list, show, delete datasets")
     inner = group.add_subparsers(dest="action", required=True, metavar="ACTION")
     add(inner, "list", commands.datasets_list, "your datasets")
     add(inner, "show", commands.datasets_show, "one dataset").add_argument("id", type=int)
@@ -166,6 +166,10 @@ def _datasets(add: Any, sub: Any) -> None:
     p.add_argument("--name", help="default: the file's name")
     p.add_argument("--resume", type=int, metavar="ID", help="continue an interrupted upload")
     p.add_argument("--no-wait", action="store_true", help="do not wait until it is READY")
+    p = add(inner, "add", commands.datasets_add, "register a dataset in place, under a data root")
+    p.add_argument("--path", required=True, help="on the cluster's shared storage (EDT_DATA_ROOTS)")
+    p.add_argument("--name", required=True)
+    p.add_argument("--no-wait", action="store_true", help="return before the check ends")
     add(inner, "delete", commands.datasets_delete, "delete a dataset").add_argument("id", type=int)
 
 
@@ -194,6 +198,24 @@ def _jobs(add: Any, sub: Any) -> None:
         p.add_argument(flag, type=kind)
     p.add_argument("--precision", choices=["fp32", "bf16", "fp16"],
                    help="bf16: autocast on CPU or GPU; fp16: GPU only")  # fmt: skip
+    p.add_argument(
+        "--image-size",
+        type=int,
+        metavar="PIXELS",
+        help="an image folder's images: shorter side scaled to this, centre cut",
+    )
+    p.add_argument(
+        "--loader-workers",
+        type=int,
+        metavar="N",
+        help="DataLoader worker processes per learner (default: the slot's share)",
+    )
+    p.add_argument(
+        "--augment",
+        type=int,
+        choices=[0, 1],
+        help="1: random crop, flip and normalisation, seeded by job and epoch",
+    )
     p.add_argument("--batch-range", type=batch_range, metavar="LOW-HIGH",
                    help="goodput mode: the scheduler picks the global batch in this range "
                    "(e.g. 64-4096); --batch-size is then the batch the learning rate is "

@@ -84,6 +84,16 @@ def datasets_upload(args: argparse.Namespace, api: Client) -> None:
     show(args, dataset, f"dataset {pk} {dataset['status']}: {dataset['name']}")
 
 
+def datasets_add(args: argparse.Namespace, api: Client) -> None:
+    """A dataset read where it lies on the cluster's storage: the path is the cluster's
+    (under a data root), not this machine's; nothing is uploaded."""
+    dataset = api.call("POST", "datasets/register/", {"name": args.name, "path": args.path})
+    if not args.no_wait:
+        dataset = _wait_dataset(api, dataset["id"])
+    show(args, dataset, f"dataset {dataset['id']} {dataset['status']}: {dataset['name']} "
+                        f"(in place at {dataset['source']})")  # fmt: skip
+
+
 def _put_chunk(api: Client, pk: int, source: Any, start: int, total: int, tries: int = 3) -> int:
     """Send the chunk at ``start``; on a dropped connection or a conflict, ask the server
     where the upload stands and send from there. Returns the bytes it now holds."""
@@ -164,7 +174,8 @@ JOB_KEYS = ["id", "name", "owner", "team", "resource_group", "state", "priority"
             "started_at", "finished_at", "sweep", "trial_number", "hparams", "trial_state",
             "objective"]  # fmt: skip
 SUBMIT_FIELDS = ("name", "epochs", "batch_size", "max_workers", "min_workers", "priority",
-                 "checkpoint_every", "lr", "max_micro_batch", "precision")  # fmt: skip
+                 "checkpoint_every", "lr", "max_micro_batch", "precision", "image_size",
+                 "loader_workers", "augment")  # fmt: skip
 
 
 def _readable(job: dict[str, Any]) -> dict[str, Any]:

@@ -199,7 +199,10 @@ CHANNEL_LAYERS = channel_layers(REDIS_URL)
 
 # Largest dataset archive accepted (bytes); checked as the upload streams in.
 EDT_MAX_UPLOAD_BYTES = envint("EDT_MAX_UPLOAD_BYTES", 2 * 1024**3)
-DATA_UPLOAD_MAX_MEMORY_SIZE = 16 * 1024**2  # one upload chunk (4 MiB) fits well within
+DATA_UPLOAD_MAX_MEMORY_SIZE = 16 * 1024**2
+# Data roots on shared storage where datasets are registered in place, never copied
+# (workers/dataroots.py): `FOLDER` or `FOLDER=TEAM|TEAM`, comma-separated.
+EDT_DATA_ROOTS = envstr("EDT_DATA_ROOTS", "")  # one upload chunk (4 MiB) fits well within
 
 # Celery reads sockets and TLS options its own way (edtweb/redis_urls.py).
 _celery_redis = celery_options(REDIS_URL)

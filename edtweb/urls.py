@@ -18,6 +18,7 @@ urlpatterns = [
     path("", views.cluster, name="cluster"),
     path("api/cluster/allocations", views.cluster_allocations, name="cluster-allocations"),
     path("datasets/", datasets.dataset_list, name="datasets"),
+    path("datasets/register", datasets.dataset_register, name="dataset-register"),
     path("datasets/uploads", datasets.upload_start, name="upload-start"),
     path("datasets/uploads/<int:pk>", datasets.upload_chunk, name="upload-chunk"),
     path("datasets/uploads/<int:pk>/complete", datasets.upload_finish, name="upload-finish"),

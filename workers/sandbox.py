@@ -3,11 +3,12 @@
 User code (a learner, or ``python -m workers.learner.validate``) is entered into the sandbox
 by :func:`enter`, in the child process, before anything of the user's is imported:
 
-1. a private mount namespace (when EDT runs as root): the data directory is replaced by an
-   empty read-only tmpfs in which only the code's own paths appear again, bind-mounted
-   (its dataset and model read-only, its job directory read-write); ``/tmp``, ``/var/tmp`` and
-   ``/dev/shm`` are private, size-capped tmpfs. The secret key, the database, the admin
-   password, Redis' files, other jobs and other datasets are simply not there;
+1. a private mount namespace (when EDT runs as root): the data directory and the data
+   roots are replaced by empty read-only tmpfs in which only the code's own paths appear
+   again, bind-mounted (its dataset and model read-only, its job directory read-write);
+   ``/tmp``, ``/var/tmp`` and ``/dev/shm`` are private, size-capped tmpfs. The secret key,
+   the database, the admin password, Redis' files, other jobs and other datasets (uploaded
+   or in place) are simply not there;
 2. resource limits: address space (per slot), processes, file size, open files, no core
    dumps, CPU time for the model check;
 3. an unprivileged user (``EDT_LEARNER_USER``, else the system user ``edt-learner``, created
@@ -182,6 +183,22 @@ def data_dir() -> Path:
     return Path(os.environ.get("EDT_DATA_DIR") or Path(__file__).resolve().parents[1] / "var")
 
 
+def data_roots() -> list[Path]:
+    """The data roots there are (``EDT_DATA_ROOTS``, workers/dataroots.py): hidden like the
+    data directory, so that a learner sees only its own dataset there, bound read-only."""
+    from workers import dataroots
+
+    text = os.environ.get("EDT_DATA_ROOTS", "")
+    try:
+        from django.conf import settings
+
+        if settings.configured:
+            text = str(getattr(settings, "EDT_DATA_ROOTS", text))
+    except ImportError:
+        pass
+    return [r.path for r in dataroots.parse(text) if r.path.is_dir()]
+
+
 def policy(
     read: list[Path],
     write: list[Path],
@@ -194,7 +211,7 @@ def policy(
     return Policy(
         read=tuple(_resolved([*read, *_runtime()])),
         write=tuple(_resolved(write)),
-        hide=tuple(_resolved([data_dir(), *_platform_home()])),
+        hide=tuple(_resolved([data_dir(), *data_roots(), *_platform_home()])),
         limits=Limits.configured(memory, cpu_seconds),
         uid=account[0] if account else None,
         gid=account[1] if account else None,

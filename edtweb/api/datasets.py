@@ -106,6 +106,28 @@ class DatasetThumbnail(Owned, generics.GenericAPIView):
         return FileResponse(path.open("rb"), content_type="image/png")
 
 
+class DatasetRegister(generics.GenericAPIView):
+    serializer_class = s.DatasetRegisterSerializer
+
+    @extend_schema(
+        tags=TAGS,
+        responses={
+            201: s.DatasetSerializer,
+            **ERRORS,
+            403: s.problem("the data root's rule leaves you out"),
+        },
+    )
+    def post(self, request: Request) -> Response:
+        """Register a dataset in place, under a data root: nothing is copied. It is checked
+        from a sample in the background (status PREPARING, then READY or FAILED). A path
+        under no root, with '..', or leading out of its root through a link is a 400."""
+        form = self.get_serializer(data=request.data)
+        form.is_valid(raise_exception=True)
+        data = form.validated_data
+        dataset = services.register_in_place(request.user, data["name"], data["path"])
+        return Response(s.DatasetSerializer(dataset).data, status=status.HTTP_201_CREATED)
+
+
 class UploadStart(generics.GenericAPIView):
     serializer_class = s.UploadStartSerializer
 

@@ -78,7 +78,8 @@ class DatasetSerializer(serializers.ModelSerializer):
     class Meta:
         model = Dataset
         fields = ["id", "name", "owner", "filename", "status", "size", "received", "format",
-                  "summary", "error", "progress", "created_at", "thumbnails"]  # fmt: skip
+                  "summary", "error", "progress", "created_at", "thumbnails",
+                  "source"]  # fmt: skip
         read_only_fields = fields
 
     @extend_schema_field(ThumbnailSerializer(many=True))
@@ -91,6 +92,15 @@ class UploadStartSerializer(serializers.Serializer):
     name = serializers.CharField(max_length=200, help_text="the dataset's name")
     filename = serializers.CharField(max_length=300, required=False, allow_blank=True, default="")
     size = serializers.IntegerField(min_value=1, help_text="the archive's size in bytes")
+
+
+class DatasetRegisterSerializer(serializers.Serializer):
+    """A dataset in place: a path under a data root (``EDT_DATA_ROOTS``), read where it is."""
+
+    name = serializers.CharField(max_length=200, help_text="the dataset's name")
+    path = serializers.CharField(
+        max_length=1000, help_text="absolute, or relative to a data root (no '..')"
+    )
 
 
 class DatasetUploadSerializer(serializers.Serializer):
@@ -173,7 +183,7 @@ class JobSerializer(serializers.ModelSerializer):
                   "workers", "max_workers",
                   "min_workers", "model", "dataset", "epochs", "batch_size", "lr",
                   "checkpoint_every", "max_micro_batch", "batch_min", "batch_max", "precision",
-                  "steps_done", "total_steps",
+                  "image_size", "loader_workers", "augment", "steps_done", "total_steps",
                   "progress", "eta_seconds", "waiting", "created_at", "started_at",
                   "finished_at", "error", "sweep", "trial_number", "hparams",
                   "trial_state", "objective"]  # fmt: skip
@@ -285,6 +295,15 @@ class JobSubmitSerializer(serializers.Serializer):
         choices=PRECISION_CHOICES, default=DEFAULTS["precision"],
         help_text="bf16: autocast on CPU or GPU; fp16: GPU only, with a gradient scaler",
     )  # fmt: skip
+    image_size = bounded(serializers.IntegerField, "image_size",
+                         help_text="an image folder's images: shorter side scaled to this, "
+                                   "centre cut square; 0: the first image's size")  # fmt: skip
+    loader_workers = bounded(serializers.IntegerField, "loader_workers",
+                             help_text="DataLoader worker processes per learner; 0: the "
+                                       "slot's share of its host's cores")  # fmt: skip
+    augment = bounded(serializers.IntegerField, "augment",
+                      help_text="1: random crop, flip and normalisation, seeded by the "
+                                "job's seed and the sample's epoch")  # fmt: skip
     team = serializers.CharField(
         max_length=100, required=False, allow_blank=True, allow_null=True,
         help_text="a team of yours; left out: your default team; empty or null: no team",

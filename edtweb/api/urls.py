@@ -13,6 +13,7 @@ urlpatterns = [
     path("auth/token/", auth.TokenView.as_view(), name="token"),
     path("auth/me/", auth.Me.as_view(), name="me"),
     path("datasets/", datasets.DatasetList.as_view(), name="datasets"),
+    path("datasets/register/", datasets.DatasetRegister.as_view(), name="dataset-register"),
     path("datasets/uploads/", datasets.UploadStart.as_view(), name="upload-start"),
     path("datasets/uploads/<int:pk>/", datasets.UploadChunk.as_view(), name="upload"),
     path(

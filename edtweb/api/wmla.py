@@ -38,6 +38,7 @@ from edtweb.api import serializers as s
 from edtweb.api.auth import ThrottledBasicAuthentication
 from edtweb.api.common import CappedUploadView, Owned, scoped
 from edtweb.api.errors import ApiError, unknown_endpoint
+from edtweb.datasets import roots
 from edtweb.datasets.models import Dataset
 from edtweb.ownership import OWN, STEER
 from edtweb.registry import services as registry
@@ -291,8 +292,13 @@ def _args_text(request: Request, data: Any) -> str:
 
 
 def _dataset_named(request: Request, name: str) -> Dataset:
+    """The user's READY dataset of that name, or, as WMLA resolves ``data_path`` under its
+    data store, the one registered in place at that path under a data root (absolute, or
+    relative to a root: docs/architecture.md, "Datasets in place")."""
     mine = scoped(request, Dataset).filter(owner=request.user)
     found = mine.filter(name=name, status=Dataset.Status.READY).order_by("-created_at").first()
+    if found is None and roots.roots():
+        found = _dataset_at(mine, name)
     if found is None:
         names = ", ".join(sorted({d.name for d in mine})) or "none yet"
         raise ApiError(
@@ -300,6 +306,26 @@ def _dataset_named(request: Request, name: str) -> Dataset:
             f"name (yours: {names}); upload it with `edt datasets upload`"
         )
     return found
+
+
+def _dataset_at(mine: Any, given: str) -> Dataset | None:
+    """The user's READY dataset in place at ``given`` (None when the path is fine but no
+    dataset of theirs is there); a path that escapes its root, or none, is a 400."""
+    known = roots.roots()
+    if "/" not in given and given != ".." and not any((r.path / given).exists() for r in known):
+        return None  # a plain name that names no folder either: the caller's message
+    try:
+        _root, path = roots.resolve(given, known)
+    except roots.PathRefused as exc:
+        raise ApiError(f"args: --cs-datastore-meta data_path={given}: {exc}") from None
+    found = mine.filter(source=str(path), status=Dataset.Status.READY)
+    result: Dataset | None = found.order_by("-created_at").first()
+    if result is None:
+        raise ApiError(
+            f"args: --cs-datastore-meta data_path={given}: no READY dataset of yours is "
+            f"registered at {path}; register it with `edt datasets add --path {given} --name NAME`"
+        )
+    return result
 
 
 class ExecDetail(Owned, WmlaView):

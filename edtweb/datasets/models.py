@@ -26,6 +26,9 @@ class Dataset(models.Model):
     error = models.TextField(blank=True)
     progress = models.FloatField(default=0.0, help_text="preparation, 0..1")
     created_at = models.DateTimeField(auto_now_add=True)
+    # Registered in place: its real path under a data root (read where it is, never copied
+    # nor deleted); empty for an uploaded dataset, whose files live under ``root``.
+    source = models.CharField(max_length=1000, blank=True)
     # Starts of the preparation: a start after the second loss of its process fails it.
     attempts = models.PositiveSmallIntegerField(default=0)
 
@@ -44,8 +47,12 @@ class Dataset(models.Model):
         return self.root / "upload.part"
 
     @property
+    def in_place(self) -> bool:
+        return bool(self.source)
+
+    @property
     def data_dir(self) -> Path:
-        return self.root / "data"
+        return Path(self.source) if self.source else self.root / "data"
 
     @property
     def thumbs_dir(self) -> Path:

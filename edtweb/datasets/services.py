@@ -93,6 +93,34 @@ def finish_upload(dataset: Dataset) -> None:
                       lambda why: fail(dataset, f"the preparation {why}"))  # fmt: skip
 
 
+def register_in_place(owner: Any, name: str, given: str) -> Dataset:
+    """A dataset read where it lies, under a data root (docs/architecture.md, "Datasets in
+    place"): nothing is copied; it is checked from a sample on a control worker, as an
+    upload is prepared. Refused with 400 (the path: ``..``, under no root, a link out of
+    one, not there) or 403 (the root's rule leaves ``owner`` out)."""
+    from edtweb.datasets.roots import PathRefused, judged
+
+    if not name.strip():
+        raise UploadError("give the dataset a name")
+    try:
+        path = judged(owner, given)
+    except PathRefused as exc:
+        raise UploadError(str(exc)) from None
+    except PermissionError as exc:
+        raise UploadError(str(exc), 403) from None
+    dataset = Dataset.objects.create(
+        owner=owner, name=name.strip(), filename=given.strip(), source=str(path),
+        status=Dataset.Status.PREPARING,
+    )  # fmt: skip
+    dataset.root.mkdir(parents=True, exist_ok=True)
+    from edtweb.celery import queue_control
+    from workers.control import PREPARE_DATASET
+
+    queue_control(PREPARE_DATASET, dataset.pk, str(dataset.root / "prepare.log"),
+                  lambda why: fail(dataset, f"the check {why}"))  # fmt: skip
+    return dataset
+
+
 def run_preparation(dataset_pk: int) -> None:
     """The preparation (what ``edt_prepare_dataset`` runs), if this start may run it."""
     if _begin_preparation(dataset_pk):
@@ -133,7 +161,7 @@ def prepare(dataset: Dataset) -> None:
             Dataset.objects.filter(pk=dataset.pk).update(progress=fraction)
 
     try:
-        if dataset.archive_path.exists():
+        if dataset.archive_path.exists() and not dataset.in_place:
             shutil.rmtree(dataset.data_dir, ignore_errors=True)
             extract(dataset.archive_path, dataset.data_dir, progress=progress,
                     name=dataset.filename)  # fmt: skip
@@ -161,7 +189,8 @@ def describe_and_draw(dataset: Dataset) -> None:
 
 
 def fail(dataset: Dataset, message: str) -> None:
-    shutil.rmtree(dataset.data_dir, ignore_errors=True)
+    if not dataset.in_place:  # a dataset in place is never deleted, only forgotten
+        shutil.rmtree(dataset.data_dir, ignore_errors=True)
     dataset.archive_path.unlink(missing_ok=True)
     Dataset.objects.filter(pk=dataset.pk).update(status=Dataset.Status.FAILED, error=message)
 
@@ -171,15 +200,16 @@ def draw_thumbnails(dataset: Dataset) -> None:
     import numpy as np
     from PIL import Image
 
-    from workers.learner.datasets import load_dataset
+    from workers.learner.datasets import labels_of, load_dataset
 
     train, _test, classes = load_dataset(dataset.data_dir)
-    images, labels = train.tensors
+    labels = labels_of(train)
     dataset.thumbs_dir.mkdir(parents=True, exist_ok=True)
     for label in range(len(classes)):
         picks = (labels == label).nonzero().flatten()[:THUMBS_PER_CLASS].tolist()
-        for i, index in enumerate(picks):
-            pixels = (images[index].clamp(0, 1) * 255).byte().permute(1, 2, 0).numpy()
+        for i, index in enumerate(picks):  # the only samples read: a few per class
+            image = train[index][0]
+            pixels = (image.clamp(0, 1) * 255).byte().permute(1, 2, 0).numpy()
             if pixels.shape[2] == 1:
                 pixels = pixels[:, :, 0]
             picture = Image.fromarray(np.ascontiguousarray(pixels)).resize(
@@ -216,5 +246,6 @@ def create_demo(owner: Any) -> Dataset:
 
 
 def delete(dataset: Dataset) -> None:
+    """Its files under the data directory; a dataset in place keeps its own where it is."""
     shutil.rmtree(dataset.root, ignore_errors=True)
     dataset.delete()

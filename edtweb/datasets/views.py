@@ -18,9 +18,31 @@ RANGE = re.compile(r"bytes (\d+)-(\d+)/(\d+)")
 
 @login_required
 def dataset_list(request: HttpRequest) -> HttpResponse:
-    datasets = owned(request, Dataset)
-    context = {"datasets": datasets, "nav": "datasets", "max_bytes": services.max_upload_bytes()}
-    return render(request, "datasets/list.html", context)
+    return _list_page(request)
+
+
+def _list_page(request: HttpRequest, refused: str = "", status: int = 200) -> HttpResponse:
+    from edtweb.datasets.roots import roots
+
+    context = {
+        "datasets": owned(request, Dataset), "nav": "datasets",
+        "max_bytes": services.max_upload_bytes(), "roots": roots(), "refused": refused,
+        "asked": {k: request.POST.get(k, "") for k in ("name", "path")},
+    }  # fmt: skip
+    return render(request, "datasets/list.html", context, status=status)
+
+
+@login_required
+@require_POST
+def dataset_register(request: HttpRequest) -> HttpResponse:
+    """The page's form for a dataset in place (the API's ``datasets/register/``)."""
+    try:
+        dataset = services.register_in_place(
+            request.user, request.POST.get("name", ""), request.POST.get("path", "")
+        )
+    except services.UploadError as exc:
+        return _list_page(request, str(exc), exc.status)
+    return redirect("dataset", dataset.pk)
 
 
 @login_required

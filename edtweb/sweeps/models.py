@@ -63,6 +63,10 @@ class Sweep(models.Model):
     max_micro_batch = models.PositiveIntegerField(default=DEFAULTS["max_micro_batch"])
     precision = models.CharField(max_length=4, choices=PRECISION_CHOICES,
                                  default=DEFAULTS["precision"])  # fmt: skip
+    # The input pipeline (docs/architecture.md, "Input pipeline")
+    image_size = models.PositiveIntegerField(default=DEFAULTS["image_size"])
+    loader_workers = models.PositiveIntegerField(default=DEFAULTS["loader_workers"])
+    augment = models.PositiveSmallIntegerField(default=DEFAULTS["augment"])
     seed = models.IntegerField(default=0)
     # A WMLA hypersearch's (edtweb/api/wmla_hpo.py); empty for others: its request as sent
     # (``args``, ``sigName``, ``algoDef``, ``hyperParams``), what each trial's spec adds
@@ -85,7 +89,8 @@ class Sweep(models.Model):
         return f"sweep {self.pk} ({self.name})"
 
     TRAINING = ("epochs", "batch_size", "max_workers", "min_workers", "priority", "lr",
-                "checkpoint_every", "max_micro_batch", "precision")  # fmt: skip
+                "checkpoint_every", "max_micro_batch", "precision", "image_size",
+                "loader_workers", "augment")  # fmt: skip
 
     @property
     def hypersearch(self) -> bool:

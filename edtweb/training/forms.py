@@ -75,6 +75,19 @@ class TrainForm(forms.Form):
         initial=DEFAULTS["precision"],
         help_text="bf16: autocast on CPU or GPU; fp16: GPU only, with a gradient scaler",
     )
+    image_size = bounded(
+        forms.IntegerField, "image_size", label="Image size", required=False,
+        help_text="an image folder's images: shorter side scaled to this, centre cut; "
+        "0: the first image's size",
+    )  # fmt: skip
+    loader_workers = bounded(
+        forms.IntegerField, "loader_workers", label="Loader workers", required=False,
+        help_text="DataLoader processes per learner; 0: the slot's share of its host's cores",
+    )  # fmt: skip
+    augment = bounded(
+        forms.IntegerField, "augment", label="Augmentation", required=False,
+        help_text="1: random crop, flip and normalisation (seeded by the job and epoch)",
+    )  # fmt: skip
     team = forms.ModelChoiceField(
         queryset=Team.objects.none(), required=False, empty_label="no team",
         to_field_name="name", help_text="its slots are shared by the team's weight and quota",

@@ -77,6 +77,16 @@ class Job(models.Model):
         max_length=4, choices=PRECISION_CHOICES, default=DEFAULTS["precision"],
         help_text="bf16: autocast on CPU or GPU; fp16: GPU only, with a gradient scaler",
     )  # fmt: skip
+    # The input pipeline (docs/architecture.md, "Input pipeline")
+    image_size = models.PositiveIntegerField(
+        default=DEFAULTS["image_size"], help_text="an image folder's side; 0: the first image's"
+    )
+    loader_workers = models.PositiveIntegerField(
+        default=DEFAULTS["loader_workers"], help_text="per learner; 0: the slot's share of cores"
+    )
+    augment = models.PositiveSmallIntegerField(
+        default=DEFAULTS["augment"], help_text="1: random crop, flip and normalisation"
+    )
     created_at = models.DateTimeField(auto_now_add=True)
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)

@@ -119,6 +119,9 @@ def _start(config: pytest.Config, tmp: Path) -> LiveEdt:
     env = subprocess_env(tmp / "data", REDIS_URL=redis.url, EDT_MAX_UPLOAD_BYTES=str(MAX_UPLOAD))
     # User code's limits (tests/test_sandbox.py): a 4 GiB allocation and a fork loop fail.
     env.update(EDT_LEARNER_MEMORY="3g", EDT_LEARNER_PROCESSES="128")
+    # A data root for datasets registered in place (tests/test_datasets_in_place.py)
+    (tmp / "roots").mkdir(exist_ok=True)
+    env["EDT_DATA_ROOTS"] = str(tmp / "roots")
     if os.geteuid() == 0:
         # The process limit counts every task of the learners' user on the host: each
         # test worker's EDT runs its user code as a user of its own, so that the fork loop

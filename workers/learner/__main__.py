@@ -24,6 +24,7 @@ from protocol.jobstore import LEARNER_PATIENCE, JobStore, LeaseKeeper
 from protocol.retry import patiently
 from workers.learner.contract import UserCodeError
 from workers.learner.engine import Learner
+from workers.learner.loader import peak_memory
 from workers.learner.spec import JobSpec
 from workers.sandbox import user_limit
 
@@ -93,6 +94,7 @@ def main(argv: list[str] | None = None) -> int:
             logging.getLogger("edt.learner").error("%d metric record(s) could not be written",
                                                    len(jobs.outbox))  # fmt: skip
         lease.stop()
+        logging.getLogger("edt.learner").info("%s: peak memory: %s", args.slot, peak_memory())
 
 
 if __name__ == "__main__":

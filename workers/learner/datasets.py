@@ -22,7 +22,7 @@ import numpy as np
 import numpy.typing as npt
 import torch
 from PIL import Image
-from torch.utils.data import TensorDataset
+from torch.utils.data import Dataset, TensorDataset
 
 CIFAR10_CLASSES = (
     "airplane",
@@ -43,13 +43,16 @@ CIFAR_PIXELS = 3 * 32 * 32
 
 Images = npt.NDArray[np.uint8]
 Labels = npt.NDArray[np.int64]
-Loaded = tuple[TensorDataset, TensorDataset, list[str]]
+# (train, test, class names): TensorDatasets in memory, or datasets read on demand whose
+# ``labels`` tensor holds every sample's class (imagefolder.py)
+Loaded = tuple[Dataset[Any], Dataset[Any], list[str]]
 
 EXPECTED = (
     "CIFAR-10 python batches (data_batch_1 … data_batch_5, test_batch, batches.meta), "
     "CIFAR-100 python files (train, test, meta), "
     "an image folder (train/<class>/*.png|jpg|jpeg and test/<class>/…), "
-    "or a single .npz file with x_train, y_train, x_test, y_test; "
+    "a single .npz file with x_train, y_train, x_test, y_test, "
+    "or .npy shards (x_train[.NNN].npy with y_train[.NNN].npy, the same for test); "
     "any of them may sit one directory down"
 )
 
@@ -86,6 +89,10 @@ def _format_at(where: Path) -> tuple[str, Path] | None:
         return "cifar100", where
     if _is_imagefolder(where):
         return "imagefolder", where
+    from workers.learner import shards  # read on demand, as image folders are
+
+    if shards.is_shards(where):
+        return "npyshards", where
     npz = _npz_file(where)
     return None if npz is None else ("npz", npz)
 
@@ -138,28 +145,41 @@ def _listing(root: Path, limit: int = 20) -> str:
 # --------------------------------------------------------------------------- loading
 
 
-def load_dataset(root: Path) -> Loaded:
-    """(train, test, class names): float32 NCHW images in [0, 1] and int64 labels."""
+def load_dataset(root: Path, side: int = 0) -> Loaded:
+    """(train, test, class names): float32 CHW images in [0, 1] and int64 labels; an image
+    folder is read on demand, its images brought to ``side`` pixels a side (the job's
+    ``image_size``; 0: the first image's size)."""
     found, where = _locate(root)
+    if found == "imagefolder":
+        return _load_imagefolder(where, side)
     return _LOADERS[found](where)
 
 
 def describe(root: Path) -> dict[str, Any]:
-    """Format, class names, sample shape and counts per split and per class."""
+    """Format, class names, sample shape and counts per split and per class (of an image
+    folder, from its listing and its first image alone)."""
     found, where = _locate(root)
     train, test, classes = _LOADERS[found](where)
     return {
         "format": found,
         "classes": classes,
         "num_classes": len(classes),
-        "sample_shape": list(train.tensors[0].shape[1:]),
+        "sample_shape": list(train[0][0].shape),
         "splits": {"train": _counts(train, classes), "test": _counts(test, classes)},
     }
 
 
-def _counts(split: TensorDataset, classes: list[str]) -> dict[str, Any]:
-    per_class = torch.bincount(split.tensors[1], minlength=len(classes)).tolist()
-    return {"count": len(split), "per_class": dict(zip(classes, per_class, strict=True))}
+def labels_of(split: Dataset[Any]) -> torch.Tensor:
+    """Every sample's class index, without reading the samples."""
+    if isinstance(split, TensorDataset):
+        return split.tensors[1]
+    labels: torch.Tensor = getattr(split, "labels")  # noqa: B009  (the lazy formats')
+    return labels
+
+
+def _counts(split: Dataset[Any], classes: list[str]) -> dict[str, Any]:
+    per_class = torch.bincount(labels_of(split), minlength=len(classes)).tolist()
+    return {"count": len(labels_of(split)), "per_class": dict(zip(classes, per_class, strict=True))}
 
 
 def _tensors(images: npt.NDArray[Any], labels: npt.NDArray[Any]) -> TensorDataset:
@@ -296,63 +316,11 @@ class _SafeUnpickler(pickle.Unpickler):
 # --------------------------------------------------------------------------- image folders
 
 
-def _load_imagefolder(where: Path) -> Loaded:
-    classes = [d.name for d in _subdirs(where / "train")]
-    files = {split: _labelled_images(where, split, classes) for split in SPLITS}
-    if not files["train"]:
-        raise DatasetError("train/ holds no .png, .jpg or .jpeg images in its class folders.")
-    first = files["train"][0][0]
-    size = _image_size(where, first)
-    train, test = (_image_split(where, files[s], size, first) for s in SPLITS)
-    return train, test, classes
+def _load_imagefolder(where: Path, side: int = 0) -> Loaded:
+    """Read on demand, never decoded whole (imagefolder.py)."""
+    from workers.learner.imagefolder import load
 
-
-def _labelled_images(where: Path, split: str, classes: list[str]) -> list[tuple[Path, int]]:
-    unknown = [d.name for d in _subdirs(where / split) if d.name not in classes]
-    if unknown:
-        raise DatasetError(f"{split}/ has classes that train/ lacks: {', '.join(unknown)}.")
-    return [
-        (path, index)
-        for index, name in enumerate(classes)
-        if (where / split / name).is_dir()
-        for path in _images_in(where / split / name)
-    ]
-
-
-def _image_split(
-    where: Path, files: list[tuple[Path, int]], size: tuple[int, int], first: Path
-) -> TensorDataset:
-    width, height = size
-    images = np.empty((len(files), height, width, 3), dtype=np.uint8)
-    for row, (path, _) in enumerate(files):
-        images[row] = _read_image(where, path, size, first)
-    labels = np.array([label for _, label in files], dtype=np.int64)
-    return _tensors(images.transpose(0, 3, 1, 2), labels)
-
-
-def _image_size(where: Path, path: Path) -> tuple[int, int]:
-    try:
-        with Image.open(path) as image:
-            return image.size
-    except (OSError, Image.DecompressionBombError) as e:
-        raise DatasetError(
-            f"{path.relative_to(where).as_posix()} is not a readable image: {e}"
-        ) from e
-
-
-def _read_image(where: Path, path: Path, size: tuple[int, int], first: Path) -> Images:
-    name = path.relative_to(where).as_posix()
-    try:
-        with Image.open(path) as image:
-            if image.size != size:
-                raise DatasetError(
-                    f"All images must share one size: {name} is {image.size[0]}x"
-                    f"{image.size[1]} but {first.relative_to(where).as_posix()} is "
-                    f"{size[0]}x{size[1]}. Resize them before uploading."
-                )
-            return np.asarray(image.convert("RGB"), dtype=np.uint8)
-    except (OSError, Image.DecompressionBombError) as e:
-        raise DatasetError(f"{name} is not a readable image: {e}") from e
+    return load(where, side)
 
 
 # --------------------------------------------------------------------------- npz
@@ -409,11 +377,19 @@ def _npz_split(x: npt.NDArray[Any], y: npt.NDArray[Any], what: str) -> TensorDat
     return _tensors(x, y)
 
 
+def _load_shards(where: Path) -> Loaded:
+    """Memory-mapped, read on demand (shards.py)."""
+    from workers.learner import shards
+
+    return shards.load(where)
+
+
 _LOADERS: dict[str, Callable[[Path], Loaded]] = {
     "cifar10": _load_cifar10,
     "cifar100": _load_cifar100,
     "imagefolder": _load_imagefolder,
     "npz": _load_npz,
+    "npyshards": _load_shards,
 }
 
 

@@ -322,6 +322,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--gpus", type=int, default=0, help="give learners GPUs 0..N-1 in turn")
     p.add_argument("--bucket-bytes", type=int, default=0, help="all-reduce bucket cap")
     p.add_argument("--precision", default=DEFAULTS["precision"], choices=PRECISIONS)
+    p.add_argument("--image-size", type=int, default=DEFAULTS["image_size"])
+    p.add_argument("--loader-workers", type=int, default=DEFAULTS["loader_workers"])
+    p.add_argument("--augment", type=int, default=DEFAULTS["augment"])
     p.add_argument("--timeout", type=seconds, default=30.0, help="collective timeout, seconds")
     p.add_argument("--kill", action="append", default=[], metavar="STEP:SIGNAL",
                    help="at STEP send SIGNAL (KILL, STOP) to the last member, or :all")  # fmt: skip

@@ -40,7 +40,7 @@ from torch.utils.data import Dataset, TensorDataset
 
 from protocol.exits import Exit
 from protocol.jobstore import JobStore
-from workers.learner import checkpoint, statecast
+from workers.learner import checkpoint, loader, statecast
 from workers.learner.contract import (
     ModelDefinition,
     UserCodeError,
@@ -291,6 +291,7 @@ class Learner:
         self._last_test: dict[str, Any] | None = None  # the last evaluation's record
         self.watch = ControlWatch(jobs, slot)
         self.prefetch = Prefetcher(always=self.device.type == "cuda")
+        self.feed: loader.Feed | None = None  # the DataLoader's, where one feeds it (adopt)
         self.precision = spec.precision
         # The process whose death ends this learner: the slot's worker (EDT_WATCH_PID), or
         # whoever started it.
@@ -364,6 +365,11 @@ class Learner:
             if name in spec.script_decides and script.get(name):
                 setattr(spec, name, int(script[name]))
         self.train_set, self.test_set = (self._resident(d) for d in self._datasets())
+        # through DataLoader workers unless gathered in memory (loader.py)
+        self.train_set, self.feed = loader.feed_for(
+            self.train_set, spec, self.device.type == "cuda", spec.goodput
+        )
+        self.test_set = loader.for_evaluation(self.test_set, spec, self.train_set)
         torch.manual_seed(spec.seed)
         self.model = self.defn.build_model().to(self.device)
         self.params = [p for p in self.model.parameters() if p.requires_grad]
@@ -402,6 +408,8 @@ class Learner:
             self.held = held if self.device.type == "cpu" else []
         if self.reducer is None:
             self._own_buckets()
+        if self.feed is not None:  # its workers start decoding where training will resume
+            self.feed.start((self.counters["epoch"], self.counters["iteration"], 1, 0))
         log.info("%s: ready in %.2f s (code, %d training samples, model)",
                  self.slot, time.perf_counter() - started, len(self.train_set))  # type: ignore[arg-type]  # fmt: skip
 
@@ -423,7 +431,7 @@ class Learner:
             return self.defn.get_datasets(self.spec.data)
         from workers.learner.datasets import load_dataset
 
-        train, test, _classes = load_dataset(Path(self.spec.data))
+        train, test, _classes = load_dataset(Path(self.spec.data), self.spec.image_size)
         return train, test
 
     def _resident(self, dataset: Dataset[Any]) -> Dataset[Any]:
@@ -899,6 +907,10 @@ class Learner:
         if self.noise is not None:
             return self._goodput_batches(epoch)
         key = (epoch, iteration, self.size, self.rank)
+        if self.feed is not None:  # DataLoader workers, in the protocol's order (loader.py)
+            fed = self.feed.take(key)
+            return fed if self.device.type == "cpu" else [
+                (self._to_device(x), self._to_device(y)) for x, y in fed]  # fmt: skip
         batches = self.prefetch.take(key)
         if batches is None:
             batches = self.prefetch.build(self._build, self._my_indices(epoch, iteration))
@@ -1267,6 +1279,11 @@ class Learner:
         lo, hi = slice_bounds(len(self.test_set), self.size, self.rank)  # type: ignore[arg-type]
 
         def chunks() -> Any:
+            if self.feed is not None:  # decoded by as many workers as training's
+                workers = self.feed.workers
+                for x, y in loader.evaluation(self.test_set, lo, hi, EVAL_CHUNK, workers):
+                    yield self._to_device(x), self._to_device(y)
+                return
             for start in range(lo, hi, EVAL_CHUNK):
                 yield self._batch(self.test_set, list(range(start, min(start + EVAL_CHUNK, hi))))
 

@@ -33,6 +33,10 @@ class JobSpec:
     bucket_bytes: int = 0  # gradient all-reduce bucket cap (0: DDP's 1 MiB first, then 25 MiB)
     # fp32, bf16 (autocast, CPU or GPU) or fp16 (GPU, gradient scaler)
     precision: str = DEFAULTS["precision"]
+    # The input pipeline (docs/architecture.md, "Input pipeline")
+    image_size: int = DEFAULTS["image_size"]  # an image folder's side (0: the first image's)
+    loader_workers: int = DEFAULTS["loader_workers"]  # per learner (0: the slot's share)
+    augment: int = DEFAULTS["augment"]  # 1: random crop, flip, normalisation
     # A WMLA script: its argv, the fields whose value is the script's own (those its exec did
     # not set: "epochs", "batch_size", "lr"), the job's id as WMLA names it (DLI_EXECID)
     argv: list[str] = field(default_factory=list)

@@ -53,6 +53,12 @@ BOUNDS: dict[str, Bound] = {
     # fixed effective batch; else the scheduler picks each generation's batch within it
     "batch_min": Bound(0, 65_536),
     "batch_max": Bound(0, 65_536),
+    # The input pipeline (docs/architecture.md, "Input pipeline"): the side an image
+    # folder's images are brought to (0: the first image's size), DataLoader worker
+    # processes per learner (0: the slot's share of its host's cores), augmentation (1: on)
+    "image_size": Bound(0, 4096),
+    "loader_workers": Bound(0, 64),
+    "augment": Bound(0, 1),
 }
 
 # What a submission that leaves a value out gets, on every path. Five epochs: a run long
@@ -62,7 +68,7 @@ BOUNDS: dict[str, Bound] = {
 DEFAULTS: dict[str, Any] = {
     "epochs": 5, "batch_size": 64, "max_workers": 1, "min_workers": 1, "priority": 5000,
     "checkpoint_every": 1, "lr": 0.01, "max_micro_batch": 0, "precision": "fp32",
-    "batch_min": 0, "batch_max": 0,
+    "batch_min": 0, "batch_max": 0, "image_size": 0, "loader_workers": 0, "augment": 0,
 }  # fmt: skip
 
 
@@ -81,6 +87,9 @@ class Submission:
     precision: str
     batch_min: int
     batch_max: int
+    image_size: int
+    loader_workers: int
+    augment: int
 
     def values(self) -> dict[str, Any]:
         return asdict(self)
