@@ -159,10 +159,10 @@ JOB_COLUMNS = [("id", "id"), ("name", "name"), ("state", "state"), ("workers", "
                ("priority", "priority"), ("progress", "progress"), ("owner", "owner"),
                ("team", "team")]  # fmt: skip
 JOB_KEYS = ["id", "name", "owner", "team", "resource_group", "state", "priority", "workers",
-            "progress", "eta_seconds", "waiting", "model", "dataset", "epochs", "batch_size",
-            "batch_range", "lr", "checkpoints", "logs", "model_ready", "error", "created_at",
-            "started_at", "finished_at", "sweep", "trial_number", "hparams", "trial_state",
-            "objective"]  # fmt: skip
+            "progress", "eta_seconds", "waiting", "position", "reason", "model", "dataset",
+            "epochs", "batch_size", "batch_range", "lr", "checkpoints", "logs", "model_ready",
+            "error", "created_at", "started_at", "finished_at", "sweep", "trial_number",
+            "hparams", "trial_state", "objective"]  # fmt: skip
 SUBMIT_FIELDS = ("name", "epochs", "batch_size", "max_workers", "min_workers", "priority",
                  "checkpoint_every", "lr", "max_micro_batch", "precision")  # fmt: skip
 
@@ -210,6 +210,21 @@ def jobs_list(args: argparse.Namespace, api: Client) -> None:
 def jobs_show(args: argparse.Namespace, api: Client) -> None:
     job = api.call("GET", f"jobs/{args.job}/")
     show(args, job, lambda j: fields(_readable(j), JOB_KEYS))
+
+
+def why(args: argparse.Namespace, api: Client) -> None:
+    """Why a job waits, or why it has the slots it has: the scheduler's own words."""
+    job = api.call("GET", f"jobs/{args.job}/")
+    place = (
+        f"{job['position']} in group {job['resource_group']}'s queue; "
+        if job.get("position")
+        else ""
+    )
+    text = f"job {job['id']} {job['state']}: {place}{job.get('reason') or 'no decision about it'}"
+    show(args, {k: job.get(k) for k in WHY_KEYS}, text)
+
+
+WHY_KEYS = ("id", "state", "resource_group", "workers", "max_workers", "position", "reason")
 
 
 def jobs_events(args: argparse.Namespace, api: Client) -> None:

@@ -86,8 +86,10 @@ def test_a_waiting_job_says_why_in_words(live: LiveEdt) -> None:
         url = start_job(page, live.url, "waits", epochs=1, min_workers=3, max_workers=4)
         reason = page.locator("#waiting")
         reason.wait_for()
+        # The scheduler's words, once it decided (the page polls its status).
+        page.wait_for_function("document.getElementById('waiting').textContent.includes('queue;')")
         text = reason.inner_text()
-        said = r"needs 3 slots; \d+ free; (.*; )?\d+(st|nd|rd|th) in the queue"
+        said = r"\d+(st|nd|rd|th) in group default's queue; waits: "
         assert re.search(said, text), text
         assert "Jan 2000" not in page.inner_text("main")
         page.wait_for_selector("#chart-loss[data-empty]", state="attached")  # drawn by JS

@@ -165,6 +165,12 @@ class JobSerializer(serializers.ModelSerializer):
     progress = serializers.SerializerMethodField(help_text="0..1, iterations done")
     eta_seconds = serializers.SerializerMethodField(help_text="estimated time left, if known")
     waiting = serializers.SerializerMethodField(help_text="why it waits; empty unless it waits")
+    position = serializers.SerializerMethodField(
+        help_text="its place in its group's queue at the scheduler's last decision; 0: none"
+    )
+    reason = serializers.SerializerMethodField(
+        help_text="the scheduler's reason: why it waits, or the rule that set its slots"
+    )
     team = serializers.SerializerMethodField(help_text="the team it was submitted into; '': none")
 
     class Meta:
@@ -174,7 +180,8 @@ class JobSerializer(serializers.ModelSerializer):
                   "min_workers", "model", "dataset", "epochs", "batch_size", "lr",
                   "checkpoint_every", "max_micro_batch", "batch_min", "batch_max", "precision",
                   "steps_done", "total_steps",
-                  "progress", "eta_seconds", "waiting", "created_at", "started_at",
+                  "progress", "eta_seconds", "waiting", "position", "reason", "created_at",
+                  "started_at",
                   "finished_at", "error", "sweep", "trial_number", "hparams",
                   "trial_state", "objective"]  # fmt: skip
         read_only_fields = fields
@@ -196,6 +203,12 @@ class JobSerializer(serializers.ModelSerializer):
 
     def get_waiting(self, job: Job) -> str:
         return self.status(job).waiting
+
+    def get_position(self, job: Job) -> int:
+        return self.status(job).position
+
+    def get_reason(self, job: Job) -> str:
+        return self.status(job).reason
 
     def get_team(self, job: Job) -> str:
         return self.status(job).team
@@ -562,20 +575,12 @@ class AllocationsSerializer(serializers.Serializer):
 
 
 class QueueEntrySerializer(JobSerializer):
-    position = serializers.SerializerMethodField(help_text="1: served first")
-    reason = serializers.SerializerMethodField(
-        help_text="why it waits: slots needed and free, its place, the job ahead"
-    )
+    """A waiting job with its place and reason (``JobSerializer``'s, from the scheduler)."""
 
     class Meta(JobSerializer.Meta):
-        fields = ["position", "reason", *JobSerializer.Meta.fields]
+        fields = ["position", "reason", *[f for f in JobSerializer.Meta.fields
+                                          if f not in ("position", "reason")]]  # fmt: skip
         read_only_fields = fields
-
-    def get_position(self, job: Job) -> int:
-        return int(self.context["positions"][job.pk])
-
-    def get_reason(self, job: Job) -> str:
-        return str(self.context["reasons"].get(job.pk, ""))
 
 
 class DecisionSerializer(serializers.Serializer):

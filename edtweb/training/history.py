@@ -11,10 +11,7 @@ from django.db.models import F
 
 from edtweb.ownership import visible_job_ids
 from edtweb.training.models import Job, Metric
-from scheduler.live.snapshot import BY_SERVICE, BY_SPEEDUP, SnapshotBuilder
-from scheduler.live.speedups import Curves
 from scheduler.policies import decide
-from scheduler.store import Store
 
 
 def metrics(job: Job, points: int = 2000) -> dict[str, Any]:
@@ -112,30 +109,19 @@ def downloadable(job: Job, name: str) -> Path | None:
 
 
 def preview(job: Job, priority: int, user: Any) -> dict[str, Any]:
-    """What the scheduler would decide if ``job`` had ``priority``: "B 5, A 3". The same
-    snapshot as the scheduler's (scheduler/live/snapshot.py): its policy, its usable slots,
-    joiners counted, each job's attained service and, for the speedup-aware policy, the
-    same speedup curves."""
-    from edtweb.training.live_adapter import job_rows, observed_rates, schedulable_jobs, tenancy
-    from edtweb.training.services import allocations, redis_client
+    """What the scheduler would decide if ``job`` had ``priority``: "B 5, A 3". The
+    scheduler's own inputs (``live_adapter.scheduler_view``: its policy, usable slots,
+    holdings, attained service, speedup curves and goodput fits), one priority changed."""
+    from edtweb.training.live_adapter import scheduler_view
 
-    record = allocations()
-    rows = job_rows(schedulable_jobs().filter(resource_group=job.resource_group))
-    if not any(row.pk == job.pk for row in rows):
+    view = scheduler_view()
+    record = view.record
+    snapshots = view.snapshots(priorities={job.pk: priority})
+    snapshot = snapshots.get(job.resource_group)
+    if snapshot is None or not any(v.id == str(job.pk) for v in snapshot.jobs):
         return {"targets": {}, "text": "the job is not running"}
-    capacity = record.capacity_of(job.resource_group)
-    if not record.groups and not record.capacity:  # no decision yet: every alive slot
-        capacity = len(Store(redis_client()).alive_slots())
-    held = {pk: len(a.slots) for pk, a in record.jobs.items()}
-    speedups = {}
-    if record.policy in BY_SPEEDUP:
-        curves = Curves(observed_rates)
-        speedups = {j.pk: curves.curve(j.pk, j.max_workers) for j in rows}
-    attained = dict(record.attained) if record.policy in BY_SERVICE else {}
-    snapshot = SnapshotBuilder().build(
-        rows, capacity, held, speedups, attained, {job.pk: priority},
-        tenancy().teams_in(job.resource_group),
-    )  # fmt: skip
+    rows = [row for row in view.rows if row.group == job.resource_group]
+    capacity = snapshot.capacity
     decision = decide(snapshot, record.policy)
     visible = visible_job_ids(user, [row.pk for row in rows])
     names = {str(j.pk): (j.name if j.pk in visible else "others") for j in rows}

@@ -3,9 +3,9 @@ API, WMLA's execs, the CLI (through the API) and the job page's WebSocket all sh
 :class:`JobStatus` built here, so during a resize or a suspension they never disagree.
 
 Its sources: the job's row (state, iterations, team and resource group), the allocation
-record the scheduler alone writes (workers), the job's latest training records (the pace,
-for the ETA), the queue (why it waits) and the slot registry (telemetry of the slots it
-trains on).
+record the scheduler alone writes (workers; and each job's place in its group's queue and
+the reason for its slots, ``standing.py``), the job's latest training records (the pace,
+for the ETA) and the slot registry (telemetry of the slots it trains on).
 """
 
 from __future__ import annotations
@@ -18,9 +18,9 @@ from typing import Any
 import redis
 
 from edtweb.redis_access import store
-from edtweb.training import waiting
+from edtweb.training import standing
 from edtweb.training.models import Job, Metric
-from edtweb.training.services import allocations
+from scheduler.store import AllocationRecord
 
 log = logging.getLogger("edt.jobs")
 
@@ -43,7 +43,9 @@ class JobStatus:
     progress: float  # 0..1, iterations done (1 once completed)
     eta: float | None  # seconds left, to 0.1 s; None unless it runs and has a pace
     eta_text: str  # the ETA as the pages write it: "44 s", "3 min"; "" without one
-    waiting: str  # why it waits, in words; "" unless queued or suspended
+    waiting: str  # why it waits, the scheduler's words; "" unless queued or suspended
+    position: int  # its place in its group's queue at the last decision; 0: none
+    reason: str  # the scheduler's reason: why it waits, or the rule that set its slots
     telemetry: tuple[dict[str, Any], ...]  # its slots' latest telemetry
     error: str
 
@@ -53,21 +55,21 @@ class JobStatus:
 
 
 def status_of(job: Job, user: Any) -> JobStatus:
-    """``job``'s status as ``user`` sees it (another user's job ahead in the queue is not
-    named to them)."""
+    """``job``'s status as ``user`` sees it."""
     return statuses([job], user)[job.pk]
 
 
 def statuses(jobs: Sequence[Job], user: Any) -> dict[int, JobStatus]:
     """Job id -> status for each of ``jobs``, reading the allocation record, the slots and
     the queue once for all of them (the jobs list, the API's pages)."""
-    record = allocations()
+    known = standing.record()
+    record = known or AllocationRecord()
     members = {
         job.pk: record.of(job.pk).members if job.state == Job.State.RUNNING else () for job in jobs
     }
     held = {slot for slots in members.values() for slot in slots}
     telemetry = slot_telemetry(held) if held else {}
-    reasons = waiting.reasons(list(jobs), user)
+    reasons = standing.reasons(list(jobs), known)
     teams = team_names({job.team_id for job in jobs if job.team_id is not None})
     return {
         job.pk: JobStatus(
@@ -83,7 +85,9 @@ def statuses(jobs: Sequence[Job], user: Any) -> dict[int, JobStatus]:
             progress=progress(job),
             eta=(eta := eta_seconds(job)),
             eta_text=eta_text(eta),
-            waiting=reasons.get(job.pk, ""),
+            waiting=reasons.get(job.pk, "") if job.state in standing.WAITING else "",
+            position=standing.position(job, known),
+            reason=reasons.get(job.pk, ""),
             telemetry=tuple(telemetry[s] for s in members[job.pk] if s in telemetry),
             error=job.error,
         )

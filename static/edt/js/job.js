@@ -54,6 +54,8 @@
     const waiting = document.getElementById("waiting");
     if (waiting && s.waiting) waiting.querySelector("span").textContent = s.waiting;
     if (waiting) waiting.hidden = !s.waiting;
+    const why = document.getElementById("why"); // the rule that set a running job's slots
+    if (why) { why.querySelector("span").textContent = s.reason || ""; why.hidden = !s.reason || !!s.waiting; }
     if (s.state !== jobState || (s.error && !document.getElementById("job-error"))) showState(s.state, s.error);
   }
 
@@ -267,6 +269,7 @@
     if (!ended()) return;
     document.getElementById("throughput").textContent = 0;
     document.getElementById("waiting")?.remove();
+    document.getElementById("why")?.remove();
     JobCharts.ended(Date.now() / 1000);
     JobCharts.empty(waitingText());
     // The controls a viewer may use are on the page; a team member who only reads has none.
