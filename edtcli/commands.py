@@ -155,6 +155,8 @@ def models_delete(args: argparse.Namespace, api: Client) -> None:
 
 # Jobs ------------------------------------------------------------------------------------
 
+HOURS = [("slot_hours", "slot-hours"), ("used_slot_hours", "used")]  # allocated, and busy
+
 JOB_COLUMNS = [("id", "id"), ("name", "name"), ("state", "state"), ("workers", "workers"),
                ("priority", "priority"), ("progress", "progress"), ("owner", "owner"),
                ("team", "team")]  # fmt: skip
@@ -354,7 +356,7 @@ def cluster(args: argparse.Namespace, api: Client) -> None:
         if teams:
             print()
             print("slot-hours in the last 7 days, of the jobs you may see:")
-            table(teams, [("team", "team"), ("slot_hours", "slot-hours")])
+            table(teams, [("team", "team"), *HOURS])
 
     usage = {"since": used["since"], "until": used["until"], "teams": used["totals"]}
     show(args, {"slots": slots, "queue": queue, "usage": usage}, human)
@@ -367,12 +369,12 @@ def usage(args: argparse.Namespace, api: Client) -> None:
 
     def human(u: Any) -> None:
         named = [{**r, key: r[key] or "(no team)"} for r in u["rows"]]
-        table(named, [("period", args.period), (key, key), ("slot_hours", "slot-hours")])
+        table(named, [("period", args.period), (key, key), *HOURS])
         if u["totals"]:
             print()
             total = [{**t, key: t[key] or "(no team)"} for t in u["totals"]]
             print(f"from {u['since']} to {u['until']}:")
-            table(total, [(key, key), ("slot_hours", "slot-hours")])
+            table(total, [(key, key), *HOURS])
 
     show(args, used, human)
 

@@ -727,13 +727,15 @@ class UsageRowSerializer(serializers.Serializer):
     period = serializers.DateField(help_text="the day, or the Monday of the week")
     team = serializers.CharField(required=False, help_text="by=team: '' for jobs without one")
     user = serializers.CharField(required=False, help_text="by=user")
-    slot_hours = serializers.FloatField()
+    slot_hours = serializers.FloatField(help_text="allocated")
+    used_slot_hours = serializers.FloatField(help_text="weighed by how busy the slots were")
 
 
 class UsageTotalSerializer(serializers.Serializer):
     team = serializers.CharField(required=False)
     user = serializers.CharField(required=False)
-    slot_hours = serializers.FloatField()
+    slot_hours = serializers.FloatField(help_text="allocated")
+    used_slot_hours = serializers.FloatField(help_text="weighed by how busy the slots were")
 
 
 class UsageSerializer(serializers.Serializer):
