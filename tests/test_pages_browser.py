@@ -100,7 +100,10 @@ def test_a_waiting_job_says_why_in_words(live: LiveEdt) -> None:
         page.wait_for_function("document.getElementById('preview').textContent.includes('would')")
         assert priority(page, url) == 5000
         page.keyboard.press("Enter")
-        wait_for(lambda: priority(page, url) == 5001, 10, "the priority to apply")
+        wait_for(lambda: priority(page, url) == 5100, 10, "the priority to apply")  # a step
+        page.fill("#priority-number", "6543")  # any value, exactly, in the field beside it
+        page.press("#priority-number", "Enter")
+        wait_for(lambda: priority(page, url) == 6543, 10, "the typed priority to apply")
         clone = page.get_attribute("#clone-job", "href") or ""
         assert "min_workers=3" in clone and "max_workers=4" in clone
         page.wait_for_selector("#live", state="visible")  # a waiting job's page is live

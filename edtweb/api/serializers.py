@@ -408,7 +408,10 @@ class SweepCreateSerializer(serializers.Serializer):
     min_resource = serializers.IntegerField(
         default=0, help_text="steps before ASHA's first rung (0: one epoch)"
     )
-    seed = serializers.IntegerField(default=0, help_text="the sampler's and every trial's")
+    seed = serializers.IntegerField(
+        default=None, allow_null=True,
+        help_text="the sampler's and every trial's; left out: drawn at random (the sweep shows it)",
+    )  # fmt: skip
     epochs = bounded(serializers.IntegerField, "epochs")
     batch_size = bounded(serializers.IntegerField, "batch_size",
                          help_text="the effective (global) batch")  # fmt: skip

@@ -62,6 +62,15 @@ def log_names(job: Job) -> list[str]:
     return sorted(p.stem for p in logs.glob("*.log")) if logs.is_dir() else []
 
 
+def lead_log(job: Job, names: list[str]) -> str:
+    """The log the job page opens on: rank 0's, the slot first in the job's latest
+    generation (the member that holds the state and writes the metrics), else the first."""
+    latest = job.events.filter(kind="generation").order_by("-at", "-pk").first()
+    members = (latest.data or {}).get("members") if latest is not None else None
+    first = str(members[0]) if isinstance(members, list) and members else ""
+    return first if first in names else (names[0] if names else "")
+
+
 def log_tail(job: Job, slot: str, offset: int, limit: int = 65536) -> dict[str, Any]:
     """The learner's log from byte ``offset`` (a negative offset: the last bytes)."""
     if slot not in log_names(job):

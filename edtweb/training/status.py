@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import redis
+from django.db.models.fields.json import KT
 
 from edtweb.redis_access import store
 from edtweb.training import standing
@@ -24,7 +25,8 @@ from scheduler.store import AllocationRecord
 
 log = logging.getLogger("edt.jobs")
 
-PACE_RECORDS = 50  # the ETA is at the pace of the job's last 50 iterations
+PACE_RECORDS = 2000  # the ETA is at the pace of the job's last 2000 iterations at its size
+PACE_MIN = 10  # fewer at its size (it just changed): the pace over all of them
 
 
 @dataclasses.dataclass(frozen=True)
@@ -109,17 +111,32 @@ def progress(job: Job) -> float:
 
 
 def eta_seconds(job: Job) -> float | None:
-    """Seconds left at the pace of the last iterations (None unless the job runs and has a
-    pace): the one ETA every page, the API and the CLI show."""
+    """Seconds left at the job's recent pace (None unless it runs and has a pace): the one
+    ETA every page, the API and the CLI show."""
     if job.state != Job.State.RUNNING or not job.total_steps:
         return None
     recent = list(Metric.objects.filter(job=job, kind="train").order_by("-step")
-                  .values_list("step", "time")[:PACE_RECORDS])  # fmt: skip
+                  .annotate(workers=KT("values__workers"))
+                  .values_list("step", "time", "workers")[:PACE_RECORDS])  # fmt: skip
+    return eta_from(recent, job.total_steps)
+
+
+def eta_from(recent: Sequence[tuple[int, float, Any]], total_steps: int) -> float | None:
+    """Seconds left from ``recent`` train records ``(step, time, workers)``, newest first:
+    the pace over the iterations since the job last changed size (up to PACE_RECORDS of
+    them), wall time over iterations, so an evaluation's pause is spread over the epoch
+    rather than swinging the ETA by minutes as a short window passes over it; at least
+    PACE_MIN of them, else over all ``recent``. Pure."""
     if len(recent) < 2:
         return None
-    (last_step, last_time), (first_step, first_time) = recent[0], recent[-1]
+    size = str(recent[0][2])
+    same = 1
+    while same < len(recent) and str(recent[same][2]) == size:
+        same += 1
+    window = recent[:same] if same >= PACE_MIN else recent
+    (last_step, last_time), (first_step, first_time) = window[0][:2], window[-1][:2]
     pace = (last_time - first_time) / max(last_step - first_step, 1)
-    return round(max(0.0, (job.total_steps - last_step) * pace), 1)
+    return round(max(0.0, (total_steps - last_step) * pace), 1)
 
 
 def eta_text(seconds: float | None) -> str:

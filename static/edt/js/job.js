@@ -189,7 +189,9 @@
       tabs.querySelector(".muted")?.remove();
       tabs.append(button);
     }
-    if (!logSlot) tabs.querySelector("button")?.click();
+    // Rank 0's learner first (the page says which): the others log little but start-up.
+    const lead = tabs.dataset.lead && tabs.querySelector('button[data-slot="' + CSS.escape(tabs.dataset.lead) + '"]');
+    if (!logSlot) (lead || tabs.querySelector("button"))?.click();
   }
   document.querySelectorAll("#log-tabs button").forEach(logTab);
   logTabs([]); // open the first learner's log
@@ -214,6 +216,7 @@
       });
       if (rows.length) body.replaceChildren(...rows);
       else body.innerHTML = '<tr><td colspan="4" class="muted">No slot held.</td></tr>';
+      if (s.lead_log) document.getElementById("log-tabs").dataset.lead = s.lead_log;
       logTabs(s.logs || []);
       downloads(s);
       if (s.started) document.getElementById("started").textContent = s.started;
