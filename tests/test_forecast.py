@@ -7,7 +7,7 @@ import pytest
 
 from scheduler.policies import JobView
 from scheduler.simulate import Config, SimJob
-from scheduler.simulate.forecast import Present, project, ranged
+from scheduler.simulate.forecast import Present, Projection, project, ranged
 
 
 def present() -> list[Present]:
@@ -32,4 +32,4 @@ def test_the_range_holds_the_likely_start_and_a_job_that_never_fits_has_none() -
     assert likely.start == pytest.approx(100.0)
     assert early.start < likely.start < late.start
     huge = Present(SimJob("h", 5.0, 8, 10.0), view=JobView("h", 8, 5.0, min_workers=8))
-    assert project([*present(), huge], Config(4, "fairshare"))["h"] == (None, None)
+    assert project([*present(), huge], Config(4, "fairshare"))["h"] == Projection(None, None)
