@@ -159,9 +159,10 @@ HOURS = [("slot_hours", "slot-hours"), ("used_slot_hours", "used")]  # allocated
 
 JOB_COLUMNS = [("id", "id"), ("name", "name"), ("state", "state"), ("workers", "workers"),
                ("priority", "priority"), ("progress", "progress"), ("owner", "owner"),
-               ("team", "team")]  # fmt: skip
+               ("team", "team"), ("estimate_text", "estimate")]  # fmt: skip
 JOB_KEYS = ["id", "name", "owner", "team", "resource_group", "state", "priority", "workers",
-            "progress", "eta_seconds", "waiting", "position", "reason", "model", "dataset",
+            "progress", "eta_seconds", "waiting", "position", "reason", "estimate_text", "model",
+            "dataset",
             "epochs", "batch_size", "batch_range", "lr", "checkpoints", "logs", "model_ready",
             "error", "created_at", "started_at", "finished_at", "sweep", "trial_number",
             "hparams", "trial_state", "objective"]  # fmt: skip
@@ -171,7 +172,7 @@ SUBMIT_FIELDS = ("name", "epochs", "batch_size", "max_workers", "min_workers", "
 
 def _readable(job: dict[str, Any]) -> dict[str, Any]:
     """The job as people read it: workers now/max, progress in percent, lists joined."""
-    shown = {k: ", ".join(v) if isinstance(v, list) else v for k, v in job.items()}
+    shown = {k: ", ".join(map(str, v)) if isinstance(v, list) else v for k, v in job.items()}
     shown["workers"] = f"{job['workers']}/{job['max_workers']}"
     shown["progress"] = f"{100 * job['progress']:.0f}%"
     if job.get("batch_max"):  # goodput mode's; else the batch is fixed
@@ -223,10 +224,13 @@ def why(args: argparse.Namespace, api: Client) -> None:
         else ""
     )
     text = f"job {job['id']} {job['state']}: {place}{job.get('reason') or 'no decision about it'}"
+    if job.get("estimate_text"):
+        text += f"\n{job['estimate_text']}"
     show(args, {k: job.get(k) for k in WHY_KEYS}, text)
 
 
-WHY_KEYS = ("id", "state", "resource_group", "workers", "max_workers", "position", "reason")
+WHY_KEYS = ("id", "state", "resource_group", "workers", "max_workers", "position", "reason",
+            "start_estimate", "end_estimate", "estimate_text")  # fmt: skip
 
 
 def jobs_events(args: argparse.Namespace, api: Client) -> None:

@@ -185,3 +185,26 @@ def test_the_page_and_the_api_show_the_place_and_reason_the_scheduler_published(
         assert "in group default&#x27;s queue; " in page and "slot" in page
         queue = client.get("/api/v1/cluster/queue/").json()
         assert (job.pk, place) in [(q["id"], q["position"]) for q in queue]
+
+
+def test_a_waiting_job_shows_when_it_should_start_as_a_range(
+    world: Store, people: dict[str, Any]
+) -> None:
+    """The projection (edtweb/training/projection.py) runs the scheduler's own snapshot
+    forward: a job the decision leaves waiting gets a start later than now, as a range,
+    on the API and the page; one given slots starts now."""
+    live = live_scheduler("fairshare")
+    live.step(world.alive_slots())
+    world.save_allocations(live.allocations(), ttl=60)
+    client = Client()
+    client.force_login(people["root"])
+    for job in Job.objects.all():
+        api = client.get(f"/api/v1/jobs/{job.pk}/").json()
+        low, high = api["start_estimate"]
+        assert 0 <= low <= high and api["end_estimate"][0] > high, api
+        if live.standing[job.pk][0]:  # waiting
+            assert low > 0 and api["estimate_text"].startswith("starts in"), api
+            page = client.get(f"/jobs/{job.pk}/").content.decode()
+            assert 'id="estimate"' in page and api["estimate_text"] in page
+        else:
+            assert api["estimate_text"].startswith("starts now"), api

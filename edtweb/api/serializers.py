@@ -171,6 +171,13 @@ class JobSerializer(serializers.ModelSerializer):
     reason = serializers.SerializerMethodField(
         help_text="the scheduler's reason: why it waits, or the rule that set its slots"
     )
+    start_estimate = serializers.SerializerMethodField(
+        help_text="[earliest, latest] seconds from now it should start (waiting jobs); null: none"
+    )
+    end_estimate = serializers.SerializerMethodField(
+        help_text="[earliest, latest] seconds from now it should end; null: none"
+    )
+    estimate_text = serializers.SerializerMethodField(help_text="the estimates in words")
     team = serializers.SerializerMethodField(help_text="the team it was submitted into; '': none")
 
     class Meta:
@@ -180,7 +187,8 @@ class JobSerializer(serializers.ModelSerializer):
                   "min_workers", "model", "dataset", "epochs", "batch_size", "lr",
                   "checkpoint_every", "max_micro_batch", "batch_min", "batch_max", "precision",
                   "steps_done", "total_steps",
-                  "progress", "eta_seconds", "waiting", "position", "reason", "created_at",
+                  "progress", "eta_seconds", "waiting", "position", "reason", "start_estimate",
+                  "end_estimate", "estimate_text", "created_at",
                   "started_at",
                   "finished_at", "error", "sweep", "trial_number", "hparams",
                   "trial_state", "objective"]  # fmt: skip
@@ -209,6 +217,17 @@ class JobSerializer(serializers.ModelSerializer):
 
     def get_reason(self, job: Job) -> str:
         return self.status(job).reason
+
+    def get_start_estimate(self, job: Job) -> list[float] | None:
+        found = self.status(job).start_estimate
+        return list(found) if found else None
+
+    def get_end_estimate(self, job: Job) -> list[float] | None:
+        found = self.status(job).end_estimate
+        return list(found) if found else None
+
+    def get_estimate_text(self, job: Job) -> str:
+        return self.status(job).estimate_text
 
     def get_team(self, job: Job) -> str:
         return self.status(job).team

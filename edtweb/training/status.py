@@ -19,7 +19,7 @@ import redis
 from django.db.models.fields.json import KT
 
 from edtweb.redis_access import store
-from edtweb.training import standing
+from edtweb.training import projection, standing
 from edtweb.training.models import Job, Metric
 from scheduler.store import AllocationRecord
 
@@ -48,6 +48,11 @@ class JobStatus:
     waiting: str  # why it waits, the scheduler's words; "" unless queued or suspended
     position: int  # its place in its group's queue at the last decision; 0: none
     reason: str  # the scheduler's reason: why it waits, or the rule that set its slots
+    # Seconds from now, earliest and latest, that it should start and end (projection.py);
+    # None: not projected (ended, or a future where it never starts)
+    start_estimate: tuple[float, float] | None
+    end_estimate: tuple[float, float] | None
+    estimate_text: str  # "starts in 3-5 min; ends in 20-30 min"; "" without one
     telemetry: tuple[dict[str, Any], ...]  # its slots' latest telemetry
     error: str
 
@@ -72,6 +77,7 @@ def statuses(jobs: Sequence[Job], user: Any) -> dict[int, JobStatus]:
     held = {slot for slots in members.values() for slot in slots}
     telemetry = slot_telemetry(held) if held else {}
     reasons = standing.reasons(list(jobs), known)
+    projected = projection.estimates() if any(j.state in Job.ACTIVE for j in jobs) else {}
     teams = team_names({job.team_id for job in jobs if job.team_id is not None})
     return {
         job.pk: JobStatus(
@@ -90,11 +96,22 @@ def statuses(jobs: Sequence[Job], user: Any) -> dict[int, JobStatus]:
             waiting=reasons.get(job.pk, "") if job.state in standing.WAITING else "",
             position=standing.position(job, known),
             reason=reasons.get(job.pk, ""),
+            **estimate_fields(job, projected.get(job.pk)),
             telemetry=tuple(telemetry[s] for s in members[job.pk] if s in telemetry),
             error=job.error,
         )
         for job in jobs
     }
+
+
+def estimate_fields(job: Job, found: projection.Estimate | None) -> dict[str, Any]:
+    """A job's start and end estimate, in seconds from now, and in words."""
+    if found is None or job.state not in Job.ACTIVE:
+        return {"start_estimate": None, "end_estimate": None, "estimate_text": ""}
+    start = found.start if job.state in standing.WAITING else None
+    words = [projection.text(start, "starts"), projection.text(found.end, "ends")]
+    return {"start_estimate": start, "end_estimate": found.end,
+            "estimate_text": "; ".join(w for w in words if w)}  # fmt: skip
 
 
 def team_names(ids: set[int]) -> dict[int, str]:

@@ -54,6 +54,8 @@
     const waiting = document.getElementById("waiting");
     if (waiting && s.waiting) waiting.querySelector("span").textContent = s.waiting;
     if (waiting) waiting.hidden = !s.waiting;
+    const estimate = document.getElementById("estimate"); // when it should start and end
+    if (estimate) estimate.textContent = s.estimate_text || "";
     const why = document.getElementById("why"); // the rule that set a running job's slots
     if (why) { why.querySelector("span").textContent = s.reason || ""; why.hidden = !s.reason || !!s.waiting; }
     if (s.state !== jobState || (s.error && !document.getElementById("job-error"))) showState(s.state, s.error);
