@@ -216,21 +216,59 @@ def jobs_show(args: argparse.Namespace, api: Client) -> None:
 
 
 def why(args: argparse.Namespace, api: Client) -> None:
-    """Why a job waits, or why it has the slots it has: the scheduler's own words."""
+    """Why a job waits, or why it has the slots it has, in the scheduler's own words; when
+    it should start and end; and its team's share: entitled, held, borrowed or lent, asked
+    (the teams' shares the scheduler writes; another team's numbers only for staff)."""
     job = api.call("GET", f"jobs/{args.job}/")
     place = (
         f"{job['position']} in group {job['resource_group']}'s queue; "
         if job.get("position")
         else ""
     )
-    text = f"job {job['id']} {job['state']}: {place}{job.get('reason') or 'no decision about it'}"
+    lines = [
+        f"job {job['id']} {job['state']}: {place}{job.get('reason') or 'no decision about it'}"
+    ]
     if job.get("estimate_text"):
-        text += f"\n{job['estimate_text']}"
-    show(args, {k: job.get(k) for k in WHY_KEYS}, text)
+        lines.append(job["estimate_text"])
+    share = team_share(api, job)
+    if share:
+        lines.append(share["text"])
+    shown = {**{k: job.get(k) for k in WHY_KEYS}, "share": share}
+    show(args, shown, "\n".join(lines))
 
 
 WHY_KEYS = ("id", "state", "resource_group", "workers", "max_workers", "position", "reason",
             "start_estimate", "end_estimate", "estimate_text")  # fmt: skip
+
+
+def team_share(api: Client, job: dict[str, Any]) -> dict[str, Any] | None:
+    """The job's team's share in its group at the scheduler's latest entry: slots held,
+    entitled (its fair share: guarantee first, then weight), borrowed or lent, asked."""
+    answer = api.call("GET", "cluster/shares/")
+    entries = answer.get("entries") or []
+    if not entries:
+        return None
+    group = entries[-1].get("groups", {}).get(job["resource_group"]) or {}
+    ids = {name: key for key, name in answer.get("teams", {}).items()}
+    team = job.get("team") or ""
+    found = group.get("teams", {}).get(ids.get(team, "") if team else "")
+    if not found:
+        return None
+    held, entitled = found.get("held", 0), float(found.get("entitled", 0.0))
+    gap = held - entitled
+    way = (
+        f"borrows {gap:.1f}"
+        if gap > 0.05
+        else f"lends {-gap:.1f}"
+        if gap < -0.05
+        else "at its share"
+    )
+    name = f"team {team}" if team else "jobs of no team"
+    text = (f"{name} in group {job['resource_group']}: holds {held} of {group.get('capacity', 0)} "
+            f"slots, entitled to {entitled:.1f} (guarantee, then weight), {way}; "
+            f"asks for {found.get('demand', 0)}")  # fmt: skip
+    return {"team": team, "held": held, "entitled": entitled, "demand": found.get("demand", 0),
+            "capacity": group.get("capacity", 0), "text": text}  # fmt: skip
 
 
 def jobs_events(args: argparse.Namespace, api: Client) -> None:

@@ -1,7 +1,8 @@
 """For the people who wait, on a live EDT (tests/harness/stack.py, two slots): a job
 submitted to an idle cluster never reads that a slot is missing; a job queued behind it
 shows its place, the scheduler's reason and when it should start, as a range; `edt why`
-and the page say what the scheduler's event says; it starts within its range."""
+and the page say what the scheduler's event says, and `edt why` the share its team holds
+against its entitlement; it starts within its range."""
 
 from __future__ import annotations
 
@@ -69,6 +70,9 @@ def test_a_queued_job_shows_its_place_reason_and_start_and_the_cli_agrees(live: 
         assert why.returncode == 0 and event["message"] in why.stdout, why.stdout + why.stderr
         shown = json.loads(live.edt("sam", "--json", "why", job).stdout)
         assert shown["reason"] == estimate["reason"] and shown["position"] == 1
+        # Why this share: its team's (here: jobs of no team) entitlement and what it holds.
+        assert shown["share"]["held"] == 2 and shown["share"]["capacity"] == 2, shown
+        assert "jobs of no team in group default: holds 2 of 2 slots" in why.stdout, why.stdout
 
         wait_for(lambda: state(page, second)["state"] == "RUNNING", 300, "the second to start")
         started = time.time() - submitted
