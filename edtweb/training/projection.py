@@ -18,6 +18,7 @@ from edtweb.training.models import Job, Metric
 from scheduler.policies import Snapshot
 from scheduler.simulate import Config, SimJob
 from scheduler.simulate.forecast import Present, ranged
+from scheduler.store import AllocationRecord
 
 TTL = 5.0  # seconds a projection serves every reader
 MOST_JOBS = 500  # more active jobs than this: none is projected (the page stays fast)
@@ -41,9 +42,7 @@ def estimates() -> dict[int, Estimate]:
     from edtweb.redis_access import store
 
     try:
-        key = store().allocations().to_json() + repr(list(
-            Job.objects.filter(state__in=Job.ACTIVE).order_by("pk").values_list("pk", "state")
-        ))  # fmt: skip
+        key = _key(store().allocations())
         hit = _cache.get(key)
         if hit is not None and time.monotonic() - hit[0] < TTL:
             return hit[1]
@@ -53,6 +52,16 @@ def estimates() -> dict[int, Estimate]:
     _cache.clear()  # one entry: the latest
     _cache[key] = (time.monotonic(), answer)
     return answer
+
+
+def _key(record: AllocationRecord) -> str:
+    """What a projection is made from, but for the attained service that grows each step:
+    the decision (holdings, places, policy, groups) and the active jobs."""
+    jobs = Job.objects.filter(state__in=Job.ACTIVE).order_by("pk").values_list("pk", "state")
+    held = sorted((k, a.slots) for k, a in record.jobs.items())
+    made_of = (held, sorted(record.standing.items()), record.policy,
+               sorted(record.groups.items()), list(jobs))  # fmt: skip
+    return repr(made_of)
 
 
 def _estimates() -> dict[int, Estimate]:

@@ -145,6 +145,8 @@ class LiveScheduler:
         snapshots = self.snapshots.build_groups(jobs.values(), capacities, held, tenancy, inputs)
         decisions = {group: decide(snapshot, self.policy) for group, snapshot in snapshots.items()}
         self.decisions, self.standing = decisions, standing(decisions)
+        if len(self.announced) > 2 * len(jobs) + WAIT_EVENTS:  # jobs that ended waiting
+            self.announced = {k: v for k, v in self.announced.items() if int(k) in jobs}
         assert self.dispatches is not None
         try:
             self._apply(jobs, groups, decisions, holding, inputs.per_host)
