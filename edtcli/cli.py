@@ -235,6 +235,8 @@ def _jobs(add: Any, sub: Any) -> None:
     p.add_argument("job", type=int)
     p.add_argument("-f", "--follow", action="store_true", help="until the job ends")
     p.add_argument("--slot", help="one learner's log only")
+    p = add(sub, "why", commands.why, "why a job waits, or has the slots it has")
+    p.add_argument("job", type=int)
     p = add(sub, "priority", commands.priority, "change a job's priority (higher: more slots)")
     p.add_argument("job", type=int)
     p.add_argument("value", type=int)

@@ -165,14 +165,17 @@ def models_delete(args: argparse.Namespace, api: Client) -> None:
 
 # Jobs ------------------------------------------------------------------------------------
 
+HOURS = [("slot_hours", "slot-hours"), ("used_slot_hours", "used")]  # allocated, and busy
+
 JOB_COLUMNS = [("id", "id"), ("name", "name"), ("state", "state"), ("workers", "workers"),
                ("priority", "priority"), ("progress", "progress"), ("owner", "owner"),
-               ("team", "team")]  # fmt: skip
+               ("team", "team"), ("estimate_text", "estimate")]  # fmt: skip
 JOB_KEYS = ["id", "name", "owner", "team", "resource_group", "state", "priority", "workers",
-            "progress", "eta_seconds", "waiting", "model", "dataset", "epochs", "batch_size",
-            "batch_range", "lr", "checkpoints", "logs", "model_ready", "error", "created_at",
-            "started_at", "finished_at", "sweep", "trial_number", "hparams", "trial_state",
-            "objective"]  # fmt: skip
+            "progress", "eta_seconds", "waiting", "position", "reason", "estimate_text", "model",
+            "dataset",
+            "epochs", "batch_size", "batch_range", "lr", "checkpoints", "logs", "model_ready",
+            "error", "created_at", "started_at", "finished_at", "sweep", "trial_number",
+            "hparams", "trial_state", "objective"]  # fmt: skip
 SUBMIT_FIELDS = ("name", "epochs", "batch_size", "max_workers", "min_workers", "priority",
                  "checkpoint_every", "lr", "max_micro_batch", "precision", "image_size",
                  "loader_workers", "augment")  # fmt: skip
@@ -180,7 +183,7 @@ SUBMIT_FIELDS = ("name", "epochs", "batch_size", "max_workers", "min_workers", "
 
 def _readable(job: dict[str, Any]) -> dict[str, Any]:
     """The job as people read it: workers now/max, progress in percent, lists joined."""
-    shown = {k: ", ".join(v) if isinstance(v, list) else v for k, v in job.items()}
+    shown = {k: ", ".join(map(str, v)) if isinstance(v, list) else v for k, v in job.items()}
     shown["workers"] = f"{job['workers']}/{job['max_workers']}"
     shown["progress"] = f"{100 * job['progress']:.0f}%"
     if job.get("batch_max"):  # goodput mode's; else the batch is fixed
@@ -221,6 +224,62 @@ def jobs_list(args: argparse.Namespace, api: Client) -> None:
 def jobs_show(args: argparse.Namespace, api: Client) -> None:
     job = api.call("GET", f"jobs/{args.job}/")
     show(args, job, lambda j: fields(_readable(j), JOB_KEYS))
+
+
+def why(args: argparse.Namespace, api: Client) -> None:
+    """Why a job waits, or why it has the slots it has, in the scheduler's own words; when
+    it should start and end; and its team's share: entitled, held, borrowed or lent, asked
+    (the teams' shares the scheduler writes; another team's numbers only for staff)."""
+    job = api.call("GET", f"jobs/{args.job}/")
+    place = (
+        f"{job['position']} in group {job['resource_group']}'s queue; "
+        if job.get("position")
+        else ""
+    )
+    lines = [
+        f"job {job['id']} {job['state']}: {place}{job.get('reason') or 'no decision about it'}"
+    ]
+    if job.get("estimate_text"):
+        lines.append(job["estimate_text"])
+    share = team_share(api, job)
+    if share:
+        lines.append(share["text"])
+    shown = {**{k: job.get(k) for k in WHY_KEYS}, "share": share}
+    show(args, shown, "\n".join(lines))
+
+
+WHY_KEYS = ("id", "state", "resource_group", "workers", "max_workers", "position", "reason",
+            "start_estimate", "end_estimate", "estimate_text")  # fmt: skip
+
+
+def team_share(api: Client, job: dict[str, Any]) -> dict[str, Any] | None:
+    """The job's team's share in its group at the scheduler's latest entry: slots held,
+    entitled (its fair share: guarantee first, then weight), borrowed or lent, asked."""
+    answer = api.call("GET", "cluster/shares/")
+    entries = answer.get("entries") or []
+    if not entries:
+        return None
+    group = entries[-1].get("groups", {}).get(job["resource_group"]) or {}
+    ids = {name: key for key, name in answer.get("teams", {}).items()}
+    team = job.get("team") or ""
+    found = group.get("teams", {}).get(ids.get(team, "") if team else "")
+    if not found:
+        return None
+    held, entitled = found.get("held", 0), float(found.get("entitled", 0.0))
+    gap = held - entitled
+    way = (
+        f"borrows {gap:.1f}"
+        if gap > 0.05
+        else f"lends {-gap:.1f}"
+        if gap < -0.05
+        else "at its share"
+    )
+    name = f"team {team}" if team else "jobs of no team"
+    text = (f"{name} in group {job['resource_group']}: holds {held} of {group.get('capacity', 0)} "
+            f"slots, entitled to {entitled:.1f} (guarantee, then weight), {way}; "
+            f"asks for {found.get('demand', 0)}")  # fmt: skip
+    return {"team": team, "held": held, "entitled": entitled, "demand": found.get("demand", 0),
+            "capacity": group.get("capacity", 0), "text": text}  # fmt: skip
 
 
 def jobs_events(args: argparse.Namespace, api: Client) -> None:
@@ -350,7 +409,7 @@ def cluster(args: argparse.Namespace, api: Client) -> None:
         if teams:
             print()
             print("slot-hours in the last 7 days, of the jobs you may see:")
-            table(teams, [("team", "team"), ("slot_hours", "slot-hours")])
+            table(teams, [("team", "team"), *HOURS])
 
     usage = {"since": used["since"], "until": used["until"], "teams": used["totals"]}
     show(args, {"slots": slots, "queue": queue, "usage": usage}, human)
@@ -363,12 +422,12 @@ def usage(args: argparse.Namespace, api: Client) -> None:
 
     def human(u: Any) -> None:
         named = [{**r, key: r[key] or "(no team)"} for r in u["rows"]]
-        table(named, [("period", args.period), (key, key), ("slot_hours", "slot-hours")])
+        table(named, [("period", args.period), (key, key), *HOURS])
         if u["totals"]:
             print()
             total = [{**t, key: t[key] or "(no team)"} for t in u["totals"]]
             print(f"from {u['since']} to {u['until']}:")
-            table(total, [(key, key), ("slot_hours", "slot-hours")])
+            table(total, [(key, key), *HOURS])
 
     show(args, used, human)
 

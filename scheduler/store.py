@@ -65,6 +65,14 @@ class AllocationRecord:
     # Usable slots per resource group (docs/architecture.md, "Tenancy"); empty: every slot
     # in one group, the default.
     groups: dict[str, int] = field(default_factory=dict)
+    # Per active job at the last decision: its place among its group's waiting jobs in the
+    # policy's order (1 first; 0 for a job given slots) and the policy's reason, why it
+    # waits or the rule that set its count (docs/architecture.md, "Scheduling contract").
+    standing: dict[int, tuple[int, str]] = field(default_factory=dict)
+
+    def why(self, job_id: int) -> tuple[int, str] | None:
+        """``job_id``'s (place, reason) at the last decision; None when it had none."""
+        return self.standing.get(job_id)
 
     def capacity_of(self, group: str) -> int:
         """The usable slots of ``group`` at the last decision."""
@@ -80,8 +88,10 @@ class AllocationRecord:
     def to_json(self) -> str:
         jobs = {str(k): {"members": a.members, "joiners": a.joiners} for k, a in self.jobs.items()}
         attained = {str(k): round(v, 1) for k, v in self.attained.items()}
+        standing = {str(k): list(v) for k, v in self.standing.items()}
         return json.dumps({"jobs": jobs, "capacity": self.capacity, "policy": self.policy,
-                           "attained": attained, "groups": self.groups})  # fmt: skip
+                           "attained": attained, "groups": self.groups,
+                           "standing": standing})  # fmt: skip
 
     @classmethod
     def from_json(cls, raw: str) -> AllocationRecord:
@@ -90,7 +100,8 @@ class AllocationRecord:
                 for k, v in data["jobs"].items()}  # fmt: skip
         attained = {int(k): float(v) for k, v in data.get("attained", {}).items()}
         groups = {str(k): int(v) for k, v in data.get("groups", {}).items()}
-        return cls(jobs, int(data["capacity"]), str(data["policy"]), attained, groups)
+        standing = {int(k): (int(v[0]), str(v[1])) for k, v in data.get("standing", {}).items()}
+        return cls(jobs, int(data["capacity"]), str(data["policy"]), attained, groups, standing)
 
 
 class Store(SlotRegistry):

@@ -68,6 +68,8 @@ def start_job(page: Page, base: str, name: str, epochs: int, **fields: int) -> s
     page.select_option("#id_model", label=DEMO_MODEL)
     page.select_option("#id_dataset", label=DEMO_DATASET)
     page.fill("#id_epochs", str(epochs))
+    if page.locator("#advanced").count():  # the folded fields, opened as a person would
+        page.click("#advanced summary")
     for field, value in fields.items():
         page.fill(f"#id_{field}", str(value))
     page.click("#train-form button[type=submit]")

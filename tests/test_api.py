@@ -288,7 +288,9 @@ def test_submit_list_show_reprioritise_and_stop(objects: dict[str, Any], alice: 
     assert [e["kind"] for e in events] == ["submitted", "priority"]
     assert events[1]["data"] == {"old": 5000, "new": 10000}
     queue = client.get(API + "cluster/queue/").json()
-    assert [(q["id"], q["position"]) for q in queue] == [(job["id"], 1), (objects["j"], 2)]
+    # No scheduler decided yet: no place, the higher priority first, and no word of its own.
+    assert [(q["id"], q["position"]) for q in queue] == [(job["id"], 0), (objects["j"], 0)]
+    assert {q["reason"] for q in queue} == {"waits for the scheduler's next decision"}
     assert client.post(f"{API}jobs/{job['id']}/stop/").json()["state"] == "STOPPED"
     again = client.post(f"{API}jobs/{job['id']}/stop/")
     assert again.status_code == 409 and "already ended (STOPPED)" in again.json()["error"]

@@ -1,19 +1,18 @@
-"""The job page explains itself: why a waiting job waits, its configuration, Clone and
-Resume, and its metrics as CSV."""
+"""The job page explains itself: why a waiting job waits (the scheduler's words), its
+configuration, Clone and Resume, and its metrics as CSV."""
 
 from __future__ import annotations
 
 import csv
 import io
 import re
-from collections.abc import Callable
 from typing import Any
 
 import pytest
 from django.test import Client
 
 from edtweb.redis_server import RedisServer
-from edtweb.training import waiting
+from edtweb.training import standing
 from edtweb.training.models import Job, Metric
 from edtweb.training.views import human_duration
 from scheduler.store import Allocation, AllocationRecord, Store
@@ -29,7 +28,7 @@ def job(owner: Any, name: str, state: str = Job.State.QUEUED, **fields: Any) -> 
     ("n", "text"), [(1, "1st"), (2, "2nd"), (3, "3rd"), (4, "4th"), (11, "11th"), (22, "22nd")]
 )
 def test_ordinals(n: int, text: str) -> None:
-    assert waiting.ordinal(n) == text
+    assert standing.ordinal(n) == text
 
 
 @pytest.mark.parametrize(
@@ -39,44 +38,48 @@ def test_durations(seconds: int, text: str) -> None:
     assert human_duration(seconds) == text
 
 
-def test_a_waiting_job_names_slots_free_place_and_the_job_ahead(
-    store: Store, register_slot: Callable[..., str], alice: Any, bob: Any
+def test_a_job_shows_the_place_and_reason_the_scheduler_published_and_nothing_of_its_own(
+    store: Store, alice: Any, bob: Any
 ) -> None:
-    for index in range(4):
-        slot = register_slot("host", index)
-        store.heartbeat(slot, {"kind": "cpu"}, ttl=30)
     running = job(alice, "big", Job.State.RUNNING, priority=8000)
-    held = Allocation(("host.0", "host.1"), ())
-    store.save_allocations(AllocationRecord({running.pk: held}, 4, "fairshare"), ttl=30)
-    alive = len(store.alive_slots())  # other tests' slots may be alive too
     ahead = job(bob, "theirs", priority=6000)
     mine = job(alice, "mine", priority=5000, min_workers=6, max_workers=8)
-    first = waiting.reason(ahead, bob)
-    assert first.startswith(f"needs 1 slot; {alive - 2} free; ")
-    assert "1st in the queue, behind another user's job at priority 8000" in first
-    second = waiting.reason(mine, alice)
-    assert second.startswith("needs 6 slots; ")
-    assert (f"only {alive} slots alive" in second) == (alive < 6)
-    assert "2nd in the queue, behind another user's job at priority 6000" in second
-    assert waiting.reason(running, alice) == ""
+    late = job(alice, "late")  # submitted after the decision
+    said = {running.pk: (0, "alone on 4 slots; exact share 4.00 (its max)"),
+            ahead.pk: (1, "waits: minimums total 11 > 4 slots; …"),
+            mine.pk: (2, "waits: minimums total 11 > 4 slots; …")}  # fmt: skip
+    held = Allocation(("host.0", "host.1", "host.2", "host.3"), ())
+    record = AllocationRecord({running.pk: held}, 4, "fairshare", standing=said)
+    store.save_allocations(record, ttl=30)
+    known = standing.record()
+    assert standing.reason(ahead, known) == "1st in group default's queue; " + said[ahead.pk][1]
+    assert standing.reason(mine, known) == "2nd in group default's queue; " + said[mine.pk][1]
+    assert standing.reason(running, known) == said[running.pk][1]
+    assert standing.reason(late, known) == standing.UNDECIDED
+    assert [standing.position(j, known) for j in (running, ahead, mine, late)] == [0, 1, 2, 0]
+    jobs, places, _ = standing.queue_of(Job.objects.all())
+    assert [j.pk for j in jobs] == [ahead.pk, mine.pk, late.pk]
+    assert places == {ahead.pk: 1, mine.pk: 2, late.pk: 0}
+    store.save_allocations(AllocationRecord(), ttl=0.1)
 
 
 def test_the_cluster_queue_says_why_each_job_waits_on_the_page_and_in_the_api(
-    client: Client, redis_server: RedisServer, alice: Any, bob: Any
+    client: Client, store: Store, alice: Any, bob: Any
 ) -> None:
-    job(bob, "theirs", priority=9000)
+    theirs = job(bob, "theirs", priority=9000)
     mine = job(alice, "mine", min_workers=2, max_workers=2)
     job(alice, "ran", Job.State.COMPLETED)
+    said = {theirs.pk: (1, "waits: theirs"), mine.pk: (2, "waits: its min 2 does not fit")}
+    store.save_allocations(AllocationRecord(capacity=1, standing=said), ttl=30)
     client.force_login(alice)
     page = client.get("/").content.decode()
     item = page[page.index(f'<li data-job="{mine.pk}">') :].split("</li>")[0]
-    assert '<small class="reason">Needs 2 slots; ' in item, item
-    assert "2nd in the queue, behind another user&#x27;s job at priority 9000" in item
-    assert "theirs" not in page  # another user's job is named only as that
+    assert "2nd in group default&#x27;s queue; waits: its min 2 does not fit" in item, item
+    assert "theirs" not in page  # another user's job is not shown to her
     queue = client.get("/api/v1/cluster/queue/").json()
     assert [(q["id"], q["position"]) for q in queue] == [(mine.pk, 2)]
-    assert queue[0]["reason"] == waiting.reason(mine, alice)
-    assert "2nd in the queue, behind another user's job" in queue[0]["reason"]
+    assert queue[0]["reason"] == "2nd in group default's queue; waits: its min 2 does not fit"
+    store.save_allocations(AllocationRecord(), ttl=0.1)
 
 
 def test_the_page_shows_the_reason_the_configuration_and_a_clone_link(
@@ -85,11 +88,11 @@ def test_the_page_shows_the_reason_the_configuration_and_a_clone_link(
     queued = job(alice, "q", epochs=7, batch_size=32, lr=0.5, min_workers=2, max_workers=3)
     client.force_login(alice)
     page = client.get(f"/jobs/{queued.pk}/").content.decode()
-    assert 'id="waiting"' in page and "needs 2 slots" in page
+    assert 'id="waiting"' in page and standing.UNDECIDED.replace("'", "&#x27;") in page
     for fact in ("<dd>7</dd>", "<dd>32</dd>", "<dd>0.5</dd>", "min 2, max 3"):
         assert fact in page
     assert "epochs=7" in page and "min_workers=2" in page and "name=q+%28copy%29" in page
-    assert "needs 2 slots" in client.get(f"/jobs/{queued.pk}/state").json()["waiting"]
+    assert client.get(f"/jobs/{queued.pk}/state").json()["waiting"] == standing.UNDECIDED
 
 
 def test_an_ended_job_shows_its_priority_as_a_plain_value_without_slider_or_hint(

@@ -86,8 +86,10 @@ def test_a_waiting_job_says_why_in_words(live: LiveEdt) -> None:
         url = start_job(page, live.url, "waits", epochs=1, min_workers=3, max_workers=4)
         reason = page.locator("#waiting")
         reason.wait_for()
+        # The scheduler's words, once it decided (the page polls its status).
+        page.wait_for_function("document.getElementById('waiting').textContent.includes('queue;')")
         text = reason.inner_text()
-        said = r"needs 3 slots; \d+ free; (.*; )?\d+(st|nd|rd|th) in the queue"
+        said = r"\d+(st|nd|rd|th) in group default's queue; waits: "
         assert re.search(said, text), text
         assert "Jan 2000" not in page.inner_text("main")
         page.wait_for_selector("#chart-loss[data-empty]", state="attached")  # drawn by JS
@@ -98,7 +100,10 @@ def test_a_waiting_job_says_why_in_words(live: LiveEdt) -> None:
         page.wait_for_function("document.getElementById('preview').textContent.includes('would')")
         assert priority(page, url) == 5000
         page.keyboard.press("Enter")
-        wait_for(lambda: priority(page, url) == 5001, 10, "the priority to apply")
+        wait_for(lambda: priority(page, url) == 5100, 10, "the priority to apply")  # a step
+        page.fill("#priority-number", "6543")  # any value, exactly, in the field beside it
+        page.press("#priority-number", "Enter")
+        wait_for(lambda: priority(page, url) == 6543, 10, "the typed priority to apply")
         clone = page.get_attribute("#clone-job", "href") or ""
         assert "min_workers=3" in clone and "max_workers=4" in clone
         page.wait_for_selector("#live", state="visible")  # a waiting job's page is live

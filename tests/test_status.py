@@ -36,6 +36,7 @@ SLOTS = ("status-h.0", "status-h.1", "status-h.2")
 # Ten records 0.5 s apart, each written when the job had 1 worker; 1000 iterations in all.
 PACE, TOTAL, LAST_STEP = 0.5, 1000, 9
 ETA = (TOTAL - LAST_STEP) * PACE  # 495.5 s: "8 min"
+SUSPENDED = "suspended: minimums total 5 > 3 slots"  # as the scheduler says it
 
 
 @pytest.fixture
@@ -66,7 +67,8 @@ def resizing(owner: Any, store: Store) -> Job:
 def suspend(job: Job, store: Store) -> None:
     """The scheduler took the job's slots back: it waits, suspended, and holds none."""
     Job.objects.filter(pk=job.pk).update(state=Job.State.SUSPENDED)
-    store.save_allocations(AllocationRecord({}, 3, "fairshare"), ttl=30)
+    said = {job.pk: (1, SUSPENDED)}
+    store.save_allocations(AllocationRecord({}, 3, "fairshare", standing=said), ttl=30)
     job.refresh_from_db()
 
 
@@ -117,7 +119,7 @@ def test_every_reader_agrees_on_workers_and_eta_during_a_resize_and_a_suspension
     assert set(everyone(client, job).values()) == {(0, None)}
     assert list_row(client, job) == (0, "")
     waiting = client.get(f"/jobs/{job.pk}/state").json()["waiting"]
-    assert waiting.startswith("needs 1 slot; ") and "1st in the queue" in waiting
+    assert waiting == f"1st in group default's queue; {SUSPENDED}"  # the scheduler's words
     assert client.get(f"/api/v1/jobs/{job.pk}/").json()["waiting"] == waiting
 
 

@@ -23,6 +23,7 @@ from django.test import Client
 
 from edtweb.tenancy import services as tenancy
 from edtweb.tenancy.models import Team
+from edtweb.training import services
 from edtweb.training.live_adapter import job_rows, schedulable_jobs
 from edtweb.training.live_adapter import tenancy as read_tenancy
 from edtweb.training.models import Job, JobEvent
@@ -394,8 +395,9 @@ def ran(owner: Any, team: Team | None, hours: float, slots: int) -> Job:
     done = job(owner, f"{owner.username}-{hours}", team, Job.State.COMPLETED)
     Job.objects.filter(pk=done.pk).update(created_at=T0 - timedelta(hours=1),
                                           finished_at=T0 + timedelta(hours=hours))  # fmt: skip
-    JobEvent.objects.create(job=done, kind="generation", message="", at=T0, data={"workers": slots})
-    JobEvent.objects.create(job=done, kind="completed", message="", at=T0 + timedelta(hours=hours))
+    for kind, at, data in (("generation", T0, {"workers": slots}),
+                           ("completed", T0 + timedelta(hours=hours), {})):  # fmt: skip
+        services.write_events([JobEvent(job=done, kind=kind, message="", at=at, data=data)])
     return done
 
 
@@ -409,8 +411,9 @@ def test_the_usage_page_shows_and_downloads_the_slot_hours_one_may_see(
     span = "since=2026-03-01&until=2026-03-04"
     root = page_client(people["root"]).get(f"/usage/?{span}").content.decode()
     totals = root[root.index('id="usage-totals"') :].split("</table>")[0]
-    assert "<td>no team</td><td>2.0</td>" in totals and "<td>nlp</td><td>8.0</td>" in totals
-    assert "<td>vision</td><td>7.0</td>" in totals and "17.0 slot-hours in all" in root
+    assert "<td>no team</td><td>2.0</td><td>0.0</td>" in totals
+    assert "<td>nlp</td><td>8.0</td>" in totals and "<td>vision</td><td>7.0</td>" in totals
+    assert "17.0 slot-hours in all" in root
     assert 'id="usage-data"' in root and "plotly-basic.min.js" in root
     # Bob: his jobs and his team's, by user; never Olga's.
     bob = page_client(people["bob"]).get(f"/usage/?{span}&by=user").content.decode()
@@ -430,8 +433,9 @@ def test_the_usage_page_shows_and_downloads_the_slot_hours_one_may_see(
     download = page_client(people["bob"]).get(f"/usage.csv?{span}&by=team")
     assert download["Content-Disposition"] == 'attachment; filename="usage-by-team-per-day.csv"'
     lines = list(csv.reader(io.StringIO(b"".join(download.streaming_content).decode())))
-    assert lines == [["period", "team", "slot_hours"], ["2026-03-02", "", "2.0"],
-                     ["2026-03-02", "vision", "7.0"]]  # fmt: skip
+    assert lines == [["period", "team", "slot_hours", "used_slot_hours"],
+                     ["2026-03-02", "", "2.0", "0.0"],
+                     ["2026-03-02", "vision", "7.0", "0.0"]]  # fmt: skip
     # Mistakes are said, on the page and for the CSV.
     wrong = page_client(people["bob"]).get("/usage/?since=yesterday")
     assert wrong.status_code == 400 and "write a date (2026-01-05)" in wrong.content.decode()

@@ -17,7 +17,7 @@ from edtweb.api.common import Pages, scoped
 from edtweb.dashboard import views as dashboard
 from edtweb.dashboard.slots import current_slots
 from edtweb.tenancy import shares
-from edtweb.training import waiting
+from edtweb.training import standing
 from edtweb.training.models import Job, JobEvent
 from edtweb.training.services import allocations
 
@@ -78,10 +78,11 @@ class Shares(generics.GenericAPIView):
 class Queue(generics.GenericAPIView):
     @extend_schema(tags=TAGS, responses={200: s.QueueEntrySerializer(many=True)})
     def get(self, request: Request) -> Response:
-        """Your waiting jobs (QUEUED or SUSPENDED) with their place in the whole queue
-        (priority first, then submission time) and why each waits, in words."""
-        jobs, positions, reasons = waiting.queue_of(scoped(request, Job), request.user)
-        context = {"positions": positions, "reasons": reasons, "request": request}
+        """Your waiting jobs (QUEUED or SUSPENDED), by group in the order the scheduler
+        serves them, each with its place in its group's queue and why it waits, as the
+        scheduler's last decision said."""
+        jobs, _, _ = standing.queue_of(scoped(request, Job))
+        context = {"request": request}
         return Response(s.QueueEntrySerializer(jobs, many=True, context=context).data)
 
 

@@ -175,6 +175,19 @@ class JobSerializer(serializers.ModelSerializer):
     progress = serializers.SerializerMethodField(help_text="0..1, iterations done")
     eta_seconds = serializers.SerializerMethodField(help_text="estimated time left, if known")
     waiting = serializers.SerializerMethodField(help_text="why it waits; empty unless it waits")
+    position = serializers.SerializerMethodField(
+        help_text="its place in its group's queue at the scheduler's last decision; 0: none"
+    )
+    reason = serializers.SerializerMethodField(
+        help_text="the scheduler's reason: why it waits, or the rule that set its slots"
+    )
+    start_estimate = serializers.SerializerMethodField(
+        help_text="[earliest, latest] seconds from now it should start (waiting jobs); null: none"
+    )
+    end_estimate = serializers.SerializerMethodField(
+        help_text="[earliest, latest] seconds from now it should end; null: none"
+    )
+    estimate_text = serializers.SerializerMethodField(help_text="the estimates in words")
     team = serializers.SerializerMethodField(help_text="the team it was submitted into; '': none")
 
     class Meta:
@@ -184,7 +197,9 @@ class JobSerializer(serializers.ModelSerializer):
                   "min_workers", "model", "dataset", "epochs", "batch_size", "lr",
                   "checkpoint_every", "max_micro_batch", "batch_min", "batch_max", "precision",
                   "image_size", "loader_workers", "augment", "steps_done", "total_steps",
-                  "progress", "eta_seconds", "waiting", "created_at", "started_at",
+                  "progress", "eta_seconds", "waiting", "position", "reason", "start_estimate",
+                  "end_estimate", "estimate_text", "created_at",
+                  "started_at",
                   "finished_at", "error", "sweep", "trial_number", "hparams",
                   "trial_state", "objective"]  # fmt: skip
         read_only_fields = fields
@@ -206,6 +221,23 @@ class JobSerializer(serializers.ModelSerializer):
 
     def get_waiting(self, job: Job) -> str:
         return self.status(job).waiting
+
+    def get_position(self, job: Job) -> int:
+        return self.status(job).position
+
+    def get_reason(self, job: Job) -> str:
+        return self.status(job).reason
+
+    def get_start_estimate(self, job: Job) -> list[float] | None:
+        found = self.status(job).start_estimate
+        return list(found) if found else None
+
+    def get_end_estimate(self, job: Job) -> list[float] | None:
+        found = self.status(job).end_estimate
+        return list(found) if found else None
+
+    def get_estimate_text(self, job: Job) -> str:
+        return self.status(job).estimate_text
 
     def get_team(self, job: Job) -> str:
         return self.status(job).team
@@ -414,7 +446,10 @@ class SweepCreateSerializer(serializers.Serializer):
     min_resource = serializers.IntegerField(
         default=0, help_text="steps before ASHA's first rung (0: one epoch)"
     )
-    seed = serializers.IntegerField(default=0, help_text="the sampler's and every trial's")
+    seed = serializers.IntegerField(
+        default=None, allow_null=True,
+        help_text="the sampler's and every trial's; left out: drawn at random (the sweep shows it)",
+    )  # fmt: skip
     epochs = bounded(serializers.IntegerField, "epochs")
     batch_size = bounded(serializers.IntegerField, "batch_size",
                          help_text="the effective (global) batch")  # fmt: skip
@@ -581,20 +616,12 @@ class AllocationsSerializer(serializers.Serializer):
 
 
 class QueueEntrySerializer(JobSerializer):
-    position = serializers.SerializerMethodField(help_text="1: served first")
-    reason = serializers.SerializerMethodField(
-        help_text="why it waits: slots needed and free, its place, the job ahead"
-    )
+    """A waiting job with its place and reason (``JobSerializer``'s, from the scheduler)."""
 
     class Meta(JobSerializer.Meta):
-        fields = ["position", "reason", *JobSerializer.Meta.fields]
+        fields = ["position", "reason", *[f for f in JobSerializer.Meta.fields
+                                          if f not in ("position", "reason")]]  # fmt: skip
         read_only_fields = fields
-
-    def get_position(self, job: Job) -> int:
-        return int(self.context["positions"][job.pk])
-
-    def get_reason(self, job: Job) -> str:
-        return str(self.context["reasons"].get(job.pk, ""))
 
 
 class DecisionSerializer(serializers.Serializer):
@@ -741,13 +768,15 @@ class UsageRowSerializer(serializers.Serializer):
     period = serializers.DateField(help_text="the day, or the Monday of the week")
     team = serializers.CharField(required=False, help_text="by=team: '' for jobs without one")
     user = serializers.CharField(required=False, help_text="by=user")
-    slot_hours = serializers.FloatField()
+    slot_hours = serializers.FloatField(help_text="allocated")
+    used_slot_hours = serializers.FloatField(help_text="weighed by how busy the slots were")
 
 
 class UsageTotalSerializer(serializers.Serializer):
     team = serializers.CharField(required=False)
     user = serializers.CharField(required=False)
-    slot_hours = serializers.FloatField()
+    slot_hours = serializers.FloatField(help_text="allocated")
+    used_slot_hours = serializers.FloatField(help_text="weighed by how busy the slots were")
 
 
 class UsageSerializer(serializers.Serializer):

@@ -480,6 +480,8 @@ def as_exec(job: Job, status: JobStatus) -> dict[str, Any]:
         "endTime": _utc(job.finished_at),
         "progress": status.progress,
         "error": job.error,
+        "queuePosition": status.position,  # the scheduler's own (training/standing.py)
+        "schedulerReason": status.reason,
         "args": wmla.data.get("args", "") if wmla else "",
         "modelCheck": {
             "status": model.status if model else "",

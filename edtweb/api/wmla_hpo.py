@@ -239,7 +239,7 @@ class Search:
         self.types: dict[str, str] = {}
         self.ignored: list[str] = []
         self.values: dict[str, Any] = {}
-        self.seed: int = 0
+        self.seed: int | None = None  # none given: drawn at random
         self.trial_steps: int | None = None
         self.name = self.hpo_name()
         self.params()

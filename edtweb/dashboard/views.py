@@ -30,10 +30,10 @@ def cluster(request: HttpRequest) -> HttpResponse:
     error = ping_error(settings.REDIS_URL, timeout=1.0)
     slots = [] if error else current_slots()
     from edtweb.ownership import owned
-    from edtweb.training import waiting
+    from edtweb.training import standing
     from edtweb.training.models import Job
 
-    queue, positions, reasons = waiting.queue_of(owned(request, Job), request.user)
+    queue, positions, reasons = standing.queue_of(owned(request, Job))
     context = {
         "hosts": _hosts(slots),
         "redis_error": error,

@@ -51,7 +51,9 @@ class SweepForm(forms.Form):
     lr = _bounded(forms.FloatField, "lr", label="Learning rate",
                   help_text="unless the space searches lr")  # fmt: skip
     max_workers = _bounded(forms.IntegerField, "max_workers", help_text="per trial")
-    seed = forms.IntegerField(initial=0, required=False)
+    seed = forms.IntegerField(
+        required=False, help_text="empty: drawn at random, so a sweep run again explores new points"
+    )
 
     def __init__(self, *args: Any, models: Any, datasets: Any, **kw: Any) -> None:
         super().__init__(*args, **kw)

@@ -5,6 +5,7 @@ clone, and each change of a sweep's state, a conditional UPDATE as jobs' are
 from __future__ import annotations
 
 import logging
+import secrets
 import uuid
 from collections.abc import Iterable
 from typing import Any
@@ -13,6 +14,7 @@ import redis
 from django.utils import timezone
 
 from edtweb import usercaps
+from edtweb.limits import LIMITS
 from edtweb.redis_access import store
 from edtweb.sweeps.models import Sweep
 from edtweb.sweeps.space import SpaceRefused, judged
@@ -38,7 +40,7 @@ def wake_driver(reason: str) -> None:
 
 
 def create_sweep(owner: Any, model: Any, dataset: Any, values: dict[str, Any],
-                 name: str = "", seed: int = 0, wmla: dict[str, Any] | None = None,
+                 name: str = "", seed: int | None = None, wmla: dict[str, Any] | None = None,
                  trial_steps: int | None = None) -> Sweep:  # fmt: skip
     """A QUEUED sweep of ``model`` on ``dataset`` (the owner's and ready: the caller
     resolved them; the model checked, or a WMLA hypersearch's still being checked), with
@@ -48,6 +50,8 @@ def create_sweep(owner: Any, model: Any, dataset: Any, values: dict[str, Any],
     script hands each trial its values in config.json (docs/architecture.md, "Sweeps").
     ``trial_steps``: a trial's length in the steps its objective is reported at, where the
     job's values do not say it (a WMLA script's own epochs)."""
+    if seed is None:  # none given: a seed of its own, so that a sweep run again draws anew
+        seed = secrets.randbelow(int(LIMITS["seed"].high) + 1)
     usercaps.refuse_past("EDT_USER_MAX_SWEEPS", active_sweeps(owner), "sweeps queued or running",
                          "stop one or wait for one to end")  # fmt: skip
     samples = train_samples(dataset)

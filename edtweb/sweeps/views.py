@@ -73,7 +73,7 @@ def sweep_new(request: HttpRequest) -> HttpResponse:
             sweep = services.create_sweep(
                 request.user, data["model"], data["dataset"],
                 {**form.values(), "space": space_of(rows)}, name=data.get("name") or "",
-                seed=data.get("seed") or 0,
+                seed=data.get("seed"),
             )  # fmt: skip
         except usercaps.OverCap as over:
             form.add_error(None, str(over))

@@ -156,3 +156,26 @@ class Membership(models.Model):
 
     def __str__(self) -> str:
         return f"{self.user} in {self.team}{' (lead)' if self.lead else ''}"
+
+
+class SlotTime(models.Model):
+    """One interval a job held slots (docs/architecture.md, "Tenancy"): appended when its
+    timeline closes the interval (``edtweb/tenancy/ledger.py``), never changed, and kept
+    when the job, its owner or its team is deleted: the ids are plain numbers and the names
+    are kept beside them, so usage stays with whoever may see it."""
+
+    job_id = models.PositiveIntegerField()
+    owner_id = models.PositiveIntegerField(null=True)
+    owner_name = models.CharField(max_length=150)
+    team_id = models.PositiveIntegerField(null=True)
+    team_name = models.CharField(max_length=100, blank=True)
+    resource_group = models.CharField(max_length=100)
+    start = models.DateTimeField()
+    end = models.DateTimeField()
+    slots = models.PositiveIntegerField()
+    # 0..1: how busy its slots were as they last reported when it closed (NVML's GPU
+    # utilisation, or the learner's CPU use of one core); None: not known.
+    utilisation = models.FloatField(null=True)
+
+    class Meta:
+        indexes = [models.Index(fields=["end"]), models.Index(fields=["job_id"])]

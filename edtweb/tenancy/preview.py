@@ -4,11 +4,11 @@ scheduler's policy gives it with the teams as they are and with the change, and 
 entitlement before and after.
 
 The snapshots are the scheduler's, made as "What the scheduler reads" says and by the same
-code (``SnapshotBuilder.build_groups`` over the job rows and the tenancy of
-``edtweb/training/live_adapter.py``): per resource group its usable slots at the last
-decision (``AllocationRecord.groups``; before any, its alive slots by the rules), its
-active jobs with the slots each holds, their owners and teams, and the teams as that group
-reads them (a team's guarantee and limit count in its own group alone). The policy is the
+code (``live_adapter.scheduler_view``: the builder of the live loop's inputs, goodput fits
+and host size included): per resource group its usable slots at the last decision
+(``AllocationRecord.groups``; before any, its alive slots by the rules), its active jobs
+with the slots each holds, their owners and teams, and the teams as that group reads them
+(a team's guarantee and limit count in its own group alone). The policy is the
 one of the scheduler's last decision (``scheduler.policies.decide``); a team's slots and
 entitlement count its sub-teams' (``slots_by_team``, ``entitlements``). Nothing is written.
 """
@@ -22,10 +22,8 @@ from typing import Any
 from django.core.exceptions import ValidationError
 
 from edtweb.tenancy.models import ResourceGroup
-from scheduler.groups import DEFAULT, partition
+from scheduler.groups import DEFAULT
 from scheduler.live.ports import Tenancy
-from scheduler.live.snapshot import BY_SERVICE, BY_SPEEDUP, SnapshotBuilder
-from scheduler.live.speedups import Curves
 from scheduler.policies import Team, decide, entitlements, slots_by_team
 from scheduler.policies.model import check_teams
 
@@ -82,34 +80,15 @@ def _named(message: str, names: dict[str, str]) -> str:
 def preview(changes: dict[str, dict[str, Any]]) -> dict[str, Any]:
     """Per resource group, each team's slots now, before and after ``changes`` (see
     :func:`proposed`), with its entitlement before and after and what its jobs ask for."""
-    from edtweb.redis_access import store
-    from edtweb.training.live_adapter import job_rows, observed_rates, schedulable_jobs, tenancy
+    from edtweb.training.live_adapter import scheduler_view
 
-    now = tenancy()
+    view = scheduler_view()
+    now, record, rows = view.tenancy, view.record, view.rows
     names = {t.id: t.name for t in now.teams}
     after = replace(now, teams=tuple(proposed(list(now.teams), changes)),
                     homes=_homes(now, changes))  # fmt: skip
     edited = {t.id for t in now.teams if t.name in changes}
-    registry = store()
-    record = registry.allocations()
-    rows = job_rows(schedulable_jobs().order_by("created_at"))
-    held = {pk: len(a.slots) for pk, a in record.jobs.items()}
-    speedups = {}
-    if record.policy in BY_SPEEDUP:
-        curves = Curves(observed_rates)
-        speedups = {j.pk: curves.curve(j.pk, j.max_workers) for j in rows}
-    attained = dict(record.attained) if record.policy in BY_SERVICE else {}
-    capacities: dict[str, int] = dict.fromkeys(
-        ResourceGroup.objects.values_list("name", flat=True), 0
-    )
-    if record.groups:  # the usable slots per group at the scheduler's last decision
-        capacities.update(record.groups)
-    else:  # none yet: the alive slots, by the rules
-        for group, slots in partition(registry.alive_slots(), now.rules).items():
-            capacities[group] = len(slots)
-    builder = SnapshotBuilder()
-    firsts = builder.build_groups(rows, capacities, held, now, speedups, attained)
-    thens = builder.build_groups(rows, capacities, held, after, speedups, attained)
+    firsts, thens = view.snapshots(), view.snapshots(after)
     out, divides = [], False
     for group in sorted(firsts, key=lambda g: (g != DEFAULT, g)):
         before, then = firsts[group], thens[group]

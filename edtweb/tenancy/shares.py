@@ -137,7 +137,7 @@ def queues(user: Any, latest: dict[str, Any] | None = None,
     (``latest``'s ``queue``), then any waiting job it did not list (submitted since) in
     queue order (priority, then submission). Staff see every team's; anyone else their
     teams' and their own jobs'. Each job: its id and name when the user may see it."""
-    from edtweb.training.waiting import queue_order
+    from edtweb.training.standing import queue_order
 
     scope = scope or Scope(user)
     viewer = Viewer(user)

@@ -4,10 +4,12 @@ CLI and the pages read (docs/architecture.md, "Tenancy").
 A job's slots over time are on its timeline: each ``generation`` event says how many
 learners train from then on (``workers``), and ``restart`` (every learner lost),
 ``suspended``, ``completed``, ``failed`` and ``stopped`` bring it to none; the Cluster
-page's chart reads the same events. Between two of them the job held that many slots; a job
-still holding slots holds them until now. The intervals are cut at the periods' bounds (in
-the server's time zone: days from midnight, weeks from Monday) and summed. A deleted job's
-timeline goes with it, and so does its usage.
+page's chart reads the same events. Each interval between two of them is appended to the
+slot-time ledger as it closes (``ledger.py``, ``SlotTime``), which keeps it when the job is
+deleted; a job still holding slots holds them from its last such event until now. The
+intervals are cut at the periods' bounds (in the server's time zone: days from midnight,
+weeks from Monday) and summed: allocated slot-hours, and used ones (each interval weighed
+by how busy its slots were, where known).
 """
 
 from __future__ import annotations
@@ -20,14 +22,14 @@ from datetime import date, datetime, time, timedelta, tzinfo
 from typing import Any
 
 from django.core.exceptions import ValidationError
-from django.db.models import QuerySet
-from django.db.models.fields.json import KT
+from django.db.models import Q, QuerySet
 from django.utils import timezone
 
-from edtweb.training.models import Job, JobEvent
+from edtweb.ownership import visible_jobs
+from edtweb.tenancy.ledger import HOLDING, latest_marks, utilisation
+from edtweb.tenancy.models import Membership, SlotTime
+from edtweb.training.models import Job
 
-HOLDING = "generation"  # its ``workers`` hold slots from then on
-RELEASING = ("restart", "suspended", "completed", "failed", "stopped")
 PERIODS = ("day", "week")
 BY = ("team", "user")
 MAX_PERIODS = 1000
@@ -36,12 +38,14 @@ ENDED = (Job.State.COMPLETED, Job.State.FAILED, Job.State.STOPPED)
 
 @dataclass(frozen=True)
 class Interval:
-    """``job`` held ``slots`` slots from ``start`` to ``end``."""
+    """``job`` held ``slots`` slots from ``start`` to ``end``, ``busy`` (0..1; None: not
+    known) of the time."""
 
     job: int
     start: datetime
     end: datetime
     slots: int
+    busy: float | None = None
 
 
 def intervals(events: Iterable[tuple[int, datetime, str, int]], now: datetime) -> list[Interval]:
@@ -89,50 +93,86 @@ def cut(interval: Interval, since: datetime, until: datetime, period: str,
         start = upto
 
 
-def usage(jobs: QuerySet[Job], since: datetime, until: datetime, by: str = "team",
-          period: str = "day", zone: tzinfo | None = None) -> dict[str, Any]:  # fmt: skip
-    """Slot-hours of ``jobs`` (those a user may see: edtweb/ownership.py) from ``since`` to
-    ``until``, per ``period`` (``day`` or ``week``) and per ``by`` (``team``: its name,
-    ``""`` for jobs without one; ``user``: the owner's name). Rows in period order, then by
-    name; ``totals`` over the whole span."""
+def ledger_of(user: Any) -> QuerySet[SlotTime]:
+    """The ledger's intervals ``user`` may see: of their own jobs and their teams' (staff:
+    all), as ``ownership.visible_jobs`` says of jobs, deleted ones included."""
+    rows = SlotTime.objects.all()
+    if user.is_staff:
+        return rows
+    if not user.is_authenticated:
+        return rows.none()
+    teams = Membership.objects.filter(user=user).values("team_id")
+    return rows.filter(Q(owner_id=user.pk) | Q(team_id__in=teams))
+
+
+def open_intervals(jobs: QuerySet[Job], now: datetime) -> list[tuple[Interval, str, str]]:
+    """The slots active jobs among ``jobs`` hold now, since their last generation: not in
+    the ledger until it closes. Each with the job's team and owner names."""
+    active = dict(
+        (pk, (team or "", user))
+        for pk, team, user in jobs.filter(state__in=Job.ACTIVE).values_list(
+            "pk", "team__name", "owner__username"
+        )
+    )
+    marks = {pk: m for pk, m in latest_marks(active).items() if m.slots and m.at < now}
+    busy = utilisation({s for m in marks.values() for s in m.members})
+    out = []
+    for pk, mark in marks.items():
+        known = [busy[s] for s in mark.members if s in busy]
+        share = sum(known) / len(known) if known else None
+        out.append((Interval(pk, mark.at, now, mark.slots, share), *active[pk]))
+    return out
+
+
+def usage(user: Any, since: datetime, until: datetime, by: str = "team",
+          period: str = "day", team: str = "", owner: str = "",
+          zone: tzinfo | None = None) -> dict[str, Any]:  # fmt: skip
+    """Slot-hours ``user`` may see (edtweb/ownership.py; a deleted job's too) from ``since``
+    to ``until``, per ``period`` (``day`` or ``week``) and per ``by`` (``team``: its name,
+    ``""`` for jobs without one; ``user``: the owner's name); only ``team``'s (``-``: of no
+    team) or ``owner``'s where named. Rows in period order, then by name; ``totals`` over
+    the whole span; each with allocated ``slot_hours`` and ``used_slot_hours``."""
     if by not in BY or period not in PERIODS:
         raise ValueError(f"by is one of {BY}, period one of {PERIODS}")
     zone = zone or timezone.get_current_timezone()
     now = min(timezone.now(), until)
-    # A job that ended before ``since`` held nothing since; one resumed since is active.
-    alive = jobs.filter(created_at__lt=until).exclude(state__in=ENDED, finished_at__lt=since)
-    who = {pk: (team or "", user) for pk, user, team in
-           alive.values_list("pk", "owner__username", "team__name")}  # fmt: skip
-    rows = (
-        JobEvent.objects.filter(
-            job_id__in=alive.values("pk"), kind__in=(HOLDING, *RELEASING), at__lt=until
-        )
-        .annotate(workers=KT("data__workers"))
-        .values_list("job_id", "at", "kind", "workers")
-    )
-    events = ((job, at, kind, int(workers or 0)) for job, at, kind, workers in rows)
-    seconds: dict[tuple[date, str], float] = defaultdict(float)
-    for interval in intervals(events, now):
-        team, user = who[interval.job]
-        key = team if by == "team" else user
+    closed = ledger_of(user).filter(end__gt=since, start__lt=until)
+    jobs = visible_jobs(user)
+    if team:
+        closed = closed.filter(team_name="" if team == "-" else team)
+        jobs = jobs.filter(team__isnull=True) if team == "-" else jobs.filter(team__name=team)
+    if owner:
+        closed, jobs = closed.filter(owner_name=owner), jobs.filter(owner__username=owner)
+    found = [(Interval(r.job_id, r.start, r.end, r.slots, r.utilisation), r.team_name,
+              r.owner_name) for r in closed]  # fmt: skip
+    found += open_intervals(jobs, now)
+    seconds: dict[tuple[date, str], list[float]] = defaultdict(lambda: [0.0, 0.0])
+    for interval, team_name, owner_name in found:
+        key = team_name if by == "team" else owner_name
         for day, amount in cut(interval, since, until, period, zone):
-            seconds[(day, key)] += amount
-    totals: dict[str, float] = defaultdict(float)
-    for (_, key), amount in seconds.items():
-        totals[key] += amount
+            seconds[(day, key)][0] += amount
+            seconds[(day, key)][1] += amount * (interval.busy or 0.0)
+    totals: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0])
+    for (_, key), (amount, used) in seconds.items():
+        totals[key][0] += amount
+        totals[key][1] += used
     return {
         "since": since.isoformat(),
         "until": until.isoformat(),
         "by": by,
         "period": period,
         "rows": [
-            {"period": day.isoformat(), by: key, "slot_hours": hours(amount)}
-            for (day, key), amount in sorted(seconds.items())
+            {"period": day.isoformat(), by: key, **slot_hours(amount, used)}
+            for (day, key), (amount, used) in sorted(seconds.items())
         ],
         "totals": [
-            {by: key, "slot_hours": hours(amount)} for key, amount in sorted(totals.items())
+            {by: key, **slot_hours(amount, used)} for key, (amount, used) in sorted(totals.items())
         ],
     }
+
+
+def slot_hours(allocated: float, used: float) -> dict[str, float]:
+    return {"slot_hours": hours(allocated), "used_slot_hours": hours(used)}
 
 
 def hours(seconds: float) -> float:
@@ -186,8 +226,8 @@ def span(since: str | None, until: str | None, period: str,
     return start, end
 
 
-def asked(jobs: QuerySet[Job], query: Mapping[str, str]) -> dict[str, Any]:
-    """:func:`usage` of ``jobs`` as a request asks for it (the API, the Usage page and its
+def asked(user: Any, query: Mapping[str, str]) -> dict[str, Any]:
+    """:func:`usage` for ``user`` as a request asks for it (the API, the Usage page and its
     CSV): ``by`` (team, user), ``period`` (day, week), ``since`` and ``until`` (see
     :func:`span`), and only the jobs of ``team`` (its name; ``-``: jobs of no team) or of
     ``user`` (a username) where named. A ValidationError naming the field otherwise."""
@@ -200,10 +240,6 @@ def asked(jobs: QuerySet[Job], query: Mapping[str, str]) -> dict[str, Any]:
         since, until = span(query.get("since") or None, query.get("until") or None, period)
     except ValueError as exc:
         raise ValidationError({"since": str(exc)}) from None
-    team, user = (query.get("team") or "").strip(), (query.get("user") or "").strip()
-    if team:
-        jobs = jobs.filter(team__isnull=True) if team == "-" else jobs.filter(team__name=team)
-    if user:
-        jobs = jobs.filter(owner__username=user)
-    answer = usage(jobs, since, until, by, period)
-    return {**answer, "team": team, "user": user}
+    team, owner = (query.get("team") or "").strip(), (query.get("user") or "").strip()
+    answer = usage(user, since, until, by, period, team, owner)
+    return {**answer, "team": team, "user": owner}

@@ -21,7 +21,7 @@ from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
 from django.shortcuts import render
 from django.utils import timezone
 
-from edtweb.ownership import team_ids, visible_jobs
+from edtweb.ownership import team_ids
 from edtweb.tenancy import services, usage
 from edtweb.tenancy.models import Membership, ResourceGroup, Team
 from scheduler.groups import DEFAULT, KEYS
@@ -177,7 +177,7 @@ def usage_page(request: HttpRequest) -> HttpResponse:
     query = request.GET
     error, answer = "", None
     try:
-        answer = usage.asked(visible_jobs(request.user), query)
+        answer = usage.asked(request.user, query)
     except ValidationError as exc:
         error = "; ".join(f"{k}: {' '.join(v)}" for k, v in exc.message_dict.items())
     teams, users = _usage_choices(request)
@@ -223,7 +223,7 @@ def _span_text(answer: dict[str, Any]) -> str:
 def usage_csv(request: HttpRequest) -> HttpResponse:
     """The Usage page's answer as CSV: one line per period and team (or user)."""
     try:
-        answer = usage.asked(visible_jobs(request.user), request.GET)
+        answer = usage.asked(request.user, request.GET)
     except ValidationError as exc:
         text = "; ".join(f"{k}: {' '.join(v)}" for k, v in exc.message_dict.items())
         return HttpResponse(text + "\n", status=400, content_type="text/plain")
@@ -241,6 +241,6 @@ class _Line:
 def _csv_lines(answer: dict[str, Any]) -> Iterator[str]:
     writer = csv.writer(_Line())
     by = answer["by"]
-    yield writer.writerow(["period", by, "slot_hours"])
+    yield writer.writerow(["period", by, "slot_hours", "used_slot_hours"])
     for row in answer["rows"]:
-        yield writer.writerow([row["period"], row[by], row["slot_hours"]])
+        yield writer.writerow([row["period"], row[by], row["slot_hours"], row["used_slot_hours"]])

@@ -111,6 +111,22 @@ class TrainForm(forms.Form):
                 newest = self.fields[name].queryset.order_by("-created_at", "-pk").first()
                 self.initial[name] = newest.pk if newest else None
 
+    # What a first job needs; the rest is folded under "Advanced" (its defaults are EDT's).
+    BASIC = ("name", "model", "dataset", "epochs", "max_workers", "team")
+
+    @property
+    def basic_fields(self) -> list[Any]:
+        return [self[name] for name in self.BASIC if name in self.fields]
+
+    @property
+    def advanced_fields(self) -> list[Any]:
+        return [self[name] for name in self.fields if name not in self.BASIC]
+
+    @property
+    def advanced_errors(self) -> bool:
+        """Whether a folded field has an error (then it opens)."""
+        return self.is_bound and any(field.errors for field in self.advanced_fields)
+
     def clean(self) -> dict[str, Any]:
         """The submission judged once, when each of its values could be read (a field that
         could not already says so); ``submission`` is what the job is built from."""

@@ -11,10 +11,7 @@ from django.db.models import F
 
 from edtweb.ownership import visible_job_ids
 from edtweb.training.models import Job, Metric
-from scheduler.live.snapshot import BY_SERVICE, BY_SPEEDUP, SnapshotBuilder
-from scheduler.live.speedups import Curves
 from scheduler.policies import decide
-from scheduler.store import Store
 
 
 def metrics(job: Job, points: int = 2000) -> dict[str, Any]:
@@ -65,6 +62,15 @@ def log_names(job: Job) -> list[str]:
     return sorted(p.stem for p in logs.glob("*.log")) if logs.is_dir() else []
 
 
+def lead_log(job: Job, names: list[str]) -> str:
+    """The log the job page opens on: rank 0's, the slot first in the job's latest
+    generation (the member that holds the state and writes the metrics), else the first."""
+    latest = job.events.filter(kind="generation").order_by("-at", "-pk").first()
+    members = (latest.data or {}).get("members") if latest is not None else None
+    first = str(members[0]) if isinstance(members, list) and members else ""
+    return first if first in names else (names[0] if names else "")
+
+
 def log_tail(job: Job, slot: str, offset: int, limit: int = 65536) -> dict[str, Any]:
     """The learner's log from byte ``offset`` (a negative offset: the last bytes)."""
     if slot not in log_names(job):
@@ -112,30 +118,19 @@ def downloadable(job: Job, name: str) -> Path | None:
 
 
 def preview(job: Job, priority: int, user: Any) -> dict[str, Any]:
-    """What the scheduler would decide if ``job`` had ``priority``: "B 5, A 3". The same
-    snapshot as the scheduler's (scheduler/live/snapshot.py): its policy, its usable slots,
-    joiners counted, each job's attained service and, for the speedup-aware policy, the
-    same speedup curves."""
-    from edtweb.training.live_adapter import job_rows, observed_rates, schedulable_jobs, tenancy
-    from edtweb.training.services import allocations, redis_client
+    """What the scheduler would decide if ``job`` had ``priority``: "B 5, A 3". The
+    scheduler's own inputs (``live_adapter.scheduler_view``: its policy, usable slots,
+    holdings, attained service, speedup curves and goodput fits), one priority changed."""
+    from edtweb.training.live_adapter import scheduler_view
 
-    record = allocations()
-    rows = job_rows(schedulable_jobs().filter(resource_group=job.resource_group))
-    if not any(row.pk == job.pk for row in rows):
+    view = scheduler_view()
+    record = view.record
+    snapshots = view.snapshots(priorities={job.pk: priority})
+    snapshot = snapshots.get(job.resource_group)
+    if snapshot is None or not any(v.id == str(job.pk) for v in snapshot.jobs):
         return {"targets": {}, "text": "the job is not running"}
-    capacity = record.capacity_of(job.resource_group)
-    if not record.groups and not record.capacity:  # no decision yet: every alive slot
-        capacity = len(Store(redis_client()).alive_slots())
-    held = {pk: len(a.slots) for pk, a in record.jobs.items()}
-    speedups = {}
-    if record.policy in BY_SPEEDUP:
-        curves = Curves(observed_rates)
-        speedups = {j.pk: curves.curve(j.pk, j.max_workers) for j in rows}
-    attained = dict(record.attained) if record.policy in BY_SERVICE else {}
-    snapshot = SnapshotBuilder().build(
-        rows, capacity, held, speedups, attained, {job.pk: priority},
-        tenancy().teams_in(job.resource_group),
-    )  # fmt: skip
+    rows = [row for row in view.rows if row.group == job.resource_group]
+    capacity = snapshot.capacity
     decision = decide(snapshot, record.policy)
     visible = visible_job_ids(user, [row.pk for row in rows])
     names = {str(j.pk): (j.name if j.pk in visible else "others") for j in rows}

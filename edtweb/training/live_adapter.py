@@ -5,6 +5,7 @@ app of this process (docs/architecture.md, "Layering")."""
 from __future__ import annotations
 
 from contextlib import AbstractContextManager
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -23,8 +24,10 @@ from scheduler.live.cache import Timed
 from scheduler.live.job import Controlled, JobRunner
 from scheduler.live.loop import LiveScheduler
 from scheduler.live.ports import JobRow, Ports, Tenancy
+from scheduler.live.snapshot import Inputs, Measures, SnapshotBuilder, per_host
 from scheduler.live.speedups import WINDOW
-from scheduler.policies import Team
+from scheduler.policies import Snapshot, Team
+from scheduler.store import AllocationRecord
 
 NEW_BY_ID = 500  # at most this many new jobs' times are read by id; more: every job's
 
@@ -95,6 +98,49 @@ def train_records(job_id: int, window: int = WINDOW) -> list[dict[str, Any]]:
         .values_list("step", "values")[:window]
     )
     return [{**values, "step": step} for step, values in rows]
+
+
+@dataclass(frozen=True)
+class SchedulerView:
+    """What the scheduler's next decision would read, as the previews rebuild it: the job
+    rows, the usable slots per group and the slots each job holds at its last decision (the
+    allocation record), and the policy's other inputs from the one builder the live loop
+    uses (``Measures``: speedup curves, goodput fits, attained service, host size)."""
+
+    record: AllocationRecord
+    rows: list[JobRow]
+    tenancy: Tenancy
+    capacities: dict[str, int]
+    held: dict[int, int]
+    inputs: Inputs
+
+    def snapshots(self, tenancy: Tenancy | None = None,
+                  priorities: dict[int, int] | None = None) -> dict[str, Snapshot]:  # fmt: skip
+        """One snapshot per group, as the scheduler would build it, with ``tenancy`` and
+        ``priorities`` as a what-if changes them."""
+        return SnapshotBuilder().build_groups(self.rows, self.capacities, self.held,
+                                              tenancy or self.tenancy, self.inputs,
+                                              priorities)  # fmt: skip
+
+
+def scheduler_view() -> SchedulerView:
+    """The scheduler's inputs now, for the priority and Teams previews (one builder)."""
+    from edtweb.redis_access import store
+    from edtweb.tenancy.models import ResourceGroup
+    from scheduler.groups import partition
+
+    registry = store()
+    record, alive = registry.allocations(), registry.alive_slots()
+    now = tenancy()
+    rows = job_rows(schedulable_jobs().order_by("created_at"))
+    capacities = dict.fromkeys(ResourceGroup.objects.values_list("name", flat=True), 0)
+    if record.groups:  # the usable slots per group at the scheduler's last decision
+        capacities.update(record.groups)
+    else:  # none yet: the alive slots, by the rules
+        capacities.update({g: len(s) for g, s in partition(alive, now.rules).items()})
+    held = {pk: len(a.slots) for pk, a in record.jobs.items()}
+    inputs = Measures(record.policy, train_records).inputs(rows, record.attained, per_host(alive))
+    return SchedulerView(record, rows, now, capacities, held, inputs)
 
 
 class DjangoJobBook:

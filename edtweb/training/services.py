@@ -24,6 +24,7 @@ from django.utils import timezone
 
 from edtweb import usercaps
 from edtweb.redis_access import redis_client, store
+from edtweb.tenancy import ledger
 from edtweb.training import live
 from edtweb.training.models import Job, JobEvent, Metric
 from edtweb.training.validation import DEFAULTS, Refused, Submission, train_samples, validated
@@ -128,7 +129,9 @@ def record_event(job_id: int, kind: str, message: str, **data: Any) -> JobEvent:
     event = JobEvent(job_id=job_id, kind=kind, message=message, data=data, at=timezone.now())
     batch = _batch.get()
     if batch is None:
-        event.save()
+        with transaction.atomic():
+            ledger.close([event])  # the slot-time it ends, if any (tenancy/ledger.py)
+            event.save()
     else:
         batch.append(event)
     live.publish_event(job_id, event)
@@ -152,8 +155,15 @@ def batched() -> Iterator[None]:
         finally:
             _batch.reset(token)
             if events:
-                with transaction.atomic():
-                    JobEvent.insert_many(events)
+                write_events(events)
+
+
+def write_events(events: list[JobEvent]) -> None:
+    """Write ``events`` in one statement, in one transaction with the slot-time they close
+    (tenancy/ledger.py): the one way events reach the database besides one at a time."""
+    with transaction.atomic():
+        ledger.close(events)
+        JobEvent.insert_many(events)
 
 
 def transition(job_id: int, to: str, allowed: Iterable[str], **fields: Any) -> bool:

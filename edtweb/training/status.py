@@ -3,9 +3,9 @@ API, WMLA's execs, the CLI (through the API) and the job page's WebSocket all sh
 :class:`JobStatus` built here, so during a resize or a suspension they never disagree.
 
 Its sources: the job's row (state, iterations, team and resource group), the allocation
-record the scheduler alone writes (workers), the job's latest training records (the pace,
-for the ETA), the queue (why it waits) and the slot registry (telemetry of the slots it
-trains on).
+record the scheduler alone writes (workers; and each job's place in its group's queue and
+the reason for its slots, ``standing.py``), the job's latest training records (the pace,
+for the ETA) and the slot registry (telemetry of the slots it trains on).
 """
 
 from __future__ import annotations
@@ -16,15 +16,17 @@ from collections.abc import Sequence
 from typing import Any
 
 import redis
+from django.db.models.fields.json import KT
 
 from edtweb.redis_access import store
-from edtweb.training import waiting
+from edtweb.training import projection, standing
 from edtweb.training.models import Job, Metric
-from edtweb.training.services import allocations
+from scheduler.store import AllocationRecord
 
 log = logging.getLogger("edt.jobs")
 
-PACE_RECORDS = 50  # the ETA is at the pace of the job's last 50 iterations
+PACE_RECORDS = 2000  # the ETA is at the pace of the job's last 2000 iterations at its size
+PACE_MIN = 10  # fewer at its size (it just changed): the pace over all of them
 
 
 @dataclasses.dataclass(frozen=True)
@@ -43,7 +45,14 @@ class JobStatus:
     progress: float  # 0..1, iterations done (1 once completed)
     eta: float | None  # seconds left, to 0.1 s; None unless it runs and has a pace
     eta_text: str  # the ETA as the pages write it: "44 s", "3 min"; "" without one
-    waiting: str  # why it waits, in words; "" unless queued or suspended
+    waiting: str  # why it waits, the scheduler's words; "" unless queued or suspended
+    position: int  # its place in its group's queue at the last decision; 0: none
+    reason: str  # the scheduler's reason: why it waits, or the rule that set its slots
+    # Seconds from now, earliest and latest, that it should start and end (projection.py);
+    # None: not projected (ended, or a future where it never starts)
+    start_estimate: tuple[float, float] | None
+    end_estimate: tuple[float, float] | None
+    estimate_text: str  # "starts in 3-5 min; ends in 20-30 min"; "" without one
     telemetry: tuple[dict[str, Any], ...]  # its slots' latest telemetry
     error: str
 
@@ -53,21 +62,22 @@ class JobStatus:
 
 
 def status_of(job: Job, user: Any) -> JobStatus:
-    """``job``'s status as ``user`` sees it (another user's job ahead in the queue is not
-    named to them)."""
+    """``job``'s status as ``user`` sees it."""
     return statuses([job], user)[job.pk]
 
 
 def statuses(jobs: Sequence[Job], user: Any) -> dict[int, JobStatus]:
     """Job id -> status for each of ``jobs``, reading the allocation record, the slots and
     the queue once for all of them (the jobs list, the API's pages)."""
-    record = allocations()
+    known = standing.record()
+    record = known or AllocationRecord()
     members = {
         job.pk: record.of(job.pk).members if job.state == Job.State.RUNNING else () for job in jobs
     }
     held = {slot for slots in members.values() for slot in slots}
     telemetry = slot_telemetry(held) if held else {}
-    reasons = waiting.reasons(list(jobs), user)
+    reasons = standing.reasons(list(jobs), known)
+    projected = projection.estimates() if any(j.state in Job.ACTIVE for j in jobs) else {}
     teams = team_names({job.team_id for job in jobs if job.team_id is not None})
     return {
         job.pk: JobStatus(
@@ -83,12 +93,25 @@ def statuses(jobs: Sequence[Job], user: Any) -> dict[int, JobStatus]:
             progress=progress(job),
             eta=(eta := eta_seconds(job)),
             eta_text=eta_text(eta),
-            waiting=reasons.get(job.pk, ""),
+            waiting=reasons.get(job.pk, "") if job.state in standing.WAITING else "",
+            position=standing.position(job, known),
+            reason=reasons.get(job.pk, ""),
+            **estimate_fields(job, projected.get(job.pk)),
             telemetry=tuple(telemetry[s] for s in members[job.pk] if s in telemetry),
             error=job.error,
         )
         for job in jobs
     }
+
+
+def estimate_fields(job: Job, found: projection.Estimate | None) -> dict[str, Any]:
+    """A job's start and end estimate, in seconds from now, and in words."""
+    if found is None or job.state not in Job.ACTIVE:
+        return {"start_estimate": None, "end_estimate": None, "estimate_text": ""}
+    start = found.start if job.state in standing.WAITING else None
+    words = [projection.text(start, "starts"), projection.text(found.end, "ends")]
+    return {"start_estimate": start, "end_estimate": found.end,
+            "estimate_text": "; ".join(w for w in words if w)}  # fmt: skip
 
 
 def team_names(ids: set[int]) -> dict[int, str]:
@@ -105,17 +128,32 @@ def progress(job: Job) -> float:
 
 
 def eta_seconds(job: Job) -> float | None:
-    """Seconds left at the pace of the last iterations (None unless the job runs and has a
-    pace): the one ETA every page, the API and the CLI show."""
+    """Seconds left at the job's recent pace (None unless it runs and has a pace): the one
+    ETA every page, the API and the CLI show."""
     if job.state != Job.State.RUNNING or not job.total_steps:
         return None
     recent = list(Metric.objects.filter(job=job, kind="train").order_by("-step")
-                  .values_list("step", "time")[:PACE_RECORDS])  # fmt: skip
+                  .annotate(workers=KT("values__workers"))
+                  .values_list("step", "time", "workers")[:PACE_RECORDS])  # fmt: skip
+    return eta_from(recent, job.total_steps)
+
+
+def eta_from(recent: Sequence[tuple[int, float, Any]], total_steps: int) -> float | None:
+    """Seconds left from ``recent`` train records ``(step, time, workers)``, newest first:
+    the pace over the iterations since the job last changed size (up to PACE_RECORDS of
+    them), wall time over iterations, so an evaluation's pause is spread over the epoch
+    rather than swinging the ETA by minutes as a short window passes over it; at least
+    PACE_MIN of them, else over all ``recent``. Pure."""
     if len(recent) < 2:
         return None
-    (last_step, last_time), (first_step, first_time) = recent[0], recent[-1]
+    size = str(recent[0][2])
+    same = 1
+    while same < len(recent) and str(recent[same][2]) == size:
+        same += 1
+    window = recent[:same] if same >= PACE_MIN else recent
+    (last_step, last_time), (first_step, first_time) = window[0][:2], window[-1][:2]
     pace = (last_time - first_time) / max(last_step - first_step, 1)
-    return round(max(0.0, (job.total_steps - last_step) * pace), 1)
+    return round(max(0.0, (total_steps - last_step) * pace), 1)
 
 
 def eta_text(seconds: float | None) -> str:

@@ -3,8 +3,10 @@ from __future__ import annotations
 import csv
 from collections.abc import Iterator
 from datetime import datetime
+from typing import Any
 from urllib.parse import urlencode
 
+import redis
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import ValidationError
@@ -33,7 +35,7 @@ from edtweb.training import history, services
 from edtweb.training.forms import TrainForm
 from edtweb.training.models import Job, Metric
 from edtweb.training.status import status_of, statuses
-from edtweb.training.validation import BOUNDS
+from edtweb.training.validation import BOUNDS, DEFAULTS
 
 CLONED = ("epochs", "batch_size", "max_workers", "min_workers", "priority", "checkpoint_every",
           "batch_min", "batch_max")  # fmt: skip
@@ -47,7 +49,8 @@ def train(request: HttpRequest) -> HttpResponse:
         "teams": tenancy.teams_of(request.user),
         "default_team": tenancy.default_team(request.user),
     }
-    form = TrainForm(request.POST or None, initial=request.GET.dict(), **sources)
+    initial = {"max_workers": default_workers(sources["default_team"]), **request.GET.dict()}
+    form = TrainForm(request.POST or None, initial=initial, **sources)
     if request.method == "POST" and form.is_valid():
         try:
             job = services.submit_from_form(request.user, form.cleaned_data)
@@ -57,6 +60,28 @@ def train(request: HttpRequest) -> HttpResponse:
                           status=over.status)  # fmt: skip
         return redirect("job", job.pk)
     return render(request, "training/train.html", {"form": form, "nav": "train"})
+
+
+def default_workers(team: Any) -> int:
+    """The Train form's max workers: the slots of the team's group (``default`` without a
+    team) at the scheduler's last decision, else alive now, capped by the team's limit, so
+    the default job grows to what its group has."""
+    from edtweb.redis_access import store
+    from edtweb.training.live_adapter import tenancy as read_tenancy
+    from scheduler.groups import partition
+
+    group = team.resource_group_id if team is not None else "default"
+    try:
+        record = store().allocations()
+        slots = record.capacity_of(group)
+        if not record.groups and not record.capacity:  # no decision yet: by the rules
+            slots = len(partition(store().alive_slots(), read_tenancy().rules).get(group, []))
+    except redis.RedisError:
+        slots = 0
+    if team is not None and team.limit is not None:
+        slots = min(slots, team.limit)
+    top = int(BOUNDS["max_workers"].high or slots)
+    return max(1, min(top, slots)) if slots > 0 else int(DEFAULTS["max_workers"])
 
 
 JOB_COLUMNS = [
@@ -115,7 +140,8 @@ def job_detail(request: HttpRequest, pk: int) -> HttpResponse:
         "can_steer": viewer.may(job, STEER),  # priority, stop: a member only reads
         "can_own": viewer.may(job, OWN),  # resume, delete
         "nav": "jobs",
-        "logs": history.log_names(job),
+        "logs": (logs := history.log_names(job)),
+        "lead_log": history.lead_log(job, logs),
         "checkpoints": history.checkpoints(job),
         "waiting": status.waiting,
         "duration": duration(job),
@@ -170,7 +196,9 @@ def job_state(request: HttpRequest, pk: int) -> JsonResponse:
     """The job's status (``training.status``: what the jobs list and the job page show),
     with what the job page's poll also follows: its files and times."""
     job = get_owned(request, Job, pk)
-    files = {"logs": history.log_names(job), "checkpoints": history.checkpoints(job)}
+    logs = history.log_names(job)
+    files = {"logs": logs, "lead_log": history.lead_log(job, logs),
+             "checkpoints": history.checkpoints(job)}  # fmt: skip
     times = {
         "started": when(job.started_at),
         "ended": when(job.finished_at),

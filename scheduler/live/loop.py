@@ -19,13 +19,11 @@ from protocol.connection import REDIS_DOWN
 from protocol.slots import SlotInfo
 from scheduler.dispatch import Dispatches
 from scheduler.groups import Rule, group_of
-from scheduler.live.goodputs import Goodput, Goodputs
 from scheduler.live.job import JobRunner
 from scheduler.live.moving import Mover
 from scheduler.live.ports import RUNNING, SUSPENDED, JobRow, Ports, Tenancy
 from scheduler.live.shares import SharesLog
-from scheduler.live.snapshot import BY_SERVICE, BY_SPEEDUP, SnapshotBuilder
-from scheduler.live.speedups import Curves, RecentRecords, observed_rates
+from scheduler.live.snapshot import BY_SERVICE, Inputs, Measures, SnapshotBuilder, per_host
 from scheduler.metrics import DECISION_SECONDS, STEP_SECONDS
 from scheduler.placement import Placement, Slot, place
 from scheduler.policies import Decision, JobView, decide, goodput
@@ -44,6 +42,13 @@ log = logging.getLogger("edt.scheduler")
 # Seconds between two looks at the learners' leases: a lapse is judged after LEASE_GRACE
 # (2 s) without one, so looking more often than this tells nothing sooner worth its cost.
 LEASE_LOOK_EVERY = 0.25
+WAIT_EVENTS = 100  # "waiting" events one decision writes at most
+
+
+def standing(decisions: dict[str, Decision]) -> dict[int, tuple[int, str]]:
+    """Every job's place among its group's waiting jobs (0: given slots) and the reason in
+    its policy's words (docs/architecture.md, "Scheduling contract")."""
+    return {int(k): v for d in decisions.values() for k, v in d.standing().items()}
 
 
 class LiveScheduler:
@@ -58,13 +63,10 @@ class LiveScheduler:
         self.book = ports.book
         self.policy = policy
         self.runners: dict[int, JobRunner] = {}
-        # samples/s per size
-        # each job's train records, read once for the curves, the goodput fits and moves
-        self.records = RecentRecords(self.book.train_records)
-        self.curves = (Curves(lambda pk: observed_rates(self.records(pk)))
-                       if policy in BY_SPEEDUP else None)  # fmt: skip
-        # goodput-mode jobs' noise scales and throughput models (the goodput policy's)
-        self.goodputs = Goodputs(self.records) if policy == goodput.POLICY else None
+        # what the policy reads beside the rows (curves, goodput fits), from each job's
+        # train records, read once for them and for moves (snapshot.py: the previews' too)
+        self.measures = Measures(policy, self.book.train_records)
+        self.records = self.measures.records
         self.capacity = 0  # usable slots at the last decision
         self.announced: dict[str, str] = {}  # job -> the last allocation change recorded
         self.redis_run: str | None = None  # the Redis server whose ACL users we granted
@@ -86,6 +88,9 @@ class LiveScheduler:
         self.shares = SharesLog(ports.redis)
         self.group_capacity: dict[str, int] = {}  # usable slots per group at the last step
         self.mover = Mover(self.book, self.records, ports.move_every)  # learner moves (moving.py)
+        # job -> (place among its group's waiting jobs, 0 if given slots; the policy's reason)
+        self.standing: dict[int, tuple[int, str]] = {}
+        self.decisions: dict[str, Decision] = {}  # the last decision, per resource group
 
     def step(self, alive: list[SlotInfo]) -> bool:
         """One decision and one protocol step for every job; True when a job wants another
@@ -104,9 +109,7 @@ class LiveScheduler:
         self._regrant(client, self._take(client))
         look = time.monotonic() - self.leases_at >= LEASE_LOOK_EVERY
         self._observe(client, look)
-        self.records.forget(set(jobs))
-        if self.curves:
-            self.curves.forget(set(jobs))
+        self.measures.forget(set(jobs))
         holding = {pk: r.holding() for pk, r in self.runners.items()}
         tenancy = self.book.tenancy()
         usable = self._usable(alive, holding)
@@ -114,21 +117,17 @@ class LiveScheduler:
         groups = self._groups(alive, usable, holding, jobs, tenancy)
         self.group_capacity = {group: len(slots) for group, slots in groups.items()}
         held = {pk: len(slots) for pk, slots in holding.items()}
-        curves = self.curves
-        speedups = {pk: curves.curve(pk, j.max_workers) for pk, j in jobs.items()} if curves else {}
         attained = self._attained(client, jobs) if self.policy in BY_SERVICE else {}
-        per_host = max((s.host_slots for s in alive), default=0)
-        measured = self._measured(jobs, per_host)
+        asked = {pk: r.state.batch for pk, r in self.runners.items() if r.state.batch}
+        measured = self.measures.inputs(jobs.values(), attained, per_host(alive), asked)
         # The same jobs, slots, holdings and tenancy as the last decision, carried out: the
         # same decision again, with nothing to apply (not for inputs that move with time).
-        moving = attained or speedups or measured
-        inputs = None if moving else (list(jobs.values()), groups, held, tenancy)
-        if inputs is None or inputs != self.decided:
+        same = None if measured.moving() else (list(jobs.values()), groups, held, tenancy)
+        if same is None or same != self.decided:
             with DECISION_SECONDS.time():
-                applied = self._decide(jobs, groups, held, holding, speedups, attained, tenancy,
-                                       measured, per_host)  # fmt: skip
+                applied = self._decide(jobs, groups, held, holding, tenancy, measured)
             if applied:
-                self.decided, self.unapplied = inputs, None
+                self.decided, self.unapplied = same, None
         self.shares.flush()  # an entry that waited out the last one's second
         self.dirty.update(self.mover.step(self.runners, jobs, groups))
         soon = self._advance({s.slot_id for s in alive}, look)
@@ -136,22 +135,21 @@ class LiveScheduler:
         return soon
 
     def _decide(self, jobs: dict[int, JobRow], groups: dict[str, list[Slot]],
-                held: dict[int, int], holding: dict[int, list[str]],
-                speedups: dict[int, tuple[float, ...]], attained: dict[int, float],
-                tenancy: Tenancy, measured: dict[int, Goodput] | None = None,
-                per_host: int = 0) -> bool:  # fmt: skip
+                held: dict[int, int], holding: dict[int, list[str]], tenancy: Tenancy,
+                inputs: Inputs) -> bool:  # fmt: skip
         """Decide by the policy in each resource group and carry the decisions out; False
         when they could not be (said by :meth:`_not_applied`, and tried again at the next
         step)."""
         self.decided = None
         capacities = {group: len(slots) for group, slots in groups.items()}
-        snapshots = self.snapshots.build_groups(jobs.values(), capacities, held, tenancy,
-                                                speedups, attained, goodputs=measured,
-                                                per_host=per_host)  # fmt: skip
+        snapshots = self.snapshots.build_groups(jobs.values(), capacities, held, tenancy, inputs)
         decisions = {group: decide(snapshot, self.policy) for group, snapshot in snapshots.items()}
+        self.decisions, self.standing = decisions, standing(decisions)
+        if len(self.announced) > 2 * len(jobs) + WAIT_EVENTS:  # jobs that ended waiting
+            self.announced = {k: v for k, v in self.announced.items() if int(k) in jobs}
         assert self.dispatches is not None
         try:
-            self._apply(jobs, groups, decisions, holding, per_host)
+            self._apply(jobs, groups, decisions, holding, inputs.per_host)
         except (*REDIS_DOWN, *self.book.AWAY):
             raise  # away: the step fails and is retried with backoff (service.py)
         except Exception as exc:  # said, and the jobs go on
@@ -183,24 +181,7 @@ class LiveScheduler:
         jobs = {pk: Allocation(tuple(r.members()), tuple(r.joiners()))
                 for pk, r in self.runners.items() if r.holding()}  # fmt: skip
         return AllocationRecord(jobs, self.capacity, self.policy, dict(self.attained or {}),
-                                dict(self.group_capacity))  # fmt: skip
-
-    def _measured(self, jobs: dict[int, JobRow], per_host: int) -> dict[int, Goodput]:
-        """Under the goodput policy, each goodput-mode job's noise scale and throughput model
-        as its records say (``goodputs.py``), and the batch it runs at: the one its
-        controller last asked, else its newest record's (docs/architecture.md, "Goodput
-        mode")."""
-        if self.goodputs is None:
-            return {}
-        self.goodputs.forget(set(jobs))
-        out = {}
-        for pk, job in jobs.items():
-            if job.batch_max:
-                seen = self.goodputs.of(pk, job.max_micro_batch, per_host)
-                runner = self.runners.get(pk)
-                asked = runner.state.batch if runner is not None else 0
-                out[pk] = seen._replace(batch=asked or seen.batch)
-        return out
+                                dict(self.group_capacity), self.standing)  # fmt: skip
 
     def _attained(self, client: Any, jobs: dict[int, JobRow]) -> dict[int, float]:
         """Each active job's attained service: what the last record said, plus its members
@@ -323,7 +304,7 @@ class LiveScheduler:
             if decision.batches:
                 batches.update(decision.batches)
                 views.update((v.id, v) for v in decision.snapshot.jobs if v.id in decision.batches)
-            self._announce(decision)
+            self._announce(decision, group)
         starting = [j for pk, j in jobs.items() if pk not in self.runners and targets.get(str(pk))]
         if starting:
             self._start(starting)
@@ -337,13 +318,17 @@ class LiveScheduler:
                 runner.apply(target, came, went, batch)
                 self.dirty.add(pk)
 
-    def _announce(self, decision: Decision) -> None:
+    def _announce(self, decision: Decision, group: str) -> None:
         """A "scaled" event for each job whose count the decision changes (once per change:
-        the same one, still being carried out, is not said again)."""
+        the same one, still being carried out, is not said again); a "waiting" event with
+        its place and reason for a job the first time this scheduler leaves it waiting (at
+        most WAIT_EVENTS a decision: a new scheduler facing thousands of queued jobs writes
+        a few, and the allocation record holds every one's)."""
+        views = {view.id: view for view in decision.snapshot.jobs}
+        self._announce_waiting(decision, views, group)
         if not decision.reasons:
             return
         summary = decision.summary()  # the decision's totals once; each event its job's slice
-        views = {view.id: view for view in decision.snapshot.jobs}
         for key, reason in decision.reasons.items():
             if self.announced.get(key) == reason:
                 continue
@@ -351,6 +336,17 @@ class LiveScheduler:
             data = decision.job_inputs(views[key], summary)
             self.book.record_event(int(key), "scaled", reason, **data)
             log.info("job %s: %s", key, reason)
+
+    def _announce_waiting(self, decision: Decision, views: dict[str, JobView], group: str) -> None:
+        said = 0
+        for key, target in decision.targets.items():
+            if target or views[key].current or key in self.announced or said >= WAIT_EVENTS:
+                continue
+            place, reason = self.standing.get(int(key), (0, ""))
+            self.announced[key] = reason
+            self.book.record_event(int(key), "waiting", reason,
+                                   position=place, group=group)  # fmt: skip
+            said += 1
 
     def _groups(self, alive: list[SlotInfo], usable: list[Slot], holding: dict[int, list[str]],
                 jobs: dict[int, JobRow], tenancy: Tenancy) -> dict[str, list[Slot]]:  # fmt: skip

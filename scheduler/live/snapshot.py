@@ -10,10 +10,13 @@ sees what the scheduler sees.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
+from protocol.slots import SlotInfo
 from scheduler.live.goodputs import Goodput
+from scheduler.live.goodputs import Goodputs as GoodputFits
+from scheduler.live.speedups import Curves, RecentRecords, Records, observed_rates
 from scheduler.policies import JobView, Snapshot, Team, goodput, las, tiresias
 
 # The policies that order jobs by attained service (they read JobView.attained), and those
@@ -61,6 +64,65 @@ class Schedulable(Protocol):
     def max_micro_batch(self) -> int: ...
 
 
+@dataclass(frozen=True)
+class Inputs:
+    """What a policy reads of the jobs beside their rows, for one decision: each job's
+    speedup curve and attained service (for the policies that read them), each goodput-mode
+    job's measured inputs, and the slots of one host (0: unknown)."""
+
+    speedups: Speedups = field(default_factory=dict)
+    attained: dict[int, float] = field(default_factory=dict)
+    goodputs: Goodputs = field(default_factory=dict)
+    per_host: int = 0
+
+    def moving(self) -> bool:
+        """Whether they move with time (so an unchanged rest is no reason to skip)."""
+        return bool(self.speedups or self.attained or self.goodputs)
+
+
+def per_host(alive: Iterable[SlotInfo]) -> int:
+    """The slots of one host: the largest host of the alive slots (0: they do not say)."""
+    return max((s.host_slots for s in alive), default=0)
+
+
+class Measures:
+    """The one builder of :class:`Inputs`, for the live loop and for every preview
+    (docs/architecture.md, "Scheduling contract"): from the jobs' train records, read once
+    for all that derive from them (speedup curves, goodput fits; the loop's moves too), and
+    the attained service and host size given; each part only where ``policy`` reads it."""
+
+    def __init__(self, policy: str, records: Records) -> None:
+        self.policy = policy
+        self.records = records if isinstance(records, RecentRecords) else RecentRecords(records)
+        self.curves = (Curves(lambda pk: observed_rates(self.records(pk)))
+                       if policy in BY_SPEEDUP else None)  # fmt: skip
+        self.goodputs = GoodputFits(self.records) if policy == goodput.POLICY else None
+
+    def forget(self, keep: set[int]) -> None:
+        """Drop what is kept of jobs no longer active."""
+        self.records.forget(keep)
+        for cache in (self.curves, self.goodputs):
+            if cache is not None:
+                cache.forget(keep)
+
+    def inputs(self, jobs: Iterable[Schedulable], attained: Mapping[int, float],
+               slots_per_host: int, asked: Mapping[int, int] | None = None) -> Inputs:  # fmt: skip
+        """The inputs for ``jobs``; ``asked``: the batch each goodput-mode job's controller
+        last asked (else its newest record's)."""
+        jobs = list(jobs)
+        curves, measured = self.curves, self.goodputs
+        speedups = {j.pk: curves.curve(j.pk, j.max_workers) for j in jobs} if curves else {}
+        served = {pk: attained[pk] for pk in (j.pk for j in jobs) if pk in attained}
+        goodputs = {}
+        if measured is not None:
+            for job in jobs:
+                if job.batch_max:
+                    seen = measured.of(job.pk, job.max_micro_batch, slots_per_host)
+                    goodputs[job.pk] = seen._replace(batch=(asked or {}).get(job.pk) or seen.batch)
+        return Inputs(speedups, served if self.policy in BY_SERVICE else {}, goodputs,
+                      slots_per_host)  # fmt: skip
+
+
 class Teams(Protocol):
     """The teams as each group's snapshot reads them (``scheduler.live.ports.Tenancy``)."""
 
@@ -102,27 +164,19 @@ class SnapshotBuilder:
     def __init__(self) -> None:
         self.views: dict[int, tuple[ViewInputs, JobView]] = {}  # job -> made of, view
 
-    def build(self, jobs: Iterable[Schedulable], capacity: int, held: dict[int, int],
-              speedups: Speedups | None = None, attained: dict[int, float] | None = None,
-              priorities: dict[int, int] | None = None,
-              teams: tuple[Team, ...] = ()) -> Snapshot:  # fmt: skip
-        """``held``: the slots each job holds now; ``priorities``: some jobs' priority
-        overridden (the preview's what-if)."""
-        return Snapshot(capacity, self.views_of(jobs, held, speedups, attained, priorities), teams)
-
     def build_groups(self, jobs: Iterable[Schedulable], capacities: Mapping[str, int],
-                     held: dict[int, int], tenancy: Teams, speedups: Speedups | None = None,
-                     attained: dict[int, float] | None = None,
-                     priorities: dict[int, int] | None = None,
-                     goodputs: Goodputs | None = None,
-                     per_host: int = 0) -> dict[str, Snapshot]:  # fmt: skip
+                     held: dict[int, int], tenancy: Teams, inputs: Inputs | None = None,
+                     priorities: dict[int, int] | None = None) -> dict[str, Snapshot]:  # fmt: skip
         """One snapshot per resource group (docs/architecture.md, "Tenancy"): its usable
         slots (``capacities``), the jobs that run in it, the teams as it reads them. A group
-        with jobs and no slot has a snapshot of capacity 0 (its jobs wait). ``goodputs``:
-        goodput-mode jobs' measured inputs; ``per_host``: the slots of one host (0:
-        unknown)."""
+        with jobs and no slot has a snapshot of capacity 0 (its jobs wait). ``inputs``: what
+        :meth:`Measures.inputs` read of the jobs; ``priorities``: some jobs' priority
+        overridden (the priority preview's what-if)."""
         jobs = list(jobs)
-        views = self.views_of(jobs, held, speedups, attained, priorities, goodputs)
+        given = inputs or Inputs()
+        per_host = given.per_host
+        views = self.views_of(jobs, held, given.speedups, given.attained, priorities,
+                              given.goodputs)  # fmt: skip
         grouped: dict[str, list[JobView]] = {group: [] for group in capacities}
         for job, view in zip(jobs, views, strict=True):
             grouped.setdefault(job.group, []).append(view)

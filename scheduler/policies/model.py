@@ -241,6 +241,10 @@ class Decision:
 
     ``batches`` holds the global batch the goodput policy chose for each goodput-mode job it
     gives slots (absent for fixed-batch jobs and for jobs at 0).
+
+    ``order`` is the active jobs' ids in the order the policy walked them, and ``explain``
+    its explainer: :meth:`standing` reads them to say, for any job and not only those whose
+    count changes, its place among the waiting and the rule that set its count.
     """
 
     policy: str
@@ -251,6 +255,24 @@ class Decision:
     teams: dict[str, float] = field(default_factory=dict)
     users: dict[str, dict[str, float]] = field(default_factory=dict)
     batches: dict[str, int] = field(default_factory=dict)
+    order: tuple[str, ...] = ()
+    explain: ReasonFn | None = field(default=None, compare=False, repr=False)
+
+    def standing(self) -> dict[str, tuple[int, str]]:
+        """Job id -> (its place among this group's waiting jobs in the policy's order, 1
+        first, 0 for a job given slots; the reason in the policy's own words: why it
+        waits, or the rule that set its count). Computed on demand: one explainer call
+        per job."""
+        views = {job.id: job for job in self.snapshot.jobs}
+        out: dict[str, tuple[int, str]] = {}
+        place = 0
+        for job_id in self.order or tuple(self.targets):
+            target = self.targets.get(job_id, 0)
+            if not target:
+                place += 1
+            reason = self.explain(views[job_id], target) if self.explain else ""
+            out[job_id] = (0 if target else place, reason)
+        return out
 
     def changes(self) -> dict[str, tuple[int, int]]:
         """Job id -> (slots now, slots decided), for the jobs whose count changes."""
@@ -364,8 +386,9 @@ def make_decision(
         if targets[job.id] != job.current
     }
     return Decision(
-        policy, snapshot, targets, reasons, shares or {}, teams or {}, users or {}, batches or {}
-    )
+        policy, snapshot, targets, reasons, shares or {}, teams or {}, users or {}, batches or {},
+        tuple(job.id for job in jobs), explain,
+    )  # fmt: skip
 
 
 def zeros(jobs: Iterable[JobView]) -> dict[str, int]:

@@ -54,6 +54,10 @@
     const waiting = document.getElementById("waiting");
     if (waiting && s.waiting) waiting.querySelector("span").textContent = s.waiting;
     if (waiting) waiting.hidden = !s.waiting;
+    const estimate = document.getElementById("estimate"); // when it should start and end
+    if (estimate) estimate.textContent = s.estimate_text || "";
+    const why = document.getElementById("why"); // the rule that set a running job's slots
+    if (why) { why.querySelector("span").textContent = s.reason || ""; why.hidden = !s.reason || !!s.waiting; }
     if (s.state !== jobState || (s.error && !document.getElementById("job-error"))) showState(s.state, s.error);
   }
 
@@ -187,7 +191,9 @@
       tabs.querySelector(".muted")?.remove();
       tabs.append(button);
     }
-    if (!logSlot) tabs.querySelector("button")?.click();
+    // Rank 0's learner first (the page says which): the others log little but start-up.
+    const lead = tabs.dataset.lead && tabs.querySelector('button[data-slot="' + CSS.escape(tabs.dataset.lead) + '"]');
+    if (!logSlot) (lead || tabs.querySelector("button"))?.click();
   }
   document.querySelectorAll("#log-tabs button").forEach(logTab);
   logTabs([]); // open the first learner's log
@@ -212,6 +218,7 @@
       });
       if (rows.length) body.replaceChildren(...rows);
       else body.innerHTML = '<tr><td colspan="4" class="muted">No slot held.</td></tr>';
+      if (s.lead_log) document.getElementById("log-tabs").dataset.lead = s.lead_log;
       logTabs(s.logs || []);
       downloads(s);
       if (s.started) document.getElementById("started").textContent = s.started;
@@ -267,6 +274,7 @@
     if (!ended()) return;
     document.getElementById("throughput").textContent = 0;
     document.getElementById("waiting")?.remove();
+    document.getElementById("why")?.remove();
     JobCharts.ended(Date.now() / 1000);
     JobCharts.empty(waitingText());
     // The controls a viewer may use are on the page; a team member who only reads has none.

@@ -27,6 +27,8 @@
       bar.querySelector("span").style.width = 100 * s.progress + "%";
       bar.querySelector("em").textContent = s.steps_done + "/" + (s.total_steps || "?");
       row.querySelector(".eta").textContent = s.eta_text ? "ETA " + s.eta_text : "";
+      const estimate = row.querySelector(".estimate");
+      if (estimate) estimate.textContent = s.estimate_text || "";
     }
   }
 

@@ -38,7 +38,29 @@
     slider.addEventListener("pointerdown", () => { pointer = true; });
     // A pointer's release applies; the keyboard's steps only preview until Enter.
     slider.addEventListener("change", () => { if (pointer) { pointer = false; apply(); } });
-    slider.addEventListener("keydown", (e) => { if (e.key === "Enter") { e.preventDefault(); apply(); } });
+    slider.addEventListener("keydown", (e) => {
+      if (e.key === "Enter") { e.preventDefault(); apply(); return; }
+      // Arrow keys move 100 (1000 with Shift, or Page Up/Down), to round values: one of
+      // 10,000 per key press was no step at all. The number field beside takes any value.
+      const dir = { ArrowRight: 1, ArrowUp: 1, ArrowLeft: -1, ArrowDown: -1, PageUp: 10, PageDown: -10 }[e.key];
+      if (dir === undefined) return;
+      e.preventDefault();
+      const step = e.shiftKey ? 1000 : 100, low = Number(slider.min), high = Number(slider.max);
+      const next = Math.round((Number(slider.value) + dir * step) / step) * step;
+      slider.value = String(Math.min(high, Math.max(low, next)));
+      slider.dispatchEvent(new Event("input"));
+    });
+    const number = slider.parentElement.querySelector("input.priority-number");
+    if (number) {
+      slider.addEventListener("input", () => { number.value = slider.value; });
+      number.addEventListener("input", () => {
+        if (number.value === "" || !number.checkValidity()) return;
+        slider.value = number.value;
+        slider.dispatchEvent(new Event("input"));
+      });
+      number.addEventListener("keydown", (e) => { if (e.key === "Enter") { e.preventDefault(); apply(); } });
+      number.addEventListener("change", apply);
+    }
     slider.addEventListener("blur", () => {
       if (slider.value !== applied && preview) preview.textContent += " · press Enter to apply";
     });

@@ -6,7 +6,10 @@
   const drop = document.getElementById("drop");
   const input = document.getElementById("dataset-file");
   const nameInput = document.getElementById("dataset-name");
+  // Two labelled phases, each with its own bar: the bytes going up, then the server's
+  // preparation (extracting, checking); neither bar ever goes back.
   const bar = document.getElementById("upload-progress");
+  const prepareBar = document.getElementById("prepare-progress");
   const message = document.getElementById("upload-message");
 
   function csrf() {
@@ -19,10 +22,11 @@
     const data = await response.json().catch(() => ({ error: "the server answered " + response.status }));
     return { ok: response.ok, status: response.status, data };
   }
-  function show(fraction, text) {
-    bar.hidden = false;
-    bar.querySelector("span").style.width = Math.round(100 * fraction) + "%";
-    bar.querySelector("em").textContent = text;
+  function show(fraction, text, which) {
+    const shown = which || bar;
+    shown.hidden = false;
+    shown.querySelector("span").style.width = Math.round(100 * fraction) + "%";
+    shown.querySelector("em").textContent = shown.dataset.phase + ": " + text;
   }
   function say(text, bad) {
     message.textContent = text;
@@ -77,14 +81,16 @@
     if (!(await sendChunks(start.data, file))) return;
     const done = await call("POST", "/datasets/uploads/" + start.data.id + "/complete");
     if (!done.ok) { say(done.data.error, true); return; }
+    show(1, "done, " + (file.size / 1048576).toFixed(1) + " MiB");
+    show(0, "starting", prepareBar);
     say("Uploaded. Now preparing it: extracting safely, detecting the format, counting the " +
       "samples and drawing thumbnails. A large archive takes a minute or so.");
     for (;;) {
       await sleep(500);
       const r = await call("GET", "/datasets/" + start.data.id + "/status");
       if (r.data.status === "READY") { location.href = r.data.url; return; }
-      if (r.data.status === "FAILED") { say("This archive was refused: " + r.data.error, true); bar.hidden = true; return; }
-      show(r.data.progress, "preparing (extracting and checking) " + Math.round(100 * r.data.progress) + "%");
+      if (r.data.status === "FAILED") { say("This archive was refused: " + r.data.error, true); prepareBar.hidden = true; return; }
+      show(r.data.progress, "extracting and checking " + Math.round(100 * r.data.progress) + "%", prepareBar);
     }
   }
 
