@@ -9,14 +9,23 @@ sees what the scheduler sees.
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
+from functools import partial
 from typing import Any, Protocol
 
 from protocol.slots import SlotInfo
+from scheduler.live.cache import Timed
 from scheduler.live.goodputs import Goodput
 from scheduler.live.goodputs import Goodputs as GoodputFits
-from scheduler.live.speedups import Curves, RecentRecords, Records, observed_rates
+from scheduler.live.speedups import (
+    RECORDS_TTL,
+    Curves,
+    RecentRecords,
+    Records,
+    observed_rates,
+)
 from scheduler.policies import JobView, Snapshot, Team, goodput, las, tiresias
 
 # The policies that order jobs by attained service (they read JobView.attained), and those
@@ -27,8 +36,8 @@ BY_SPEEDUP = {las.SPEEDUP_POLICY, goodput.POLICY}
 
 Speedups = dict[int, tuple[float, ...]]  # job -> its speedup curve
 Goodputs = dict[int, Goodput]  # goodput-mode job -> its measured inputs
-# row, held, speedup, served, priority, measured (goodput mode)
-ViewInputs = tuple[Any, int, tuple[float, ...], float, int, Goodput | None]
+# row, held, speedup, served, priority, measured (goodput mode), remaining work
+ViewInputs = tuple[Any, int, tuple[float, ...], float, int, Goodput | None, float]
 
 
 class Schedulable(Protocol):
@@ -74,10 +83,31 @@ class Inputs:
     attained: dict[int, float] = field(default_factory=dict)
     goodputs: Goodputs = field(default_factory=dict)
     per_host: int = 0
+    remaining: dict[int, float] = field(default_factory=dict)  # job -> slot-seconds left
 
     def moving(self) -> bool:
         """Whether they move with time (so an unchanged rest is no reason to skip)."""
-        return bool(self.speedups or self.attained or self.goodputs)
+        return bool(self.speedups or self.attained or self.goodputs or self.remaining)
+
+
+def work_left(records: list[dict[str, Any]], batch: int) -> float:
+    """The slot-seconds of work a job has left, from its latest train records: its steps
+    left (``total_steps`` less the newest ``step``) at the median slot-seconds a step took
+    over them (its global batch, ``batch`` or a goodput-mode record's own, over the
+    samples/s, times the learners) (JobView.remaining); 0 where they do not say (unknown:
+    the policies put such a job first, to be measured)."""
+    if not records:
+        return 0.0
+    newest = max(records, key=lambda r: r.get("step") or 0)
+    total, step = newest.get("total_steps"), newest.get("step")
+    if not isinstance(total, int) or not isinstance(step, int) or total <= step:
+        return 0.0
+    costs = []  # slot-seconds per step
+    for r in records:
+        rate, workers, at = r.get("samples_per_s"), r.get("workers"), r.get("batch") or batch
+        if isinstance(rate, (int, float)) and rate > 0 and isinstance(workers, int):
+            costs.append(float(at) / float(rate) * workers)
+    return (total - step) * statistics.median(costs) if costs else 0.0
 
 
 def per_host(alive: Iterable[SlotInfo]) -> int:
@@ -97,13 +127,18 @@ class Measures:
         self.curves = (Curves(lambda pk: observed_rates(self.records(pk)))
                        if policy in BY_SPEEDUP else None)  # fmt: skip
         self.goodputs = GoodputFits(self.records) if policy == goodput.POLICY else None
+        self.remaining: Timed[int, float] = Timed(RECORDS_TTL)  # job -> work_left
 
     def forget(self, keep: set[int]) -> None:
         """Drop what is kept of jobs no longer active."""
         self.records.forget(keep)
+        self.remaining.forget(keep)
         for cache in (self.curves, self.goodputs):
             if cache is not None:
                 cache.forget(keep)
+
+    def _work_left(self, job: Schedulable) -> float:
+        return work_left(self.records(job.pk), job.batch_size)
 
     def inputs(self, jobs: Iterable[Schedulable], attained: Mapping[int, float],
                slots_per_host: int, asked: Mapping[int, int] | None = None) -> Inputs:  # fmt: skip
@@ -119,8 +154,9 @@ class Measures:
                 if job.batch_max:
                     seen = measured.of(job.pk, job.max_micro_batch, slots_per_host)
                     goodputs[job.pk] = seen._replace(batch=(asked or {}).get(job.pk) or seen.batch)
+        remaining = {j.pk: self.remaining.get(j.pk, partial(self._work_left, j)) for j in jobs}
         return Inputs(speedups, served if self.policy in BY_SERVICE else {}, goodputs,
-                      slots_per_host)  # fmt: skip
+                      slots_per_host, {pk: w for pk, w in remaining.items() if w > 0})  # fmt: skip
 
 
 class Teams(Protocol):
@@ -130,7 +166,8 @@ class Teams(Protocol):
 
 
 def job_view(job: Schedulable, current: int, priority: int, speedup: tuple[float, ...],
-             attained: float, measured: Goodput | None = None) -> JobView:  # fmt: skip
+             attained: float, measured: Goodput | None = None,
+             remaining: float = 0.0) -> JobView:  # fmt: skip
     """One job as the policy sees it; a goodput-mode one (``batch_max`` set) with its
     ``measured`` inputs (none: its noise scale unknown, no model, at its base batch)."""
     view = JobView(
@@ -146,6 +183,7 @@ def job_view(job: Schedulable, current: int, priority: int, speedup: tuple[float
         attained=attained,
         owner=job.owner,
         team=job.team,
+        remaining=remaining,
     )
     low, high = job.batch_min, job.batch_max
     if not high or not 1 <= low <= high or high < view.min_workers:
@@ -176,7 +214,7 @@ class SnapshotBuilder:
         given = inputs or Inputs()
         per_host = given.per_host
         views = self.views_of(jobs, held, given.speedups, given.attained, priorities,
-                              given.goodputs)  # fmt: skip
+                              given.goodputs, given.remaining)  # fmt: skip
         grouped: dict[str, list[JobView]] = {group: [] for group in capacities}
         for job, view in zip(jobs, views, strict=True):
             grouped.setdefault(job.group, []).append(view)
@@ -187,22 +225,23 @@ class SnapshotBuilder:
     def views_of(self, jobs: Iterable[Schedulable], held: dict[int, int],
                  speedups: Speedups | None = None, attained: dict[int, float] | None = None,
                  priorities: dict[int, int] | None = None,
-                 goodputs: Goodputs | None = None) -> list[JobView]:  # fmt: skip
+                 goodputs: Goodputs | None = None,
+                 remaining: dict[int, float] | None = None) -> list[JobView]:  # fmt: skip
         """Each job's view, the last build's where what it is made of is the same."""
         speedups, attained, priorities = speedups or {}, attained or {}, priorities or {}
-        goodputs = goodputs or {}
+        goodputs, remaining = goodputs or {}, remaining or {}
         views, kept = [], {}
         for job in jobs:
             pk = job.pk
             current, speedup = held.get(pk, 0), speedups.get(pk, ())
             served, priority = attained.get(pk, 0.0), priorities.get(pk, job.priority)
-            seen = goodputs.get(pk)
-            made_of: ViewInputs = (job, current, speedup, served, priority, seen)
+            seen, left = goodputs.get(pk), remaining.get(pk, 0.0)
+            made_of: ViewInputs = (job, current, speedup, served, priority, seen, left)
             last = self.views.get(pk)
             if last is not None and last[0] == made_of:
                 view = last[1]
             else:
-                view = job_view(job, current, priority, speedup, served, seen)
+                view = job_view(job, current, priority, speedup, served, seen, left)
             kept[pk] = (made_of, view)
             views.append(view)
         self.views = kept
