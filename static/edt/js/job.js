@@ -116,8 +116,7 @@
     if (batch.length) extend(batch);
   }
 
-  function onMessage(msg) {
-    const data = JSON.parse(msg.data);
+  function onMessage(data) {
     if (data.type === "metrics") {
       onMetrics(data, false);
     } else if (data.type === "event") {
@@ -140,22 +139,17 @@
     liveEl.hidden = ended();
   }
 
-  let retry = 500, loadedEarly = false;
+  let loadedEarly = false;
   function connect() {
-    const port = document.body.dataset.livePort; // live updates may come from a process of their own
-    const host = port ? location.hostname + ":" + port : location.host;
-    const ws = new WebSocket((location.protocol === "https:" ? "wss://" : "ws://") + host + "/ws/jobs/" + jobId + "/");
-    ws.onopen = () => {
-      retry = 500;
-      badge("open", "up", "live");
-      if (loadedEarly) loadedEarly = false; // the first open of an ended job's page: loaded already
-      else reload();
-    };
-    ws.onmessage = onMessage;
-    ws.onclose = () => {
-      badge("closed", "down", "reconnecting…");
-      setTimeout(connect, retry); retry = Math.min(retry * 2, 10000);
-    };
+    EDT.live("/ws/jobs/" + jobId + "/", {
+      open() {
+        badge("open", "up", "live");
+        if (loadedEarly) loadedEarly = false; // the first open of an ended job's page: loaded already
+        else reload();
+      },
+      message: onMessage,
+      closed() { badge("closed", "down", "reconnecting…"); },
+    });
   }
 
   // Logs: one tab per learner, tailing its file.

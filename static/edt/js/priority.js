@@ -3,10 +3,6 @@
 // the scheduler moves slots between iterations.
 (function () {
   "use strict";
-  function csrf() {
-    const m = document.cookie.match(/csrftoken=([^;]+)/);
-    return m ? m[1] : "";
-  }
   let timer = null;
   function bind(slider) {
     if (slider.dataset.bound) return;
@@ -30,7 +26,7 @@
       if (slider.value === applied) return;
       const body = new URLSearchParams({ priority: slider.value });
       const r = await fetch("/jobs/" + job + "/priority", { method: "POST", body, credentials: "same-origin",
-        headers: { "X-CSRFToken": csrf() } });
+        headers: { "X-CSRFToken": EDT.csrf() } });
       const data = await r.json();
       if (r.ok) applied = String(data.priority);
       if (preview) preview.textContent = r.ok ? "priority set to " + data.priority : data.error;

@@ -12,13 +12,9 @@
   const prepareBar = document.getElementById("prepare-progress");
   const message = document.getElementById("upload-message");
 
-  function csrf() {
-    const m = document.cookie.match(/csrftoken=([^;]+)/);
-    return m ? m[1] : "";
-  }
   async function call(method, url, body, headers) {
     const response = await fetch(url, { method, body, credentials: "same-origin",
-      headers: Object.assign({ "X-CSRFToken": csrf() }, headers || {}) });
+      headers: Object.assign({ "X-CSRFToken": EDT.csrf() }, headers || {}) });
     const data = await response.json().catch(() => ({ error: "the server answered " + response.status }));
     return { ok: response.ok, status: response.status, data };
   }
