@@ -16,7 +16,7 @@ Here:
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Protocol
+from typing import Any, Protocol
 
 import pytest
 from xdist.scheduler import LoadFileScheduling
@@ -73,3 +73,14 @@ class LongestFirst(LoadFileScheduling):
 
     def _split_scope(self, nodeid: str) -> str:
         return work_unit(nodeid)
+
+    def _reschedule(self, node: Any) -> None:
+        """A worker is given its next unit once it is down to its last test (xdist's own
+        waits until it is down to two): a long test queued behind another's on a busy
+        worker would wait there while another worker runs out of work."""
+        if node.shutting_down:
+            return
+        if not self.workqueue:
+            node.shutdown()
+        elif self._pending_of(self.assigned_work[node]) <= 1:
+            self._assign_work_unit(node)
