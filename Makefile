@@ -26,10 +26,12 @@ $(DEV): requirements-dev.txt $(RUNTIME)
 run: $(RUNTIME)
 	@$(PY) manage.py edt_run
 
-# Parallel runners: most of a live test's time is spent waiting on its processes.
+# Parallel runners: most of a live test's time is spent waiting on its processes. Each
+# module goes to one worker, those whose tests start stacks of their own test by test, the
+# longest first (tests/harness/scheduling.py); the 25 longest tests are listed at the end.
 TEST_WORKERS ?= 3
 test: $(DEV)
-	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile --durations=25
 
 lint: $(DEV)
 	$(PY) -m ruff check .

@@ -23,6 +23,7 @@ from tests.harness.redis import (
     store,
     store_redis,
 )
+from tests.harness.scheduling import LongestFirst, longest_first
 from tests.harness.stack import live
 from tests.harness.waiting import scale_test_timeout
 
@@ -44,6 +45,19 @@ __all__ = [
 def pytest_configure(config: pytest.Config) -> None:
     """A run stopped by SIGTERM tears down what its tests started (tests/harness/processes.py)."""
     interrupt_on_sigterm(config)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """In a pytest-xdist worker, the longest modules' tests first, so that they are handed
+    out first (tests/harness/scheduling.py); a run in one process keeps Django's order."""
+    if hasattr(config, "workerinput"):
+        items[:] = [items[i] for i in longest_first(items)]
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """``--dist loadfile`` as tests/harness/scheduling.py shares it among the workers."""
+    return LongestFirst(config, log) if config.getvalue("dist") == "loadfile" else None
 
 
 @pytest.hookimpl(hookwrapper=True, tryfirst=True)

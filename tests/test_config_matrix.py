@@ -27,6 +27,7 @@ import os
 import secrets
 import subprocess
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -65,13 +66,18 @@ def base_env(data_dir: Path, **extra: str) -> dict[str, str]:
 
 
 def upload(live: LiveEdt) -> None:
-    """A small dataset and the examples' MLP, through the CLI, as a user starts."""
+    """A small dataset and the examples' MLP, through the CLI, as a user starts: both at
+    once, as from two terminals (the control worker prepares and checks two at a time)."""
     live.login(USER)
     archive = dataset_archive(live.tmp, train=256, test=64)
-    done = live.edt(USER, "datasets", "upload", str(archive), "--name", "shapes", timeout=300)
+    with ThreadPoolExecutor(2) as pool:
+        data = pool.submit(live.edt, USER, "datasets", "upload", str(archive), "--name",
+                           "shapes", timeout=300)  # fmt: skip
+        model = pool.submit(live.json, USER, "models", "upload", str(MLP), "--name", "mlp",
+                            timeout=300)  # fmt: skip
+        done, checked = data.result(), model.result()
     assert done.returncode == 0, done.stderr
-    model = live.json(USER, "models", "upload", str(MLP), "--name", "mlp", timeout=300)
-    assert model["status"] == "VALID", model
+    assert checked["status"] == "VALID", checked
 
 
 def submit(live: LiveEdt, name: str, epochs: int, workers: int) -> int:
@@ -109,7 +115,8 @@ def train_short_job(live: LiveEdt) -> dict[str, Any]:
 def own_redis(tmp: Path) -> Iterator[LiveEdt]:
     """No REDIS_URL and nothing on the probe's port: the launcher starts Redis itself."""
     probe = f"redis://127.0.0.1:{free_port()}/0"
-    with edt_of_its_own(tmp, base_env(tmp / "data"), args=("--redis-probe", probe)) as live:
+    with edt_of_its_own(tmp, base_env(tmp / "data"), args=("--redis-probe", probe),
+                        users=(USER,)) as live:  # fmt: skip
         yield live
     log = (tmp / "run.log").read_text()
     assert "started by EDT" in log, log[:2000]
@@ -127,7 +134,7 @@ def redis_tls_database_3(tmp: Path) -> Iterator[LiveEdt]:
                          tls=tls).start()  # fmt: skip
     assert server.url.startswith("rediss://")
     env = base_env(tmp / "data", REDIS_URL=in_database(server.url, 3))
-    with edt_of_its_own(tmp, env, redis=server) as live:
+    with edt_of_its_own(tmp, env, redis=server, users=(USER,)) as live:
         yield live
         keys = {db: keys_in(in_database(server.url, db)) for db in (0, 3)}
         assert keys[3] and not keys[0], f"keys per database: {keys}"
@@ -145,7 +152,7 @@ def redis_62_socket(tmp: Path) -> Iterator[LiveEdt]:
     server = RedisServer(tmp / "redis", appendonly=False, password=secrets.token_hex(16),
                          unixsocket=folder / "redis.sock", binary=binary).start()  # fmt: skip
     env = base_env(tmp / "data", REDIS_URL=in_database(server.url, 2))
-    with edt_of_its_own(tmp, env, redis=server) as live:
+    with edt_of_its_own(tmp, env, redis=server, users=(USER,)) as live:
         yield live
         keys = {db: keys_in(in_database(server.url, db)) for db in (0, 2)}
         assert keys[2] and not keys[0], f"keys per database: {keys}"
@@ -185,7 +192,7 @@ def postgresql(tmp: Path) -> Iterator[LiveEdt]:
     try:
         admin.execute(f"CREATE DATABASE {name}")
         env = base_env(tmp / "data", DATABASE_URL=f"{POSTGRES}/{name}")
-        with edt_of_its_own(tmp, env) as live:
+        with edt_of_its_own(tmp, env, users=(USER,)) as live:
             yield live
             with psycopg.connect(f"{POSTGRES}/{name}") as db:
                 jobs = db.execute("SELECT state FROM training_job").fetchall()
@@ -206,7 +213,8 @@ def unprivileged(tmp: Path) -> Iterator[LiveEdt]:
                        HOME=str(account.home))  # fmt: skip
         probe = f"redis://127.0.0.1:{free_port()}/0"
         try:
-            live = start_edt(tmp, env, args=("--redis-probe", probe), prefix=account.prefix)
+            live = start_edt(tmp, env, args=("--redis-probe", probe), prefix=account.prefix,
+                             users=(USER,))  # fmt: skip
         except AssertionError as exc:
             raise AssertionError(f"EDT as user {account.name} ({account.note}): {exc}") from None
         try:
@@ -250,7 +258,7 @@ def test_learners_that_cannot_start_end_the_job_failed_with_the_cause(tmp_path: 
     server = RedisServer(tmp_path / "redis", appendonly=False, password=secrets.token_hex(16))
     env = base_env(tmp_path / "data", REDIS_URL=server.start().url,
                    EDT_START_FAILURES=str(failures))  # fmt: skip
-    with edt_of_its_own(tmp_path, env, slots=1, redis=server) as live:
+    with edt_of_its_own(tmp_path, env, slots=1, redis=server, users=(USER,)) as live:
         upload(live)
         holder = submit(live, "holder", epochs=1000, workers=1)
         wait_for(lambda: show(live, holder)["state"] == "RUNNING", 180, "the first job running")

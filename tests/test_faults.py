@@ -25,7 +25,7 @@ from edtweb.training.models import Job
 from scheduler.store import Store
 from tests.harness.api import Get, api_steps, http_get
 from tests.harness.cluster import Cluster, Watch, Watcher, descendants, is_learner
-from tests.harness.jobs import completed, redone, submit, workers_of
+from tests.harness.jobs import MODEL, Throttle, completed, redone, submit, workers_of
 from tests.harness.waiting import load_factor, wait_for
 from workers.learner.datasets import write_cifar10
 
@@ -52,10 +52,10 @@ TRAIN, BATCH = 512, 64  # 8 iterations an epoch
 
 
 def running_on_two(cluster: Cluster, alice: Any, tmp_path: Path, name: str,
-                   epochs: int) -> Job:  # fmt: skip
+                   epochs: int, model: str = MODEL) -> Job:  # fmt: skip
     """A 2-learner job on the cluster's 2 slots, 20 steps into its training."""
     data = write_cifar10(tmp_path / "data", train=TRAIN, test=64)
-    job = submit(alice, name, data, epochs=epochs, max_workers=2)
+    job = submit(alice, name, data, epochs=epochs, max_workers=2, model=model)
     wait_for(lambda: workers_of(job) == 2, 120, "the job on 2 slots")
     wait_for(lambda: Job.objects.get(pk=job.pk).steps_done >= 20, 120, "20 steps")
     return job
@@ -64,7 +64,8 @@ def running_on_two(cluster: Cluster, alice: Any, tmp_path: Path, name: str,
 def long_enough(quiet_epochs: int) -> int:
     """Epochs for a job that must outlast a host's or a learner's return (a worker host's
     start, a new learner's join): ``quiet_epochs`` on a quiet machine, more on a busy one,
-    where the return takes longer and the paced steps do not."""
+    where the return takes longer and the paced steps do not. Its model is a
+    :class:`Throttle`'s, let go at full speed once the return is seen."""
     return round(quiet_epochs * load_factor())
 
 
@@ -107,8 +108,8 @@ def test_a_killed_worker_host_is_left_by_its_job_which_grows_back_when_it_return
     cluster.start_slots(1)
     other = cluster.start_host(f"{cluster.host}b", 1)
     cluster.start_scheduler()
-    epochs = long_enough(64)
-    job = running_on_two(cluster, alice, tmp_path, "host lost", epochs=epochs)
+    epochs, throttle = long_enough(64), Throttle(tmp_path / "model")
+    job = running_on_two(cluster, alice, tmp_path, "host lost", epochs, str(throttle.model))
     watching = watch(job)
     jobs = services.job_store(job.pk)
     generation = jobs.generation()
@@ -120,6 +121,7 @@ def test_a_killed_worker_host_is_left_by_its_job_which_grows_back_when_it_return
     cluster.start_host(f"{cluster.host}b", 1)  # the machine is back
     wait_for(lambda: workers_of(job) == 2 or completed(job), 120, "the job back on 2 slots")
     assert workers_of(job) == 2, "the job ended and never grew back to 2 slots"
+    throttle.full_speed()
     assert_recovered(job, cluster, watching, epochs * TRAIN // BATCH)
     assert not job.events.filter(kind="restart").exists(), "the survivor did not go on"
     scaled = list(job.events.filter(kind="scaled").values_list("message", flat=True))
@@ -162,8 +164,8 @@ def test_a_killed_learner_is_replaced_and_the_job_completes(
     generation of two again, one of them a process that was not there before."""
     cluster.start_slots(2)
     cluster.start_scheduler()
-    epochs = long_enough(40)
-    job = running_on_two(cluster, alice, tmp_path, "learner killed", epochs=epochs)
+    epochs, throttle = long_enough(40), Throttle(tmp_path / "model")
+    job = running_on_two(cluster, alice, tmp_path, "learner killed", epochs, str(throttle.model))
     watching = watch(job)
     learners = wait_for(lambda: len(cluster.learners()) == 2 and cluster.learners(), 30,
                         "2 learner processes")  # fmt: skip
@@ -177,6 +179,7 @@ def test_a_killed_learner_is_replaced_and_the_job_completes(
                         and {p.pid for p in cluster.learners()} - first)  # fmt: skip
     wait_for(lambda: replaced() or completed(job), 120, "a new learner to join the survivor")
     assert replaced(), "the job ended and no new learner ever joined the survivor"
+    throttle.full_speed()
     assert_recovered(job, cluster, watching, epochs * TRAIN // BATCH)
     assert job.events.filter(kind="failure").exists()
     assert not job.events.filter(kind="restart").exists(), "the survivor did not go on"

@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import ast
 import time
+from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
 from edtweb.training.models import Job
-from tests.harness import waiting
+from tests.harness import scheduling, waiting
 from tests.harness.cluster import Watch
 from tests.harness.processes import PROJECT_DIR
 from tests.harness.waiting import wait_for
@@ -135,3 +137,42 @@ def test_a_wait_ends_before_the_tests_own_deadline_saying_what_it_waited_for() -
         assert time.monotonic() - started < 10 * waiting.load_factor()
     finally:
         waiting._test_deadline = saved
+
+
+def test_a_module_whose_tests_each_start_a_stack_is_shared_test_by_test() -> None:
+    """`make test` hands each fault test to a worker of its own, a module of shared tests
+    whole."""
+    fault = "tests/test_faults.py::test_a_killed_learner_is_replaced_and_the_job_completes"
+    matrix = "tests/test_config_matrix.py::test_a_short_job_completes_in_each_configuration[x]"
+    assert scheduling.work_unit(fault) == fault
+    assert scheduling.work_unit(matrix) == matrix
+    assert scheduling.work_unit("tests/test_sandbox.py::test_it[case]") == "tests/test_sandbox.py"
+
+
+def test_the_longest_modules_go_out_first_and_the_others_keep_their_order() -> None:
+    ids = ["test_api.py::a", "test_wmla.py::b", "test_api.py::c", "test_faults.py::d",
+           "test_cli.py::e", "test_faults.py::f"]  # fmt: skip
+    items = [SimpleNamespace(nodeid=f"tests/{i}") for i in ids]
+    order = [ids[i][-1] for i in scheduling.longest_first(items)]
+    assert order == ["d", "f", "b", "a", "c", "e"]
+
+
+def module_scoped_fixtures(path: Path) -> list[str]:
+    """The fixtures of module (or wider) scope defined in the test module at ``path``."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        for deco in getattr(node, "decorator_list", []):
+            scopes = [k.value for k in getattr(deco, "keywords", []) if k.arg == "scope"]
+            if any(isinstance(s, ast.Constant) and s.value != "function" for s in scopes):
+                found.append(getattr(node, "name", "?"))
+    return found
+
+
+def test_the_modules_the_scheduling_names_exist_and_those_shared_by_test_share_nothing() -> None:
+    """A module renamed would fall out of the schedule unseen; one shared test by test with
+    a module-scoped fixture would start that fixture's stack on each worker."""
+    for name in {*scheduling.EACH_TEST_ALONE, *scheduling.LONGEST}:
+        assert (PROJECT_DIR / name).is_file(), name
+    shared = {n: module_scoped_fixtures(PROJECT_DIR / n) for n in scheduling.EACH_TEST_ALONE}
+    assert not any(shared.values()), shared
+    assert module_scoped_fixtures(TESTS / "test_sandbox.py"), "the check finds one"

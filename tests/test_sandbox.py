@@ -180,10 +180,11 @@ def stack(live: LiveEdt, tmp_path_factory: pytest.TempPathFactory) -> Iterator[d
     folder.chmod(0o755)
     dave = Api(live, VICTIM)
     dave_data = dave.dataset(folder / "dave", "dave-data")
-    mlp = dave.model("dave-mlp", (PROJECT_DIR / "examples" / "mlp.py").read_text())
+    # The paced MLP: a step sleeps 50 ms. An unpaced MLP's one-sample step takes about a
+    # millisecond: it kept a core and the metrics consumer busy all along the module.
+    mlp = dave.model("dave-mlp", (PROJECT_DIR / "tests" / "models" / "paced_mlp.py").read_text())
     assert dave.checked(mlp)["status"] == "VALID"
-    # The longest job the API takes: 10,000 epochs of one-sample steps (an MLP's step
-    # is about a millisecond; at batch 32 it would be done within minutes).
+    # The longest job the API takes: 10,000 epochs of one-sample steps, days at this pace.
     body = {"name": "dave's long job", "model": mlp, "dataset": dave_data, "epochs": 10_000,
             "max_workers": 1, "batch_size": 1}  # fmt: skip
     victim = int(dave.post("jobs/", json=body)["id"])

@@ -27,6 +27,7 @@ from edtweb.training.status import eta_text, status_of
 from scheduler.store import Allocation, AllocationRecord, Store
 from tests.browser import browser_page
 from tests.harness.stack import edt_command
+from tests.harness.waiting import wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -37,6 +38,9 @@ SLOTS = ("status-h.0", "status-h.1", "status-h.2")
 PACE, TOTAL, LAST_STEP = 0.5, 1000, 9
 ETA = (TOTAL - LAST_STEP) * PACE  # 495.5 s: "8 min"
 SUSPENDED = "suspended: minimums total 5 > 3 slots"  # as the scheduler says it
+# The test plays the scheduler and the slots' workers, and renews nothing it writes: it
+# lasts the test (a record lapsing midway would show a job RUNNING with no worker).
+TTL = 600
 
 
 @pytest.fixture
@@ -44,7 +48,7 @@ def cluster(store: Store, register_slot: Callable[..., str]) -> Iterator[Store]:
     """Three live slots; the allocation record is the test's to write, and is cleared."""
     for index in range(len(SLOTS)):
         slot = register_slot("status-h", index)
-        store.heartbeat(slot, {"kind": "cpu", "cpu_percent": 50.0 + index}, ttl=30)
+        store.heartbeat(slot, {"kind": "cpu", "cpu_percent": 50.0 + index}, ttl=TTL)
     yield store
     store.save_allocations(AllocationRecord(), ttl=0.1)
 
@@ -60,7 +64,7 @@ def resizing(owner: Any, store: Store) -> Job:
         for step in range(LAST_STEP + 1)
     )  # fmt: skip
     held = Allocation(SLOTS[:2], SLOTS[2:])
-    store.save_allocations(AllocationRecord({job.pk: held}, 3, "fairshare"), ttl=30)
+    store.save_allocations(AllocationRecord({job.pk: held}, 3, "fairshare"), ttl=TTL)
     return job
 
 
@@ -68,7 +72,7 @@ def suspend(job: Job, store: Store) -> None:
     """The scheduler took the job's slots back: it waits, suspended, and holds none."""
     Job.objects.filter(pk=job.pk).update(state=Job.State.SUSPENDED)
     said = {job.pk: (1, SUSPENDED)}
-    store.save_allocations(AllocationRecord({}, 3, "fairshare", standing=said), ttl=30)
+    store.save_allocations(AllocationRecord({}, 3, "fairshare", standing=said), ttl=TTL)
     job.refresh_from_db()
 
 
@@ -121,6 +125,29 @@ def test_every_reader_agrees_on_workers_and_eta_during_a_resize_and_a_suspension
     waiting = client.get(f"/jobs/{job.pk}/state").json()["waiting"]
     assert waiting == f"1st in group default's queue; {SUSPENDED}"  # the scheduler's words
     assert client.get(f"/api/v1/jobs/{job.pk}/").json()["waiting"] == waiting
+
+
+@pytest.mark.parametrize("held", ["lapsed", "joiners only"])
+def test_a_running_job_with_no_member_shows_no_eta_with_its_0_workers(
+    client: Client, redis_server: RedisServer, cluster: Store, alice: Any, held: str
+) -> None:
+    """No worker trains the job, its row saying RUNNING still: its allocation lapsed (no
+    scheduler renewed it), or it holds joiners alone (a generation forming). Its past pace
+    says nothing of its end then: every reader shows 0 workers and no ETA, never 0 with
+    the ETA of before (as the job page once did when the test's record lapsed)."""
+    client.force_login(alice)
+    job = resizing(alice, cluster)
+    if held == "lapsed":
+        cluster.save_allocations(cluster.allocations(), ttl=0.1)
+        wait_for(lambda: not cluster.allocations().jobs, 10, "the allocation record to lapse")
+    else:
+        joining = Allocation((), SLOTS[:2])
+        cluster.save_allocations(AllocationRecord({job.pk: joining}, 3, "fairshare"), ttl=TTL)
+    assert Job.objects.get(pk=job.pk).state == Job.State.RUNNING
+    status = status_of(job, alice)
+    assert (status.workers, status.eta, status.eta_text) == (0, None, "")
+    assert set(everyone(client, job).values()) == {(0, None)}
+    assert list_row(client, job) == (0, "")
 
 
 def test_the_job_page_socket_pushes_the_status_after_a_change(

@@ -43,7 +43,7 @@ class JobStatus:
     steps_done: int
     total_steps: int
     progress: float  # 0..1, iterations done (1 once completed)
-    eta: float | None  # seconds left, to 0.1 s; None unless it runs and has a pace
+    eta: float | None  # seconds left, to 0.1 s; None unless a worker trains it and it has a pace
     eta_text: str  # the ETA as the pages write it: "44 s", "3 min"; "" without one
     waiting: str  # why it waits, the scheduler's words; "" unless queued or suspended
     position: int  # its place in its group's queue at the last decision; 0: none
@@ -91,7 +91,8 @@ def statuses(jobs: Sequence[Job], user: Any) -> dict[int, JobStatus]:
             steps_done=job.steps_done,
             total_steps=job.total_steps,
             progress=progress(job),
-            eta=(eta := eta_seconds(job)),
+            # No ETA while no worker trains it: its past pace says nothing of its end.
+            eta=(eta := eta_seconds(job) if members[job.pk] else None),
             eta_text=eta_text(eta),
             waiting=reasons.get(job.pk, "") if job.state in standing.WAITING else "",
             position=standing.position(job, known),

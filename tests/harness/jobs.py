@@ -3,6 +3,7 @@ as the scheduler and the pages see it."""
 
 from __future__ import annotations
 
+import shutil
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -14,11 +15,36 @@ from tests.harness.processes import PROJECT_DIR
 MODEL = str(PROJECT_DIR / "tests" / "models" / "paced_mlp.py")
 
 
-def submit(owner: Any, name: str, data: Path, epochs: int, **fields: Any) -> Job:
-    """A job of the paced MLP (50 ms a step), batch 64, on up to 8 workers unless said."""
+def submit(owner: Any, name: str, data: Path, epochs: int, model: str = MODEL,
+           **fields: Any) -> Job:  # fmt: skip
+    """A job of the paced MLP (50 ms a step) unless another ``model`` is named, batch 64, on
+    up to 8 workers unless said."""
     fields.setdefault("max_workers", 8)
-    return services.submit_job(owner, name=name, model_path=MODEL, data_path=str(data),
+    return services.submit_job(owner, name=name, model_path=model, data_path=str(data),
                                epochs=epochs, batch_size=64, **fields)  # fmt: skip
+
+
+class Throttle:
+    """The throttled MLP (tests/models/throttled_mlp.py) in a folder of the test's: each
+    step takes ``pace`` seconds (its forward pass sleeps) until :meth:`full_speed`. A job
+    long enough to outlast a fault and its recovery, which then ends as fast as it trains,
+    not after the time a busy machine might have needed."""
+
+    def __init__(self, folder: Path, pace: float = 0.05) -> None:
+        folder.mkdir(parents=True)
+        self.model = folder / "throttled_mlp.py"
+        shutil.copy(PROJECT_DIR / "tests" / "models" / "throttled_mlp.py", self.model)
+        self.pace = folder / "pace"
+        self.set(pace)
+
+    def set(self, seconds: float) -> None:
+        part = self.pace.with_suffix(".part")  # read at every step: never half written
+        part.write_text(f"{seconds:g}")
+        part.chmod(0o644)
+        part.rename(self.pace)
+
+    def full_speed(self) -> None:
+        self.set(0)
 
 
 def workers_of(job: Job) -> int:

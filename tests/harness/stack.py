@@ -142,9 +142,11 @@ def start_edt(
     redis: RedisServer | None = None,
     prefix: Sequence[str] = (),
     args: Sequence[str] = (),
+    users: Sequence[str] = (*USERS, *STAFF),
 ) -> LiveEdt:
     """``manage.py edt_run args`` with ``env`` (its data directory is ``EDT_DATA_DIR``), once it
-    announced itself, with the users of :data:`USERS` and the staff of :data:`STAFF`;
+    announced itself, with ``users`` (those of :data:`STAFF` are staff; each password costs
+    its hashing, a good part of a second);
     ``prefix`` runs it (and the command creating the users) through another command, as
     another user say. The caller stops it (``LiveEdt.stop``); a launcher that exits at start
     fails with its log's end."""
@@ -168,7 +170,7 @@ def start_edt(
         wait_for(up, 240, lambda: f"the launcher; its log ends: {log.read_text()[-2000:]}")
         users = "; ".join(
             f"U.objects.create_user('{u}', password='{u}-pass-1', is_staff={u in STAFF})"
-            for u in (*USERS, *STAFF)
+            for u in users
         )
         code = f"from django.contrib.auth.models import User as U; {users}"
         done = subprocess.run(
