@@ -27,6 +27,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
+import torch.distributed as dist
 from torch._C._distributed_c10d import (
     GradBucket,
     ProcessGroup,
@@ -42,23 +43,41 @@ class UnusedParameters(BucketFailure):
     """A parameter got no gradient in the step: its bucket was never launched."""
 
 
+def _placeholder() -> ProcessGroup:
+    """The reducer's own process group: one rank, gloo over loopback. Every bucket goes
+    through the comm hook instead; only the rebuild's broadcast of the bucket layout
+    (trivial with one rank) runs on it."""
+    store = dist.HashStore()  # type: ignore[attr-defined]
+    options = dist.ProcessGroupGloo._Options()  # type: ignore[attr-defined]
+    options._devices = [dist.ProcessGroupGloo.create_device(hostname="127.0.0.1")]
+    gloo = dist.ProcessGroupGloo(store, 0, 1, options)
+    group = ProcessGroup(store, 0, 1)
+    group._set_default_backend(ProcessGroup.BackendType.GLOO)
+    for device in ("cpu", "cuda"):
+        group._register_backend(torch.device(device), ProcessGroup.BackendType.GLOO, gloo)
+    return group
+
+
 class TorchReducer:
     def __init__(self, params: Sequence[torch.Tensor], bucket_bytes: int = 0) -> None:
         first, rest = (bucket_bytes, bucket_bytes) if bucket_bytes > 0 else (
             FIRST_BUCKET_BYTES, BUCKET_BYTES)  # fmt: skip
-        backward = list(reversed(range(len(params))))  # roughly the order grads come in
-        groups, limits = _compute_bucket_assignment_by_size(
-            [params[i] for i in backward], [first, rest]
-        )
-        self.members = [[backward[i] for i in group] for group in groups]
-        # The reducer's own group is never used to communicate (every bucket goes through
-        # the hook); one rank, no backend.
-        placeholder = ProcessGroup(0, 1)  # type: ignore[call-arg]
+        # The reducer holds the parameters in reverse (roughly the order their gradients
+        # come in), so that its buckets, made in its own order, go out early in backward.
+        backward = list(reversed(params))
+        groups, limits = _compute_bucket_assignment_by_size(backward, [first, rest])
+        self.members = groups
         # (params, buckets, their limits, group, sparse, cap, find unused, grads as bucket
         # views, names, first cap: positional, as the stubs misspell one name)
         self._reducer = Reducer(
-            list(params), self.members, limits, placeholder, [], rest, False, True, {}, first
+            backward, groups, limits, _placeholder(), [], rest, False, True, {}, first
         )
+        # Until its buckets are "rebuilt" the reducer records the order of every gradient
+        # of every step (DDP rebuilds them in its second iteration): it would grow for
+        # good. Rebuilt now, from the order it holds, it records nothing and keeps the
+        # same buckets: made the same way on every learner, whenever it starts.
+        self._reducer._push_all_rebuilt_params()
+        self._reducer._rebuild_buckets()
         _register_comm_hook(self._reducer, None, self._hook)
         self._launch: Callable[[torch.Tensor], Any] | None = None
         self._agreement: torch.Tensor | None = None
