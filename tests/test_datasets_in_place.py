@@ -16,7 +16,7 @@ from playwright.sync_api import expect
 from edtweb.api.errors import ApiError
 from edtweb.api.wmla import _dataset_at
 from edtweb.datasets.models import Dataset
-from edtweb.tenancy.models import Membership, Team
+from edtweb.tenancy.models import Membership, ResourceGroup, Team
 from tests.browser import browser_page, log_in
 from tests.harness.api import token_client
 from tests.harness.pages import violations
@@ -123,6 +123,7 @@ def test_a_path_outside_or_escaping_or_not_allowed_is_refused_with_a_message(
 
 @pytest.mark.django_db
 def test_a_roots_team_may_register_under_it(alice: Any, configured: dict[str, Path]) -> None:
+    ResourceGroup.objects.default()  # a transactional test before may have emptied the table
     Membership.objects.create(user=alice, team=Team.objects.create(name="vision"))
     reply = token_client(alice).post(
         API + "datasets/register/", {"name": "v", "path": str(configured["vision"])}
