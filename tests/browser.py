@@ -8,6 +8,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from playwright.sync_api import Page, expect, sync_playwright
+from playwright.sync_api import TimeoutError as PlaywrightTimeoutError
 
 from tests.harness.waiting import load_factor
 
@@ -78,7 +79,16 @@ def start_job(page: Page, base: str, name: str, epochs: int, **fields: int) -> s
 
 
 def stop_job(page: Page, url: str) -> None:
+    """Stop the job at ``url``, or find it ended on its own (a job near its end can finish
+    between the caller's look at its state and the click): either way its page then offers
+    Delete."""
     page.goto(url)
     page.once("dialog", lambda dialog: dialog.accept())
-    page.click("#stop-job")
+    page.wait_for_selector("#stop-job:visible, #delete-job:visible")
+    if page.locator("#stop-job").is_visible():
+        try:
+            page.click("#stop-job", timeout=10_000 * load_factor())
+        except PlaywrightTimeoutError:
+            if not page.locator("#delete-job").is_visible():
+                raise
     page.wait_for_selector("#delete-job", state="visible")
