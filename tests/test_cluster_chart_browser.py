@@ -19,7 +19,7 @@ import pytest
 from playwright.sync_api import WebSocketRoute
 
 from edtweb.training.models import Job
-from tests.browser import browser_page
+from tests.browser import browser_page, log_in_as
 from tests.harness.waiting import load_factor
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -41,11 +41,7 @@ def test_a_job_allocated_before_its_first_event_is_named_in_the_legend_by_its_al
 
     with browser_page() as page:
         page.route_web_socket("**/ws/cluster/", answer)
-        page.goto(base + "/accounts/login/")
-        page.fill("#id_username", "alice")
-        page.fill("#id_password", "alice-pass-1")
-        page.click("form[action='/accounts/login/'] button[type=submit]")
-        page.wait_for_url(base + "/")  # the Cluster page
+        log_in_as(page, base, "alice", "alice-pass-1")
         page.wait_for_function(f"({LEGEND})['robot-arm'] === 2",
                                timeout=30_000 * load_factor())  # fmt: skip
         assert page.evaluate(LEGEND) == {"robot-arm": 2}

@@ -22,11 +22,12 @@ from torch import nn
 from edtweb.redis_server import RedisServer
 from protocol.connection import connect
 from protocol.jobstore import JobStore
+from tests.harness import driven
 from tests.harness.processes import PROJECT_DIR, subprocess_env
 from tests.harness.waiting import bound, wait_for
 from workers.learner import statecast
 from workers.learner.contract import load_definition
-from workers.learner.datasets import load_dataset, write_cifar10
+from workers.learner.datasets import write_cifar10
 from workers.learner.engine import (
     INLINE_SECONDS,
     ControlWatch,
@@ -35,7 +36,6 @@ from workers.learner.engine import (
     rehearse,
 )
 from workers.learner.overlap import GradBuckets, gloo_or_nccl_allreduce
-from workers.learner.partition import iterations_per_epoch, permutation
 from workers.learner.spec import JobSpec
 
 MLP = PROJECT_DIR / "examples" / "mlp.py"
@@ -56,19 +56,7 @@ def dataset(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def drive(redis: RedisServer, tmp: Path, data: Path, schedule: str, *extra: str,
           model: Path = MLP) -> Path:  # fmt: skip
-    workdir = tmp / f"run-{schedule.replace(':', '_').replace(',', '-')}"
-    cmd = [
-        sys.executable, "-m", "workers.learner.drive", "--model", str(model), "--data", str(data),
-        "--schedule", schedule, "--batch-size", str(BATCH), "--max-steps", str(STEPS),
-        "--epochs", "100", "--lr", str(LR), "--seed", str(SEED), "--workdir", str(workdir),
-        "--deadline", "240", *extra,
-    ]  # fmt: skip
-    env = subprocess_env(tmp, REDIS_URL=redis.url)
-    result = subprocess.run(
-        cmd, cwd=PROJECT_DIR, env=env, capture_output=True, text=True, timeout=300
-    )
-    assert result.returncode == 0, result.stdout + result.stderr
-    return workdir
+    return driven.drive(redis, tmp, data, schedule, STEPS, *extra, model=model)
 
 
 def train_records(workdir: Path) -> list[dict[str, Any]]:
@@ -87,23 +75,7 @@ def train_records(workdir: Path) -> list[dict[str, Any]]:
 
 def reference_run(data: Path) -> tuple[list[float], dict[str, torch.Tensor]]:
     """Plain single-process training with the same seed, order and global batch."""
-    defn = load_definition(MLP)
-    train, _test, _ = load_dataset(data)
-    x_all, y_all = train.tensors
-    torch.manual_seed(SEED)
-    model = defn.build_model()
-    optimizer = defn.build_optimizer(model.parameters(), LR)
-    per_epoch = iterations_per_epoch(len(x_all), BATCH)
-    losses = []
-    for step in range(STEPS):
-        epoch, it = divmod(step, per_epoch)
-        idx = torch.tensor(permutation(len(x_all), SEED, epoch)[it * BATCH : (it + 1) * BATCH])
-        optimizer.zero_grad()
-        loss = torch.nn.functional.cross_entropy(model(x_all[idx]), y_all[idx])
-        loss.backward()
-        optimizer.step()
-        losses.append(float(loss.detach()))
-    return losses, model.state_dict()
+    return driven.plain_training(data, STEPS)
 
 
 def assert_same_training(

@@ -19,7 +19,7 @@ from edtweb.training import history
 from edtweb.training.models import Job
 from edtweb.training.status import PACE_RECORDS, eta_from
 from scheduler.store import Store
-from tests.browser import browser_page
+from tests.browser import browser_page, log_in_as
 from tests.harness.sweeps import own_storage, sweep_inputs
 
 pytestmark = pytest.mark.django_db
@@ -127,11 +127,7 @@ def test_on_a_phone_every_page_is_in_reach_and_the_priority_steps_by_a_hundred(
     job = Job.objects.create(owner=root, name="steps", max_workers=2)
     with browser_page() as page:
         page.set_viewport_size({"width": 390, "height": 844})
-        page.goto(live_server.url + "/accounts/login/")
-        page.fill("#id_username", "root")
-        page.fill("#id_password", "root-pass-1")
-        page.click("form[action='/accounts/login/'] button[type=submit]")
-        page.wait_for_url(live_server.url + "/")
+        log_in_as(page, live_server.url, "root", "root-pass-1")
         links = page.locator("nav[aria-label=main] a")
         names = links.all_inner_texts()
         assert {"Usage", "Teams", "Groups"} <= set(names), names

@@ -16,7 +16,7 @@ from playwright.sync_api import Page
 
 from edtweb.training.models import Job, Metric
 from scheduler.store import Store
-from tests.browser import browser_page
+from tests.browser import browser_page, log_in_as
 from tests.harness.pages import ARTIFACTS
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -63,11 +63,7 @@ def test_a_goodput_jobs_page_charts_its_batch_and_efficiency(
     goodput = ended_job(alice, "adaptive", goodput=True)
     fixed = ended_job(alice, "fixed", goodput=False)
     with browser_page() as page:
-        page.goto(live_server.url + "/accounts/login/")
-        page.fill("#id_username", "alice")
-        page.fill("#id_password", "alice-pass-1")
-        page.click("form[action='/accounts/login/'] button[type=submit]")
-        page.wait_for_url(live_server.url + "/")
+        log_in_as(page, live_server.url, "alice", "alice-pass-1")
         page.goto(f"{live_server.url}/jobs/{goodput.pk}/")
         page.wait_for_function("document.getElementById('chart-batch').data?.length === 2")
         assert trace(page, "global batch") == [batch for _, _, batch, _ in STEPS]

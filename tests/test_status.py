@@ -25,7 +25,7 @@ from edtweb.training import live, services
 from edtweb.training.models import Job, Metric
 from edtweb.training.status import eta_text, status_of
 from scheduler.store import Allocation, AllocationRecord, Store
-from tests.browser import browser_page
+from tests.browser import browser_page, log_in_as
 from tests.harness.stack import edt_command
 from tests.harness.waiting import wait_for
 
@@ -208,11 +208,7 @@ def test_the_job_page_shows_the_servers_workers_and_eta(
     bring anything else (the test's server speaks HTTP only)."""
     job = resizing(alice, cluster)
     with browser_page() as page:
-        page.goto(live_server.url + "/accounts/login/")
-        page.fill("#id_username", "alice")
-        page.fill("#id_password", "alice-pass-1")
-        page.click("form[action='/accounts/login/'] button[type=submit]")
-        page.wait_for_url(live_server.url + "/")
+        log_in_as(page, live_server.url, "alice", "alice-pass-1")
         page.goto(f"{live_server.url}/jobs/{job.pk}/")
         page.wait_for_function("document.getElementById('workers').textContent === '2'")
         assert page.inner_text("#eta") == eta_text(ETA) == "8 min"
