@@ -29,7 +29,7 @@ class Goodput(NamedTuple):
     batch: int = 0
 
 
-class Goodputs:
+class GoodputFits:
     """Per job, its measurements and their fit, read again every ``refresh`` seconds."""
 
     def __init__(self, records: Records, refresh: float = REFRESH) -> None:

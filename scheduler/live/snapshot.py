@@ -17,8 +17,7 @@ from typing import Any, Protocol
 
 from protocol.slots import SlotInfo
 from scheduler.live.cache import Timed
-from scheduler.live.goodputs import Goodput
-from scheduler.live.goodputs import Goodputs as GoodputFits
+from scheduler.live.goodputs import Goodput, GoodputFits
 from scheduler.live.speedups import (
     RECORDS_TTL,
     Curves,
@@ -35,7 +34,7 @@ BY_SERVICE = {las.POLICY, las.SPEEDUP_POLICY, tiresias.POLICY, goodput.POLICY}
 BY_SPEEDUP = {las.SPEEDUP_POLICY, goodput.POLICY}
 
 Speedups = dict[int, tuple[float, ...]]  # job -> its speedup curve
-Goodputs = dict[int, Goodput]  # goodput-mode job -> its measured inputs
+GoodputInputs = dict[int, Goodput]  # goodput-mode job -> its measured inputs
 # row, held, speedup, served, priority, measured (goodput mode), remaining work
 ViewInputs = tuple[Any, int, tuple[float, ...], float, int, Goodput | None, float]
 
@@ -81,7 +80,7 @@ class Inputs:
 
     speedups: Speedups = field(default_factory=dict)
     attained: dict[int, float] = field(default_factory=dict)
-    goodputs: Goodputs = field(default_factory=dict)
+    goodputs: GoodputInputs = field(default_factory=dict)
     per_host: int = 0
     remaining: dict[int, float] = field(default_factory=dict)  # job -> slot-seconds left
 
@@ -225,7 +224,7 @@ class SnapshotBuilder:
     def views_of(self, jobs: Iterable[Schedulable], held: dict[int, int],
                  speedups: Speedups | None = None, attained: dict[int, float] | None = None,
                  priorities: dict[int, int] | None = None,
-                 goodputs: Goodputs | None = None,
+                 goodputs: GoodputInputs | None = None,
                  remaining: dict[int, float] | None = None) -> list[JobView]:  # fmt: skip
         """Each job's view, the last build's where what it is made of is the same."""
         speedups, attained, priorities = speedups or {}, attained or {}, priorities or {}
