@@ -301,16 +301,18 @@ def assert_continuous(records: list[dict[str, Any]]) -> None:
         assert r["efficiency"] == pytest.approx(r["gain"] * r["base_batch"] / r["batch"])
 
 
+@pytest.mark.parametrize("extra", [(), ("--loader-workers", "1")], ids=["gathered", "fed"])
 def test_a_goodput_job_resized_with_new_batches_trains_on_from_the_same_state(
-    redis_server: RedisServer, tmp_path: Path, data: Path
+    redis_server: RedisServer, tmp_path: Path, data: Path, extra: tuple[str, ...]
 ) -> None:
     """1 -> 2 -> 3 -> 1 learners, each generation at the batch the schedule names: every
     member takes it, the statistics and progress carry across each resize, the loss goes on
-    from where it was (a learner that started from scratch would be back near ln 10)."""
+    from where it was (a learner that started from scratch would be back near ln 10); its
+    samples gathered in the learner, or read by DataLoader workers from each new place."""
     records = first_of_each_step(drive(
         redis_server, tmp_path / "run", data, "0:1,16:2@128,28:3@256,40:1@96",
         "--batch-size", "64", "--batch-min", "32", "--batch-max", "512", "--max-steps", "52",
-        "--lr", "0.01", model=PACED_TWIN,
+        "--lr", "0.01", *extra, model=PACED_TWIN,
     ))  # fmt: skip
     assert_continuous(records)
     sizes = []
