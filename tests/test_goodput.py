@@ -301,16 +301,18 @@ def assert_continuous(records: list[dict[str, Any]]) -> None:
         assert r["efficiency"] == pytest.approx(r["gain"] * r["base_batch"] / r["batch"])
 
 
+@pytest.mark.parametrize("extra", [(), ("--loader-workers", "1")], ids=["gathered", "fed"])
 def test_a_goodput_job_resized_with_new_batches_trains_on_from_the_same_state(
-    redis_server: RedisServer, tmp_path: Path, data: Path
+    redis_server: RedisServer, tmp_path: Path, data: Path, extra: tuple[str, ...]
 ) -> None:
     """1 -> 2 -> 3 -> 1 learners, each generation at the batch the schedule names: every
     member takes it, the statistics and progress carry across each resize, the loss goes on
-    from where it was (a learner that started from scratch would be back near ln 10)."""
+    from where it was (a learner that started from scratch would be back near ln 10); its
+    samples gathered in the learner, or read by DataLoader workers from each new place."""
     records = first_of_each_step(drive(
         redis_server, tmp_path / "run", data, "0:1,16:2@128,28:3@256,40:1@96",
         "--batch-size", "64", "--batch-min", "32", "--batch-max", "512", "--max-steps", "52",
-        "--lr", "0.01", model=PACED_TWIN,
+        "--lr", "0.01", *extra, model=PACED_TWIN,
     ))  # fmt: skip
     assert_continuous(records)
     sizes = []
@@ -338,16 +340,41 @@ def test_a_goodput_job_resized_with_new_batches_trains_on_from_the_same_state(
     assert all(1.0 < r["gain"] < r["batch"] / 64 and r["efficiency"] < 1.0 for r in grown)
 
 
-def test_a_goodput_job_restarted_from_its_checkpoint_keeps_its_statistics_and_batch(
+def test_a_goodput_job_read_through_loader_workers_trains_as_its_own_gather(
     redis_server: RedisServer, tmp_path: Path, data: Path
+) -> None:
+    """Two learners at the batch the generation names (not the base batch), over three
+    epochs: with the samples read by DataLoader workers (docs/architecture.md, "Input
+    pipeline") and gathered in the learner, every step the same loss, statistics and
+    learning rate."""
+    runs = [first_of_each_step(drive(
+        redis_server, tmp_path / name, data, "0:2@128", "--batch-size", "64",
+        "--batch-min", "32", "--batch-max", "512", "--max-steps", "20", "--lr", "0.01", *extra,
+    )) for name, extra in (("fed", ("--loader-workers", "1")), ("gathered", ()))]  # fmt: skip
+    fed, gathered = runs
+    assert len(fed) == len(gathered) == 20 and {r["batch"] for r in fed} == {128}
+    assert fed[-1]["epoch"] == 2
+    for a, b in zip(fed, gathered, strict=True):
+        assert (a["workers"], a["batch"], a["epoch"]) == (b["workers"], b["batch"], b["epoch"])
+        for key in ("loss", "lr", "gns", "progress"):
+            assert a[key] == pytest.approx(b[key], rel=1e-5), (key, a, b)
+    logs = "\n".join(p.read_text() for p in (tmp_path / "fed" / "logs").glob("*.log"))
+    assert re.search(r"largest worker resident [1-9]", logs), logs[-2000:]
+
+
+@pytest.mark.parametrize("extra", [(), ("--loader-workers", "1")], ids=["gathered", "fed"])
+def test_a_goodput_job_restarted_from_its_checkpoint_keeps_its_statistics_and_batch(
+    redis_server: RedisServer, tmp_path: Path, data: Path, extra: tuple[str, ...]
 ) -> None:
     """Every learner killed at step 18: the job goes back to its last checkpoint (an epoch
     is 8 steps at the batch 128) and redoes the steps since with the batch, statistics and
-    progress it had there: the same losses and learning rates as the first time."""
+    progress it had there: the same losses and learning rates as the first time (its
+    samples gathered in the learner, or read by DataLoader workers from the checkpoint's
+    place on)."""
     records = drive(
         redis_server, tmp_path / "run", data, "0:2@128", "--kill", "18:KILL:all",
         "--batch-size", "64", "--batch-min", "32", "--batch-max", "512", "--max-steps", "32",
-        "--lr", "0.01", model=PACED_TWIN,
+        "--lr", "0.01", *extra, model=PACED_TWIN,
     )  # fmt: skip
     events = [json.loads(line) for line in (tmp_path / "run" / "events.jsonl").open()]
     restart = next(e for e in events if e["kind"] == "restart")

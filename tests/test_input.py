@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import torch
 from PIL import Image
+from torch.utils.data import TensorDataset
 
 from edtweb.redis_server import RedisServer
 from tests.harness.driven import (
@@ -24,7 +25,8 @@ from tests.harness.driven import (
 )
 from workers.learner import loader
 from workers.learner.datasets import describe, detect_format, load_dataset, write_imagefolder
-from workers.learner.partition import permutation, rank_indices, slice_bounds
+from workers.learner.goodput import micro_cap
+from workers.learner.partition import permutation, rank_indices, rank_slice, slice_bounds
 from workers.learner.shards import write_shards
 from workers.learner.spec import JobSpec
 
@@ -60,6 +62,44 @@ def test_the_order_yields_each_ranks_slice_of_the_global_batch(cap: int, sizes_:
                 assert got == rank_indices(perm, it, batch, size, rank)
                 lo, hi = slice_bounds(batch, size, rank)
                 assert all(len(p) <= (cap or hi - lo) for p in list(iter(order))[:pieces])
+
+
+GOODPUT_PLACES = [  # (size, batch, iterations): the batch moves within an epoch
+    (1, 12, 3), (3, 30, 2), (2, 7, 4), (1, 40, 3), (4, 9, 5),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("cap", [0, 4])
+@pytest.mark.parametrize("places", [GOODPUT_PLACES, GOODPUT_PLACES[::-1]])
+def test_the_goodput_order_feeds_each_ranks_slice_from_the_samples_done(
+    cap: int, places: list[tuple[int, int, int]]
+) -> None:
+    """Through one Feed per rank (workers 0: the same DataLoader path in this process), at
+    each size and batch in turn, each iteration is the rank's slice of the next ``batch``
+    samples of perm(seed, epoch), cut at goodput mode's cap (a lone learner's in two at
+    least); an epoch ends where no whole batch is left."""
+    samples, epochs = 100, 4
+    data = TensorDataset(torch.arange(samples), torch.zeros(samples))
+    spec = JobSpec(job_id="j", model="m", data="d", workdir="w", seed=SEED, epochs=epochs,
+                   max_micro_batch=cap, loader_workers=1)  # fmt: skip
+    feeds = [loader.feed_for(data, spec, pin=False, goodput=True)[1] for _ in range(4)]
+    assert all(f is not None and isinstance(f.order, loader.GoodputOrder) for f in feeds)
+    feeds = [loader.Feed(data, f.order, 0, False) for f in feeds if f is not None]
+    counters = {"epoch": 0, "sample": 0}
+    for size, batch, iterations in places:
+        for _ in range(iterations):
+            if counters["sample"] + batch > samples:
+                counters = {"epoch": counters["epoch"] + 1, "sample": 0}
+            perm = permutation(samples, SEED, counters["epoch"])
+            for rank in range(size):
+                fed = feeds[rank].take(feeds[rank].place(counters, batch, size, rank))
+                assert [int(i) for x, _ in fed for i in x] == rank_slice(
+                    perm, counters["sample"], batch, size, rank)  # fmt: skip
+                assert all(len(x) <= (micro_cap(cap, batch, size) or batch) for x, _ in fed)
+                assert size > 1 or batch < 2 or len(fed) >= 2
+            counters["sample"] += batch
+    # the workers restart where the size or the batch changes, never within a run of them
+    assert [f.restarts for f in feeds] == [sum(r < size for size, _, _ in places) for r in range(4)]
 
 
 def test_the_default_workers_are_the_slots_share_of_the_cores() -> None:
@@ -141,6 +181,17 @@ def test_augmentation_depends_on_the_seed_epoch_and_sample_alone(folder: Path) -
     assert any(epochs_differ)  # a sample's crop and flip change from epoch to epoch
     normalised = augmented[0][0]
     assert abs(float(normalised.mean())) < 0.5  # the statistics' normalisation, no crop
+
+
+def test_a_goodput_job_is_augmented_as_any_other(folder: Path) -> None:
+    train, _, _ = load_dataset(folder)
+    spec = JobSpec(job_id="j", model="m", data=str(folder), workdir="w", augment=1, seed=3)
+    augmented, feed = loader.feed_for(train, spec, pin=False, goodput=True)
+    assert isinstance(augmented, loader.Augmented) and feed is not None
+    assert isinstance(feed.order, loader.GoodputOrder) and feed.order.keyed
+    feed.order.place = (1, 0, 8, 2, 1)
+    first = next(iter(feed.order))
+    assert first == [(1, i) for i in rank_slice(permutation(len(train), 3, 1), 0, 8, 2, 1)]
 
 
 # ------------------------------------------------------------------------- through the loader

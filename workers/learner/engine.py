@@ -49,7 +49,7 @@ from workers.learner.contract import (
     run_script,
     write_config,
 )
-from workers.learner.goodput import NoiseScale, small_batch
+from workers.learner.goodput import NoiseScale, micro_cap, small_batch
 from workers.learner.overlap import BucketFailure, GradBuckets, gloo_or_nccl_allreduce
 from workers.learner.partition import (
     iterations_per_epoch,
@@ -409,7 +409,7 @@ class Learner:
         if self.reducer is None:
             self._own_buckets()
         if self.feed is not None:  # its workers start decoding where training will resume
-            self.feed.start((self.counters["epoch"], self.counters["iteration"], 1, 0))
+            self.feed.start(self.feed.place(self.counters, self.batch, 1, 0))
         log.info("%s: ready in %.2f s (code, %d training samples, model)",
                  self.slot, time.perf_counter() - started, len(self.train_set))  # type: ignore[arg-type]  # fmt: skip
 
@@ -747,11 +747,7 @@ class Learner:
     def _micro_cap(self) -> int:
         """The micro-batch cap; with one learner in goodput mode at most half its batch, so
         that it has two micro-batches to measure the noise scale from (as AdaptDL does)."""
-        cap = self.spec.max_micro_batch
-        if self.size == 1 and self.batch >= 2:
-            half = -(-self.batch // 2)
-            cap = min(cap, half) if cap > 0 else half
-        return cap
+        return micro_cap(self.spec.max_micro_batch, self.batch, self.size)
 
     def _steps_estimate(self) -> int:
         """Goodput mode: the steps of the whole run at the current batch from here."""
@@ -904,13 +900,13 @@ class Learner:
     def _batches_for(self, epoch: int, iteration: int) -> list[tuple[Any, Any]]:
         """This iteration's micro-batches (prefetched when the key matches), and the next
         iteration's started in the background."""
+        if self.feed is not None:  # DataLoader workers, in the protocol's order (loader.py)
+            fed = self.feed.take(self.feed.place(self.counters, self.batch, self.size, self.rank))
+            return fed if self.device.type == "cpu" else [
+                (self._to_device(x), self._to_device(y)) for x, y in fed]  # fmt: skip
         if self.noise is not None:
             return self._goodput_batches(epoch)
         key = (epoch, iteration, self.size, self.rank)
-        if self.feed is not None:  # DataLoader workers, in the protocol's order (loader.py)
-            fed = self.feed.take(key)
-            return fed if self.device.type == "cpu" else [
-                (self._to_device(x), self._to_device(y)) for x, y in fed]  # fmt: skip
         batches = self.prefetch.take(key)
         if batches is None:
             batches = self.prefetch.build(self._build, self._my_indices(epoch, iteration))

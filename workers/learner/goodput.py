@@ -121,3 +121,13 @@ def small_batch(sizes: list[int]) -> tuple[int, float]:
     harmonic mean: E|g_b|² averaged over them is |G|² + tr(Σ)·mean(1/n)."""
     held = [n for n in sizes if n > 0]
     return len(held), (len(held) / sum(1.0 / n for n in held) if held else 0.0)
+
+
+def micro_cap(cap: int, batch: int, size: int) -> int:
+    """The micro-batch cap of a goodput-mode step (``cap`` the job's, 0: none): a lone
+    learner cuts its batch in two at least, so that it has two small batches to measure
+    the noise scale from (as AdaptDL does)."""
+    if size == 1 and batch >= 2:
+        half = -(-batch // 2)
+        return min(cap, half) if cap > 0 else half
+    return cap

@@ -12,9 +12,11 @@ places the order there and restarts the iteration on the same workers, without a
 start. The workers are forked from the learner, so they run in its sandbox, under its
 limits.
 
+A goodput-mode job, whose global batch moves within an epoch, is read the same way through
+:class:`GoodputOrder`, whose place counts the samples done rather than iterations.
+
 In-memory datasets (CIFAR, NPZ: a ``TensorDataset``) keep the learner's own gather, as
-fast as a plain loop, unless the job asks for loader workers or augmentation; a
-goodput-mode job, whose batch moves within an epoch, keeps it too.
+fast as a plain loop, unless the job asks for loader workers or augmentation.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from __future__ import annotations
 import multiprocessing
 import os
 import resource
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +32,7 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset, Sampler, TensorDataset
 
+from workers.learner.goodput import micro_cap
 from workers.learner.partition import micro_batches, permutation, slice_bounds
 from workers.learner.spec import JobSpec
 
@@ -41,7 +44,9 @@ NORM_SAMPLES = 256  # samples the normalisation's per-channel statistics are tak
 # than leaving the job waiting for ever
 LOADER_TIMEOUT = 600.0
 
-Place = tuple[int, int, int, int]  # epoch, iteration, group size, rank
+# ElasticOrder's: epoch, iteration, group size, rank; GoodputOrder's: epoch, samples done
+# in the epoch, global batch, group size, rank
+Place = tuple[int, ...]
 Batches = list[tuple[Any, Any]]
 
 
@@ -80,6 +85,21 @@ class ElasticOrder(Sampler[list[Any]]):
         lo, hi = slice_bounds(self.batch, size, rank)
         return len(micro_batches(lo, hi, self.cap))
 
+    def place_at(self, counters: Mapping[str, int], batch: int, size: int, rank: int) -> Place:
+        """The place of the learner's next iteration (its counters) for ``rank`` of ``size``."""
+        return (counters["epoch"], counters["iteration"], size, rank)
+
+    def count(self, place: Place) -> int:
+        """Micro-batches of the iteration at ``place``."""
+        return self.pieces(place[2], place[3])
+
+    def after(self, place: Place) -> Place:
+        """The place of the iteration that follows the one at ``place``."""
+        epoch, iteration, size, rank = place
+        if iteration + 1 < self.per_epoch:
+            return (epoch, iteration + 1, size, rank)
+        return (epoch + 1, 0, size, rank)
+
     def __iter__(self) -> Iterator[list[Any]]:
         epoch, iteration, size, rank = self.place
         lo, hi = slice_bounds(self.batch, size, rank)
@@ -97,10 +117,59 @@ class ElasticOrder(Sampler[list[Any]]):
         return left * self.pieces(size, rank)
 
 
-class Feed:
-    """One learner's DataLoader over its training set, read in the protocol's order."""
+class GoodputOrder(Sampler[list[Any]]):
+    """A goodput-mode job's micro-batches from a place (epoch, samples done in the epoch,
+    global batch, group size, rank) on: each iteration the rank's slice of the next
+    ``batch`` samples of ``perm(seed, epoch)`` (partition.rank_slice), cut at the step's
+    cap (goodput.micro_cap); an epoch ends when no whole batch is left. The batch changes
+    only with a new generation, and a new place, so it is fixed from a place on."""
 
-    def __init__(self, dataset: Dataset[Any], order: ElasticOrder, workers: int, pin: bool) -> None:
+    def __init__(self, samples: int, seed: int, epochs: int, cap: int,
+                 keyed: bool = False) -> None:  # fmt: skip
+        self.samples, self.seed, self.epochs = samples, seed, epochs
+        self.cap, self.keyed = cap, keyed
+        self.place: Place = (0, 0, 1, 1, 0)
+
+    def place_at(self, counters: Mapping[str, int], batch: int, size: int, rank: int) -> Place:
+        return (counters["epoch"], counters["sample"], batch, size, rank)
+
+    def count(self, place: Place) -> int:
+        _epoch, _start, batch, size, rank = place
+        lo, hi = slice_bounds(batch, size, rank)
+        return len(micro_batches(lo, hi, micro_cap(self.cap, batch, size)))
+
+    def after(self, place: Place) -> Place:
+        epoch, start, batch, size, rank = place
+        if start + 2 * batch <= self.samples:
+            return (epoch, start + batch, batch, size, rank)
+        return (epoch + 1, 0, batch, size, rank)
+
+    def __iter__(self) -> Iterator[list[Any]]:
+        epoch, start, batch, size, rank = self.place
+        lo, hi = slice_bounds(batch, size, rank)
+        cap = micro_cap(self.cap, batch, size)
+        while epoch < self.epochs:
+            order = permutation(self.samples, self.seed, epoch)
+            while start + batch <= self.samples:
+                mine = order[start + lo : start + hi]
+                for a, b in micro_batches(0, len(mine), cap):
+                    yield [(epoch, i) for i in mine[a:b]] if self.keyed else mine[a:b]
+                start += batch
+            epoch, start = epoch + 1, 0
+
+    def __len__(self) -> int:
+        epoch, start, batch, _size, _rank = self.place
+        per_epoch = self.samples // batch
+        left = max(0, (self.samples - start) // batch + (self.epochs - epoch - 1) * per_epoch)
+        return left * self.count(self.place)
+
+
+class Feed:
+    """One learner's DataLoader over its training set, read in its order's places."""
+
+    def __init__(
+        self, dataset: Dataset[Any], order: ElasticOrder | GoodputOrder, workers: int, pin: bool
+    ) -> None:
         self.order = order
         self.workers = workers
         self.loader = DataLoader(
@@ -123,17 +192,18 @@ class Feed:
         self.next = place
         self.restarts += 1
 
+    def place(self, counters: Mapping[str, int], batch: int, size: int, rank: int) -> Place:
+        """Where the learner's next iteration reads, from its counters, at the global
+        ``batch``, for ``rank`` of ``size``."""
+        return self.order.place_at(counters, batch, size, rank)
+
     def take(self, place: Place) -> Batches:
         """The micro-batches of the iteration at ``place``."""
         if self.next != place or self.batches is None:
             self.start(place)
         assert self.batches is not None
-        epoch, iteration, size, rank = place
-        out = [next(self.batches) for _ in range(self.order.pieces(size, rank))]
-        nxt = iteration + 1
-        self.next = (
-            (epoch, nxt, size, rank) if nxt < self.order.per_epoch else (epoch + 1, 0, size, rank)
-        )
+        out = [next(self.batches) for _ in range(self.order.count(place))]
+        self.next = self.order.after(place)
         return [(x, y) for x, y in out]
 
 
@@ -149,19 +219,21 @@ def _forget_temp_dir() -> None:
 def feed_for(
     dataset: Dataset[Any], spec: JobSpec, pin: bool, goodput: bool
 ) -> tuple[Dataset[Any], Feed | None]:
-    """The dataset as the learner trains on it (augmented where the job asks) and its feed;
-    None: the learner gathers its batches itself (an in-memory dataset the job asks no
-    workers nor augmentation of, or goodput mode)."""
-    if goodput or (
-        isinstance(dataset, TensorDataset) and not (spec.loader_workers or spec.augment)
-    ):
+    """The dataset as the learner trains on it (augmented where the job asks) and its feed,
+    in goodput mode's order where ``goodput``; None: the learner gathers its batches
+    itself (an in-memory dataset the job asks no workers nor augmentation of)."""
+    if isinstance(dataset, TensorDataset) and not (spec.loader_workers or spec.augment):
         return dataset, None
     samples = len(dataset)  # type: ignore[arg-type]
     keyed = bool(spec.augment)
     if keyed:
         dataset = Augmented(dataset, spec.seed, statistics(dataset))
-    order = ElasticOrder(samples, spec.batch_size, spec.seed, spec.epochs,
-                         spec.max_micro_batch, keyed)  # fmt: skip
+    cap = spec.max_micro_batch
+    order: ElasticOrder | GoodputOrder = ElasticOrder(
+        samples, spec.batch_size, spec.seed, spec.epochs, cap, keyed
+    )
+    if goodput:
+        order = GoodputOrder(samples, spec.seed, spec.epochs, cap, keyed)
     workers = spec.loader_workers or default_workers()
     return dataset, Feed(dataset, order, workers, pin)
 
