@@ -10,8 +10,8 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from urllib.parse import quote
 from typing import Any
+from urllib.parse import quote
 
 from edtcli.client import Client, CliError
 from edtcli.output import emit_json, fields, table
@@ -271,9 +271,10 @@ def team_share(api: Client, job: dict[str, Any]) -> dict[str, Any] | None:
     if line is None:
         return None
     name = f"team {team}" if team else "jobs of no team"
+    fair = float(line["entitled"])
     text = (f"{name} in group {line['group']}: holds {line['held']} of {line['capacity']} "
-            f"slots, entitled to {float(line['entitled']):.1f} (guarantee {line['guarantee']}, "
-            f"then weight {line['weight']}), {lending(line)}; asks for {line['demand']}")  # fmt: skip
+            f"slots, entitled to {fair:.1f} (guarantee {line['guarantee']}, then weight "
+            f"{line['weight']}), {lending(line)}; asks for {line['demand']}")  # fmt: skip
     return {"team": team, **{k: line[k] for k in SHARE_KEYS}, "text": text}
 
 

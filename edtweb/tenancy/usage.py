@@ -169,10 +169,14 @@ def usage(user: Any, since: datetime, until: datetime, by: str = "team",
         "by": by,
         "period": period,
         "rows": [
-            {"period": day.isoformat(), by: key, **slot_hours(*seconds.get((day, key), (0, 0))),
-             **waits.shown(tallies.get((day, key)))}
+            {
+                "period": day.isoformat(),
+                by: key,
+                **slot_hours(*seconds.get((day, key), (0, 0))),
+                **waits.shown(tallies.get((day, key))),
+            }
             for day, key in sorted(set(seconds) | set(tallies))
-        ],  # fmt: skip
+        ],
         "totals": [
             {by: key, **slot_hours(*totals.get(key, (0, 0))), **waits.shown(summed.get(key))}
             for key in sorted(set(totals) | set(summed))

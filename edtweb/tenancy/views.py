@@ -166,7 +166,8 @@ def shares_page(request: HttpRequest) -> HttpResponse:
         if only is None:
             raise Http404(f"no team {name}: it does not exist or you are not in it")
     answer = entitlement.teams_now(request.user, only)
-    when = datetime.fromtimestamp(answer["t"], timezone.get_current_timezone()) if answer["t"] else None
+    zone = timezone.get_current_timezone()
+    when = datetime.fromtimestamp(answer["t"], zone) if answer["t"] else None
     context = {"answer": answer, "at": when, "only": only, "nav": "shares"}
     return render(request, "tenancy/shares.html", context)
 
