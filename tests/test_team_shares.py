@@ -25,15 +25,12 @@ from edtweb.tenancy import entitlement, usage
 from edtweb.tenancy import services as tenancy
 from edtweb.tenancy.models import Team
 from edtweb.tenancy.waits import seen
-from edtweb.training.live_adapter import job_rows, schedulable_jobs
-from edtweb.training.live_adapter import tenancy as read_tenancy
 from edtweb.training.models import Job, JobEvent
 from protocol.keys import SHARES_KEY
-from scheduler.live.shares import SharesLog
-from scheduler.live.snapshot import SnapshotBuilder
-from scheduler.policies import Decision, decide
+from scheduler.policies import Decision
 from scheduler.store import AllocationRecord, Store
 from tests.harness.api import token_client
+from tests.harness.shares import publish
 
 pytestmark = [pytest.mark.django_db, pytest.mark.redis("private_redis")]
 
@@ -71,13 +68,7 @@ def decided(store: Store, people: dict[str, Any], teams: dict[str, Team]) -> Ite
     job(people["lena"], "lena-wide", teams["vision"], Job.State.QUEUED, 8, min_workers=8)
     o = job(people["olga"], "olga-run", teams["nlp"], Job.State.RUNNING, 2)
     job(people["bob"], "bobs-own", None, Job.State.QUEUED, 2)
-    snapshots = SnapshotBuilder().build_groups(
-        job_rows(schedulable_jobs()), {"default": 8}, {a.pk: 6, o.pk: 2}, read_tenancy()
-    )
-    decision = decide(snapshots["default"])
-    SharesLog(lambda: store.r).offer({"default": decision})
-    standing = {int(k): v for k, v in decision.standing().items()}
-    store.save_allocations(AllocationRecord(capacity=8, standing=standing), ttl=300)
+    decision = publish(store, 8, {a.pk: 6, o.pk: 2})
     yield decision
     store.save_allocations(AllocationRecord(), ttl=0.001)
     store.r.delete(SHARES_KEY)
