@@ -95,6 +95,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--until", help="as --since (default: now)")
     p.add_argument("--by", choices=["team", "user"], default="team")
     p.add_argument("--period", choices=["day", "week"], default="day")
+    p = add(sub, "share", commands.share, "why your teams have their shares (staff: every team)")
+    p.add_argument("team", nargs="?", help="only this team")
     _admin(add, sub)
     return top
 

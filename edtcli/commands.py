@@ -11,6 +11,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 from edtcli.client import Client, CliError
 from edtcli.output import emit_json, fields, table
@@ -166,6 +167,8 @@ def models_delete(args: argparse.Namespace, api: Client) -> None:
 # Jobs ------------------------------------------------------------------------------------
 
 HOURS = [("slot_hours", "slot-hours"), ("used_slot_hours", "used")]  # allocated, and busy
+WAITS = [("average_wait_s", "avg wait s"), ("waits", "waits"), ("shrinks", "shrinks"),
+         ("reclaims", "reclaims")]  # fmt: skip
 
 JOB_COLUMNS = [("id", "id"), ("name", "name"), ("state", "state"), ("workers", "workers"),
                ("priority", "priority"), ("progress", "progress"), ("owner", "owner"),
@@ -253,33 +256,66 @@ WHY_KEYS = ("id", "state", "resource_group", "workers", "max_workers", "position
 
 
 def team_share(api: Client, job: dict[str, Any]) -> dict[str, Any] | None:
-    """The job's team's share in its group at the scheduler's latest entry: slots held,
-    entitled (its fair share: guarantee first, then weight), borrowed or lent, asked."""
-    answer = api.call("GET", "cluster/shares/")
-    entries = answer.get("entries") or []
-    if not entries:
-        return None
-    group = entries[-1].get("groups", {}).get(job["resource_group"]) or {}
-    ids = {name: key for key, name in answer.get("teams", {}).items()}
+    """The job's team's line in its group as the scheduler last published it (the server's
+    ``teams/{name}/share/``; for jobs of no team, staff's ``cluster/shares/teams/``): slots
+    held, fair share, guarantee, borrowed, lent, asked."""
     team = job.get("team") or ""
-    found = group.get("teams", {}).get(ids.get(team, "") if team else "")
-    if not found:
+    try:
+        answer = api.call("GET", f"teams/{quote(team, safe='')}/share/" if team
+                          else "cluster/shares/teams/")  # fmt: skip
+    except CliError:  # a team one may not see (a staff member's job of another team)
         return None
-    held, entitled = found.get("held", 0), float(found.get("entitled", 0.0))
-    gap = held - entitled
-    way = (
-        f"borrows {gap:.1f}"
-        if gap > 0.05
-        else f"lends {-gap:.1f}"
-        if gap < -0.05
-        else "at its share"
-    )
+    found = next((t for t in answer.get("teams", []) if t.get("team") == team), None)
+    line = next((g for g in (found or {}).get("groups", [])
+                 if g.get("group") == job["resource_group"]), None)  # fmt: skip
+    if line is None:
+        return None
     name = f"team {team}" if team else "jobs of no team"
-    text = (f"{name} in group {job['resource_group']}: holds {held} of {group.get('capacity', 0)} "
-            f"slots, entitled to {entitled:.1f} (guarantee, then weight), {way}; "
-            f"asks for {found.get('demand', 0)}")  # fmt: skip
-    return {"team": team, "held": held, "entitled": entitled, "demand": found.get("demand", 0),
-            "capacity": group.get("capacity", 0), "text": text}  # fmt: skip
+    fair = float(line["entitled"])
+    text = (f"{name} in group {line['group']}: holds {line['held']} of {line['capacity']} "
+            f"slots, entitled to {fair:.1f} (guarantee {line['guarantee']}, then weight "
+            f"{line['weight']}), {lending(line)}; asks for {line['demand']}")  # fmt: skip
+    return {"team": team, **{k: line[k] for k in SHARE_KEYS}, "text": text}
+
+
+SHARE_KEYS = ("held", "entitled", "demand", "capacity", "guarantee", "weight", "borrowed", "lent")
+
+
+def lending(line: dict[str, Any]) -> str:
+    """What a team's line says it borrows or lends (the server's numbers)."""
+    parts = [f"borrows {line['borrowed']}" if line.get("borrowed") else "",
+             f"lends {line['lent']}" if line.get("lent") else ""]  # fmt: skip
+    return " and ".join(p for p in parts if p) or "within its guarantee"
+
+
+def share(args: argparse.Namespace, api: Client) -> None:
+    """Why each of your teams (staff: every team) has its share, as the scheduler last
+    published it: per group its guarantee, weight, fair share, held, borrowed or lent; its
+    users' parts; its waiting jobs with the scheduler's reasons."""
+    path = f"teams/{quote(args.team, safe='')}/share/" if args.team else "cluster/shares/teams/"
+    answer = api.call("GET", path)
+
+    def human(a: dict[str, Any]) -> None:
+        if a.get("note"):
+            print(a["note"])
+        for team in a["teams"]:
+            print(f"{'team ' + team['name'] if team['team'] else 'jobs of no team'}:")
+            table(team["groups"], SHARE_COLUMNS)
+            for line in team["groups"]:
+                for user in line["users"]:
+                    print(f"  {user['user']} in {line['group']}: fair share {user['entitled']}, "
+                          f"holds {user['held']}")  # fmt: skip
+            for job in team["waiting"]:
+                print(f"  waiting: job {job['id']} {job['name']} ({job['owner']}): "
+                      f"{job['reason'] or 'no decision about it'}")  # fmt: skip
+            print()
+
+    show(args, answer, human)
+
+
+SHARE_COLUMNS = [("group", "group"), ("guarantee", "guarantee"), ("weight", "weight"),
+                 ("limit", "limit"), ("entitled", "fair share"), ("held", "held"),
+                 ("demand", "asks"), ("borrowed", "borrowed"), ("lent", "lent")]  # fmt: skip
 
 
 def jobs_events(args: argparse.Namespace, api: Client) -> None:
@@ -422,12 +458,12 @@ def usage(args: argparse.Namespace, api: Client) -> None:
 
     def human(u: Any) -> None:
         named = [{**r, key: r[key] or "(no team)"} for r in u["rows"]]
-        table(named, [("period", args.period), (key, key), *HOURS])
+        table(named, [("period", args.period), (key, key), *HOURS, *WAITS])
         if u["totals"]:
             print()
             total = [{**t, key: t[key] or "(no team)"} for t in u["totals"]]
             print(f"from {u['since']} to {u['until']}:")
-            table(total, [(key, key), *HOURS])
+            table(total, [(key, key), *HOURS, *WAITS])
 
     show(args, used, human)
 

@@ -54,6 +54,7 @@ urlpatterns = [
     path("compare.csv", sweeps.compare_csv, name="compare-csv"),
     path("teams/", tenancy.teams_page, name="teams"),
     path("groups/", tenancy.groups_page, name="groups"),
+    path("shares/", tenancy.shares_page, name="shares"),
     path("usage/", tenancy.usage_page, name="usage"),
     path("usage.csv", tenancy.usage_csv, name="usage-csv"),
     path("accounts/login/", views.LoginView.as_view(), name="login"),

@@ -68,8 +68,11 @@ ALLOCATIONS_KEY = PREFIX + "scheduler:allocations"  # the allocation record (sch
 # (at most once a second; capped): a stream whose entries have one field, ``data``, JSON
 # {"t": unix time, "groups": {group: {"capacity": slots, "held": slots held in the group,
 # "teams": {team id ("" for jobs of no team): {"held": slots, "entitled": slots (exact),
-# "demand": slots}, each counting its sub-teams'}, "queue": {team id: [its own job ids
-# waiting, in order]}}}}. Read by the Cluster page's chart (scheduler.store).
+# "demand": slots, each counting its sub-teams'; "weight", "guarantee", "limit" (null: none)
+# as the group read them; "users": {owner: {"held": slots, "entitled": slots (exact)}} of its
+# own jobs}}, "queue": {team id: [its own job ids waiting, in order]}}}}; a team is there
+# when its jobs ask for slots or it has a guarantee in the group. Read by the Cluster page's
+# chart and the Shares page (scheduler.store).
 SHARES_KEY = PREFIX + "scheduler:shares"
 SHARES_KEPT = 20000
 # The active scheduler's own Prometheus metrics, as text (scheduler/metrics.py).

@@ -47,6 +47,7 @@ class InMemoryBook:
     AWAY: tuple[type[Exception], ...] = ()
     rows: dict[int, JobRow] = field(default_factory=dict)
     events: list[tuple[int, str, str]] = field(default_factory=list)
+    details: list[dict[str, Any]] = field(default_factory=list)  # each event's data, in order
     teams: Tenancy = field(default_factory=Tenancy)
     records: dict[int, list[dict[str, Any]]] = field(default_factory=dict)  # train records
     reverse: bool = False  # the rows in reversed order: no decision may depend on it
@@ -80,6 +81,7 @@ class InMemoryBook:
 
     def fail(self, job_id: int, message: str) -> bool:
         self.events.append((job_id, "failed", message))
+        self.details.append({})
         return self._move(job_id, P.FAILED, P.ACTIVE)
 
     def complete(self, job_id: int) -> bool:
@@ -90,6 +92,7 @@ class InMemoryBook:
 
     def record_event(self, job_id: int, kind: str, message: str, **data: Any) -> None:
         self.events.append((job_id, kind, message))
+        self.details.append(data)
 
     def batched(self) -> contextlib.AbstractContextManager[None]:
         return contextlib.nullcontext()
@@ -305,6 +308,11 @@ def a_guarantee_is_taken_back_from_a_borrower_in_place(w: World) -> None:
     assert set(w.live.runners[1].members()) < before
     reason = [e[2] for e in w.book.events if e[0] == 2 and e[1] == "scaled"][-1]
     assert "guarantee 6" in reason, reason
+    # The borrower's shrink records its team's slots then beside its new entitlement: a
+    # reclaim, as the Usage page counts them (edtweb/tenancy/waits.py).
+    (shrunk,) = [d for e, d in zip(w.book.events, w.book.details, strict=True)
+                 if e[:2] == (1, "scaled") and d["target"] < d["current"]]  # fmt: skip
+    assert (shrunk["team_held"], shrunk["team_entitlement"]) == (8, 1.0), shrunk
     w.live.shares.at = 0.0  # the stream's one entry a second: not waited out here
     w.step()
     last = w.client.xrevrange(SHARES_KEY, count=1)[0][1]

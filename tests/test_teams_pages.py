@@ -433,9 +433,10 @@ def test_the_usage_page_shows_and_downloads_the_slot_hours_one_may_see(
     download = page_client(people["bob"]).get(f"/usage.csv?{span}&by=team")
     assert download["Content-Disposition"] == 'attachment; filename="usage-by-team-per-day.csv"'
     lines = list(csv.reader(io.StringIO(b"".join(download.streaming_content).decode())))
-    assert lines == [["period", "team", "slot_hours", "used_slot_hours"],
-                     ["2026-03-02", "", "2.0", "0.0"],
-                     ["2026-03-02", "vision", "7.0", "0.0"]]  # fmt: skip
+    assert lines == [["period", "team", "slot_hours", "used_slot_hours", "waits",
+                      "average_wait_s", "shrinks", "reclaims"],
+                     ["2026-03-02", "", "2.0", "0.0", "0", "", "0", "0"],
+                     ["2026-03-02", "vision", "7.0", "0.0", "0", "", "0", "0"]]  # fmt: skip
     # Mistakes are said, on the page and for the CSV.
     wrong = page_client(people["bob"]).get("/usage/?since=yesterday")
     assert wrong.status_code == 400 and "write a date (2026-01-05)" in wrong.content.decode()

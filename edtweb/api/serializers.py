@@ -770,6 +770,11 @@ class UsageRowSerializer(serializers.Serializer):
     user = serializers.CharField(required=False, help_text="by=user")
     slot_hours = serializers.FloatField(help_text="allocated")
     used_slot_hours = serializers.FloatField(help_text="weighed by how busy the slots were")
+    waits = serializers.IntegerField(help_text="waits for slots that ended (the job got slots)")
+    average_wait_s = serializers.FloatField(allow_null=True, help_text="their mean, in seconds; "
+                                            "null without any")  # fmt: skip
+    shrinks = serializers.IntegerField(help_text="decisions that gave a job fewer slots")
+    reclaims = serializers.IntegerField(help_text="shrinks of a team above its fair share")
 
 
 class UsageTotalSerializer(serializers.Serializer):
@@ -777,6 +782,11 @@ class UsageTotalSerializer(serializers.Serializer):
     user = serializers.CharField(required=False)
     slot_hours = serializers.FloatField(help_text="allocated")
     used_slot_hours = serializers.FloatField(help_text="weighed by how busy the slots were")
+    waits = serializers.IntegerField(help_text="waits for slots that ended (the job got slots)")
+    average_wait_s = serializers.FloatField(allow_null=True, help_text="their mean, in seconds; "
+                                            "null without any")  # fmt: skip
+    shrinks = serializers.IntegerField(help_text="decisions that gave a job fewer slots")
+    reclaims = serializers.IntegerField(help_text="shrinks of a team above its fair share")
 
 
 class UsageSerializer(serializers.Serializer):
@@ -829,6 +839,57 @@ class SharesSerializer(serializers.Serializer):
     teams = serializers.DictField(child=serializers.CharField(), help_text="team id -> name")
     entries = SharesEntrySerializer(many=True, help_text="oldest first")
     queue = TeamQueueSerializer(many=True)
+
+
+class UserPartSerializer(serializers.Serializer):
+    user = serializers.CharField()
+    held = serializers.FloatField(help_text="slots their jobs of the team hold")
+    entitled = serializers.FloatField(help_text="their part of the team's fair share, exact")
+    you = serializers.BooleanField(help_text="the user asking")
+
+
+class TeamGroupLineSerializer(serializers.Serializer):
+    group = serializers.CharField()
+    capacity = serializers.FloatField(help_text="the group's slots")
+    group_held = serializers.FloatField(help_text="slots held in the group, all teams together")
+    weight = serializers.FloatField(help_text="its part beside its sibling teams")
+    guarantee = serializers.FloatField(help_text="slots it may always claim here (0 elsewhere)")
+    limit = serializers.FloatField(allow_null=True, help_text="null: none")
+    entitled = serializers.FloatField(help_text="its fair share for what its jobs ask, exact")
+    held = serializers.FloatField(help_text="slots its jobs hold (its sub-teams' counted)")
+    demand = serializers.FloatField(help_text="slots its active jobs ask for")
+    borrowed = serializers.FloatField(help_text="held beyond its guarantee: others may take "
+                                      "them back when they ask")  # fmt: skip
+    lent = serializers.FloatField(help_text="of its guarantee, what its jobs neither hold nor "
+                                  "ask for: the others may use it until they do")  # fmt: skip
+    users = UserPartSerializer(many=True, help_text="its own users' parts")
+
+
+class TeamWaitingJobSerializer(serializers.Serializer):
+    id = serializers.IntegerField()
+    name = serializers.CharField()
+    owner = serializers.CharField()
+    state = serializers.CharField()
+    group = serializers.CharField()
+    priority = serializers.IntegerField()
+    min_workers = serializers.IntegerField()
+    max_workers = serializers.IntegerField()
+    position = serializers.IntegerField(help_text="its place in its group's queue; 0: none yet")
+    reason = serializers.CharField(help_text="the scheduler's words: what it waits for")
+
+
+class TeamNowSerializer(serializers.Serializer):
+    team = serializers.CharField(help_text="its name; '' for the jobs of no team (staff)")
+    name = serializers.CharField()
+    member = serializers.BooleanField(help_text="you are in it")
+    groups = TeamGroupLineSerializer(many=True, help_text="where it holds, asks or is owed")
+    waiting = TeamWaitingJobSerializer(many=True, help_text="in the scheduler's order")
+
+
+class TeamsNowSerializer(serializers.Serializer):
+    t = serializers.FloatField(allow_null=True, help_text="unix time of the scheduler's entry")
+    note = serializers.CharField(help_text="why there are no numbers; empty when there are")
+    teams = TeamNowSerializer(many=True)
 
 
 class TeamChangeSerializer(serializers.Serializer):

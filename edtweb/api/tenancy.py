@@ -19,7 +19,7 @@ from rest_framework.response import Response
 
 from edtweb.api import serializers as s
 from edtweb.api.errors import ApiError
-from edtweb.tenancy import preview, services, usage
+from edtweb.tenancy import entitlement, preview, services, usage
 from edtweb.tenancy.models import ResourceGroup, Team
 
 TAGS = ["teams"]
@@ -172,6 +172,26 @@ class TeamDetail(generics.GenericAPIView):
         staff_only(request, "delete teams")
         conflict(services.delete_team, team_named(request, name))
         return Response(status=status.HTTP_204_NO_CONTENT)
+
+
+class TeamShare(generics.GenericAPIView):
+    @extend_schema(
+        tags=TAGS, responses={200: s.TeamsNowSerializer, 404: s.problem("none, or not yours")}
+    )
+    def get(self, request: Request, name: str) -> Response:
+        """Why a team you are in (staff: any) has the share it has, as the scheduler last
+        published it: per resource group its weight, guarantee, limit, fair share, slots
+        held and asked for, borrowed or lent, its users' parts; its waiting jobs with the
+        scheduler's reasons."""
+        return Response(entitlement.teams_now(request.user, team_named(request, name)))
+
+
+class SharesNow(generics.GenericAPIView):
+    @extend_schema(tags=TAGS, responses={200: s.TeamsNowSerializer})
+    def get(self, request: Request) -> Response:
+        """As ``teams/{name}/share/``, for every team you are in (staff: every team, and
+        the jobs of no team)."""
+        return Response(entitlement.teams_now(request.user))
 
 
 def user_named(name: str) -> Any:

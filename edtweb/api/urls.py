@@ -62,10 +62,12 @@ urlpatterns = [
     path("cluster/decisions/", cluster.Decisions.as_view(), name="cluster-decisions"),
     path("cluster/shares/", cluster.Shares.as_view(), name="cluster-shares"),
     path("cluster/shares/preview/", tenancy.SharesPreview.as_view(), name="cluster-shares-preview"),
+    path("cluster/shares/teams/", tenancy.SharesNow.as_view(), name="cluster-shares-teams"),
     path("groups/", tenancy.Groups.as_view(), name="groups"),
     path("groups/<str:name>/", tenancy.GroupDetail.as_view(), name="group"),
     path("teams/", tenancy.Teams.as_view(), name="teams"),
     path("teams/<str:name>/", tenancy.TeamDetail.as_view(), name="team"),
+    path("teams/<str:name>/share/", tenancy.TeamShare.as_view(), name="team-share"),
     path("teams/<str:name>/members/", tenancy.TeamMembers.as_view(), name="team-members"),
     path(
         "teams/<str:name>/members/<str:username>/",

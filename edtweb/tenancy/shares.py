@@ -73,7 +73,7 @@ def entry(data: dict[str, Any], scope: Scope) -> dict[str, Any]:
             "teams": {
                 team: {key: _whole(v.get(key)) for key in ("held", "entitled", "demand")}
                 for team, v in teams.items()
-                if scope.sees(team)
+                if scope.sees(team) and _number(v.get("demand"))  # an idle guarantee: no line
             },
         }
     return {"t": _number(data.get("t")), "groups": groups}

@@ -9,7 +9,8 @@ slot-time ledger as it closes (``ledger.py``, ``SlotTime``), which keeps it when
 deleted; a job still holding slots holds them from its last such event until now. The
 intervals are cut at the periods' bounds (in the server's time zone: days from midnight,
 weeks from Monday) and summed: allocated slot-hours, and used ones (each interval weighed
-by how busy its slots were, where known).
+by how busy its slots were, where known). Each row also says how long the jobs waited for
+slots on average, and how often they were shrunk or had slots reclaimed (``waits.py``).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from django.db.models import Q, QuerySet
 from django.utils import timezone
 
 from edtweb.ownership import visible_jobs
+from edtweb.tenancy import waits
 from edtweb.tenancy.ledger import HOLDING, latest_marks, utilisation
 from edtweb.tenancy.models import Membership, SlotTime
 from edtweb.training.models import Job
@@ -131,7 +133,9 @@ def usage(user: Any, since: datetime, until: datetime, by: str = "team",
     to ``until``, per ``period`` (``day`` or ``week``) and per ``by`` (``team``: its name,
     ``""`` for jobs without one; ``user``: the owner's name); only ``team``'s (``-``: of no
     team) or ``owner``'s where named. Rows in period order, then by name; ``totals`` over
-    the whole span; each with allocated ``slot_hours`` and ``used_slot_hours``."""
+    the whole span; each with allocated ``slot_hours`` and ``used_slot_hours``, and the
+    ``waits`` that ended, their ``average_wait_s``, ``shrinks`` and ``reclaims``
+    (``waits.py``; from the timelines of the jobs still there)."""
     if by not in BY or period not in PERIODS:
         raise ValueError(f"by is one of {BY}, period one of {PERIODS}")
     zone = zone or timezone.get_current_timezone()
@@ -156,17 +160,26 @@ def usage(user: Any, since: datetime, until: datetime, by: str = "team",
     for (_, key), (amount, used) in seconds.items():
         totals[key][0] += amount
         totals[key][1] += used
+    tallies = waits.tally(jobs, since, until, by,
+                          lambda at, z: period_start(at, period, z).date(), zone)  # fmt: skip
+    summed = dict(waits.totals(tallies))
     return {
         "since": since.isoformat(),
         "until": until.isoformat(),
         "by": by,
         "period": period,
         "rows": [
-            {"period": day.isoformat(), by: key, **slot_hours(amount, used)}
-            for (day, key), (amount, used) in sorted(seconds.items())
+            {
+                "period": day.isoformat(),
+                by: key,
+                **slot_hours(*seconds.get((day, key), (0, 0))),
+                **waits.shown(tallies.get((day, key))),
+            }
+            for day, key in sorted(set(seconds) | set(tallies))
         ],
         "totals": [
-            {by: key, **slot_hours(amount, used)} for key, (amount, used) in sorted(totals.items())
+            {by: key, **slot_hours(*totals.get(key, (0, 0))), **waits.shown(summed.get(key))}
+            for key in sorted(set(totals) | set(summed))
         ],
     }
 

@@ -3,7 +3,8 @@
 Teams and Groups are staff's: a page that writes does so from its JavaScript through the
 REST API (``edtweb/api/tenancy.py``), so every change goes through ``services.py``; these
 views only read. Usage is everyone's, of the jobs they may see (``edtweb/ownership.py``),
-computed by ``usage.py`` alone; its CSV is the same answer.
+computed by ``usage.py`` alone; its CSV is the same answer. Shares is everyone's, of the
+teams they are in (staff: all), read by ``entitlement.py`` alone.
 """
 
 from __future__ import annotations
@@ -17,12 +18,12 @@ from typing import Any
 from django.contrib.auth import get_user_model
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied, ValidationError
-from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
+from django.http import Http404, HttpRequest, HttpResponse, StreamingHttpResponse
 from django.shortcuts import render
 from django.utils import timezone
 
 from edtweb.ownership import team_ids
-from edtweb.tenancy import services, usage
+from edtweb.tenancy import entitlement, services, usage
 from edtweb.tenancy.models import Membership, ResourceGroup, Team
 from scheduler.groups import DEFAULT, KEYS
 
@@ -154,6 +155,23 @@ def groups_page(request: HttpRequest) -> HttpResponse:
     return render(request, "tenancy/groups.html", context)
 
 
+@login_required
+def shares_page(request: HttpRequest) -> HttpResponse:
+    """Why each team has its share (``entitlement.py``): the user's teams (staff: every
+    team), or the one ``?team=`` names, a 404 for one they are not in."""
+    name = request.GET.get("team", "")
+    only = None
+    if name:
+        only = next((t for t in entitlement.seen_teams(request.user) if t.name == name), None)
+        if only is None:
+            raise Http404(f"no team {name}: it does not exist or you are not in it")
+    answer = entitlement.teams_now(request.user, only)
+    zone = timezone.get_current_timezone()
+    when = datetime.fromtimestamp(answer["t"], zone) if answer["t"] else None
+    context = {"answer": answer, "at": when, "only": only, "nav": "shares"}
+    return render(request, "tenancy/shares.html", context)
+
+
 def _usage_choices(request: HttpRequest) -> tuple[list[str], list[str]]:
     """The teams and users the filters offer: staff all; anyone else their teams and the
     users of the jobs they may see."""
@@ -221,7 +239,8 @@ def _span_text(answer: dict[str, Any]) -> str:
 
 @login_required
 def usage_csv(request: HttpRequest) -> HttpResponse:
-    """The Usage page's answer as CSV: one line per period and team (or user)."""
+    """The Usage page's answer as CSV: one line per period and team (or user); an average
+    wait with no wait is left empty."""
     try:
         answer = usage.asked(request.user, request.GET)
     except ValidationError as exc:
@@ -241,6 +260,13 @@ class _Line:
 def _csv_lines(answer: dict[str, Any]) -> Iterator[str]:
     writer = csv.writer(_Line())
     by = answer["by"]
-    yield writer.writerow(["period", by, "slot_hours", "used_slot_hours"])
+    yield writer.writerow(["period", by, *CSV_COLUMNS])
     for row in answer["rows"]:
-        yield writer.writerow([row["period"], row[by], row["slot_hours"], row["used_slot_hours"]])
+        yield writer.writerow([row["period"], row[by], *(_cell(row[k]) for k in CSV_COLUMNS)])
+
+
+CSV_COLUMNS = ("slot_hours", "used_slot_hours", "waits", "average_wait_s", "shrinks", "reclaims")
+
+
+def _cell(value: Any) -> Any:
+    return "" if value is None else value

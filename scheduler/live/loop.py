@@ -26,7 +26,7 @@ from scheduler.live.shares import SharesLog
 from scheduler.live.snapshot import BY_SERVICE, Inputs, Measures, SnapshotBuilder, per_host
 from scheduler.metrics import DECISION_SECONDS, STEP_SECONDS
 from scheduler.placement import Placement, Slot, place
-from scheduler.policies import Decision, JobView, decide, goodput
+from scheduler.policies import Decision, JobView, decide, goodput, slots_by_team
 from scheduler.store import (
     Allocation,
     AllocationRecord,
@@ -329,11 +329,14 @@ class LiveScheduler:
         if not decision.reasons:
             return
         summary = decision.summary()  # the decision's totals once; each event its job's slice
+        held: dict[str, int] | None = None
         for key, reason in decision.reasons.items():
             if self.announced.get(key) == reason:
                 continue
             self.announced[key] = reason
-            data = decision.job_inputs(views[key], summary)
+            if held is None and decision.teams:  # each team's slots before it, once
+                held = slots_by_team(decision.snapshot, {v.id: v.current for v in views.values()})
+            data = decision.job_inputs(views[key], summary, held)
             self.book.record_event(int(key), "scaled", reason, **data)
             log.info("job %s: %s", key, reason)
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from operator import attrgetter
 
@@ -291,9 +291,14 @@ class Decision:
             "total_min": sum(job.min_workers for job in jobs),
         }
 
-    def job_inputs(self, job: JobView, summary: dict[str, object]) -> dict[str, object]:
+    def job_inputs(self, job: JobView, summary: dict[str, object],
+                   team_held: Mapping[str, int] | None = None) -> dict[str, object]:  # fmt: skip
         """One job's inputs to this decision, with the decision's ``summary``: what its
-        "scaled" event records (its own weight and demand, never other owners' jobs)."""
+        "scaled" event records (its own weight and demand, never other owners' jobs). With
+        ``team_held`` (slots per team before the decision, each counting its sub-teams':
+        ``teams.slots_by_team``), its team's slots then beside its entitlement: a job that
+        shrinks while its team held more than that gives slots back to another team (a
+        reclaim, as the Usage page counts them)."""
         data = {
             **summary,
             "weight": job.priority,
@@ -309,6 +314,8 @@ class Decision:
             data["team"], data["owner"] = job.team, job.owner
             if job.team in self.teams:
                 data["team_entitlement"] = round(self.teams[job.team], 3)
+                if team_held is not None:
+                    data["team_held"] = team_held.get(job.team, 0)
             user = self.users.get(job.team, {}).get(job.owner)
             if user is not None:
                 data["user_entitlement"] = round(user, 3)

@@ -56,3 +56,14 @@ def num(value: Any) -> str:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return "—" if value is None or value == "" else str(value)
     return f"{value:.4g}"
+
+
+@register.filter
+def seconds(value: Any) -> str:
+    """A span of seconds as the job page writes one ("3 min 20 s", "1 h 4 min"); "—" for
+    none."""
+    from edtweb.training.views import human_duration
+
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return "—"
+    return human_duration(round(value))
