@@ -31,7 +31,9 @@ def test_a_queued_job_shows_its_place_reason_and_start_and_the_cli_agrees(live: 
     live.login("sam")  # staff: `edt why` of the admin's jobs
     with browser_page() as page:
         log_in(page, live.url, live.data_dir)
-        first = start_job(page, live.url, "idle-first", epochs=4, max_workers=2)
+        first = start_job(
+            page, live.url, "idle-first", epochs=40, max_workers=2
+        )  # long enough to queue the second behind it on a quiet machine
         said: list[str] = []
 
         def running() -> bool:
