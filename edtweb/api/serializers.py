@@ -697,6 +697,7 @@ class RuleSerializer(serializers.Serializer):
 class ResourceGroupSerializer(serializers.Serializer):
     name = serializers.CharField()
     position = serializers.IntegerField(help_text="groups' rules are tried in this order")
+    shrink_idle = serializers.BooleanField(help_text="its idle jobs held at their minimum")
     rules = RuleSerializer(many=True, help_text="in order: a slot's group is its first match's")
     rule_texts = serializers.ListField(
         child=serializers.CharField(), help_text="the rules as written: host=gpu*,device=gpu"
@@ -706,6 +707,9 @@ class ResourceGroupSerializer(serializers.Serializer):
 class ResourceGroupWriteSerializer(serializers.Serializer):
     name = serializers.CharField(max_length=100, required=False, help_text="on create only")
     position = serializers.IntegerField(min_value=0, required=False)
+    shrink_idle = serializers.BooleanField(
+        required=False, help_text="its idle jobs shrunk to their minimum, never stopped"
+    )
     rules = serializers.ListField(
         child=BoundedJSONField(), required=False,
         help_text="each a text (host=gpu*,device=gpu,model=*H100*,slots=8) or an object "
@@ -735,6 +739,7 @@ class TeamSerializer(serializers.Serializer):
     weight = serializers.IntegerField()
     guarantee = serializers.IntegerField(help_text="slots it is owed when it asks")
     limit = serializers.IntegerField(allow_null=True, help_text="the most slots; null: none")
+    shrink_idle = serializers.BooleanField(help_text="its idle jobs held at their minimum")
     resource_group = serializers.CharField(help_text="its jobs' group unless they name another")
     allowed_groups = serializers.ListField(child=serializers.CharField())
     members = MemberSerializer(many=True)
@@ -748,6 +753,9 @@ class TeamWriteSerializer(serializers.Serializer):
     weight = serializers.IntegerField(min_value=1, required=False)
     guarantee = serializers.IntegerField(min_value=0, required=False)
     limit = serializers.IntegerField(min_value=0, allow_null=True, required=False)
+    shrink_idle = serializers.BooleanField(
+        required=False, help_text="its idle jobs (its sub-teams' too) shrunk to their minimum"
+    )
     resource_group = serializers.CharField(max_length=100, required=False)
     allowed_groups = serializers.ListField(child=serializers.CharField(), required=False)
 

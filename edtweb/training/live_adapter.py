@@ -5,7 +5,7 @@ app of this process (docs/architecture.md, "Layering")."""
 from __future__ import annotations
 
 from contextlib import AbstractContextManager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -27,6 +27,7 @@ from scheduler.live.ports import JobRow, Ports, Tenancy
 from scheduler.live.snapshot import Inputs, Measures, SnapshotBuilder, per_host
 from scheduler.live.speedups import WINDOW
 from scheduler.policies import Snapshot, Team
+from scheduler.policies.idle import IdleRule
 from scheduler.store import AllocationRecord
 
 NEW_BY_ID = 500  # at most this many new jobs' times are read by id; more: every job's
@@ -72,7 +73,16 @@ def tenancy() -> Tenancy:
     teams = tuple(Team(**fields) for fields in tenancy_services.policy_teams())
     homes = tuple((str(pk), str(group)) for pk, group in
                   TeamRow.objects.values_list("pk", "resource_group"))  # fmt: skip
-    return Tenancy(tuple(tenancy_services.rules()), teams, homes)
+    shrink_teams, shrink_groups = tenancy_services.idle_shrinkers()
+    return Tenancy(tuple(tenancy_services.rules()), teams, homes, shrink_teams, shrink_groups)
+
+
+def idle_rule() -> IdleRule:
+    """When a job is idle (``EDT_IDLE_UTILISATION`` percent, ``EDT_IDLE_SECONDS``), its
+    slots' figures judged from three heartbeats after a change of its slots on."""
+    return IdleRule(below=settings.EDT_IDLE_UTILISATION / 100,
+                    seconds=float(settings.EDT_IDLE_SECONDS),
+                    settle=3.0 * settings.EDT_HEARTBEAT_SECONDS)  # fmt: skip
 
 
 def schedulable_jobs() -> Any:
@@ -140,7 +150,8 @@ def scheduler_view() -> SchedulerView:
         capacities.update({g: len(s) for g, s in partition(alive, now.rules).items()})
     held = {pk: len(a.slots) for pk, a in record.jobs.items()}
     inputs = Measures(record.policy, train_records).inputs(rows, record.attained, per_host(alive))
-    return SchedulerView(record, rows, now, capacities, held, inputs)
+    held_idle = {pk: by for pk, (_, by) in record.idle.items() if by}  # at their minimum
+    return SchedulerView(record, rows, now, capacities, held, replace(inputs, idle=held_idle))
 
 
 class DjangoJobBook:
@@ -200,6 +211,7 @@ def live_ports() -> Ports:
         secret=settings.SECRET_KEY,
         start_failures=settings.EDT_START_FAILURES,
         move_every=settings.EDT_MOVE_INTERVAL,
+        idle_rule=idle_rule(),
     )
 
 
