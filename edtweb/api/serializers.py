@@ -189,6 +189,13 @@ class JobSerializer(serializers.ModelSerializer):
     )
     estimate_text = serializers.SerializerMethodField(help_text="the estimates in words")
     team = serializers.SerializerMethodField(help_text="the team it was submitted into; '': none")
+    idle = serializers.SerializerMethodField(
+        help_text="'' unless the scheduler flagged it idle: for how long, under what, and "
+        "whether a rule holds it at its minimum"
+    )
+    idle_since = serializers.SerializerMethodField(
+        help_text="unix time its slots went under the idle utilisation; null: not idle"
+    )
 
     class Meta:
         model = Job
@@ -198,7 +205,7 @@ class JobSerializer(serializers.ModelSerializer):
                   "checkpoint_every", "max_micro_batch", "batch_min", "batch_max", "precision",
                   "image_size", "loader_workers", "augment", "steps_done", "total_steps",
                   "progress", "eta_seconds", "waiting", "position", "reason", "start_estimate",
-                  "end_estimate", "estimate_text", "created_at",
+                  "end_estimate", "estimate_text", "idle", "idle_since", "created_at",
                   "started_at",
                   "finished_at", "error", "sweep", "trial_number", "hparams",
                   "trial_state", "objective"]  # fmt: skip
@@ -221,6 +228,12 @@ class JobSerializer(serializers.ModelSerializer):
 
     def get_waiting(self, job: Job) -> str:
         return self.status(job).waiting
+
+    def get_idle(self, job: Job) -> str:
+        return self.status(job).idle
+
+    def get_idle_since(self, job: Job) -> float | None:
+        return self.status(job).idle_since
 
     def get_position(self, job: Job) -> int:
         return self.status(job).position

@@ -16,6 +16,7 @@ from django.db import OperationalError
 from edtweb.celery import app as celery_app
 from edtweb.redis_access import redis_client
 from edtweb.training import services
+from edtweb.training.standing import idle_rule
 from edtweb.training.models import Job, Metric
 from protocol.learner_task import LearnerPaths
 from scheduler.groups import DEFAULT as DEFAULT_GROUP
@@ -27,7 +28,6 @@ from scheduler.live.ports import JobRow, Ports, Tenancy
 from scheduler.live.snapshot import Inputs, Measures, SnapshotBuilder, per_host
 from scheduler.live.speedups import WINDOW
 from scheduler.policies import Snapshot, Team
-from scheduler.policies.idle import IdleRule
 from scheduler.store import AllocationRecord
 
 NEW_BY_ID = 500  # at most this many new jobs' times are read by id; more: every job's
@@ -75,14 +75,6 @@ def tenancy() -> Tenancy:
                   TeamRow.objects.values_list("pk", "resource_group"))  # fmt: skip
     shrink_teams, shrink_groups = tenancy_services.idle_shrinkers()
     return Tenancy(tuple(tenancy_services.rules()), teams, homes, shrink_teams, shrink_groups)
-
-
-def idle_rule() -> IdleRule:
-    """When a job is idle (``EDT_IDLE_UTILISATION`` percent, ``EDT_IDLE_SECONDS``), its
-    slots' figures judged from three heartbeats after a change of its slots on."""
-    return IdleRule(below=settings.EDT_IDLE_UTILISATION / 100,
-                    seconds=float(settings.EDT_IDLE_SECONDS),
-                    settle=3.0 * settings.EDT_HEARTBEAT_SECONDS)  # fmt: skip
 
 
 def schedulable_jobs() -> Any:

@@ -55,6 +55,10 @@ class JobStatus:
     estimate_text: str  # "starts in 3-5 min; ends in 20-30 min"; "" without one
     telemetry: tuple[dict[str, Any], ...]  # its slots' latest telemetry
     error: str
+    # Since when the scheduler has flagged it idle (unix time; None: it is not), and the
+    # flag in words (docs/architecture.md, "Idle jobs"); "" unless idle
+    idle_since: float | None = None
+    idle: str = ""
 
     def as_dict(self) -> dict[str, Any]:
         """The status as JSON (``/state``, the WebSocket's ``status`` message)."""
@@ -100,6 +104,7 @@ def statuses(jobs: Sequence[Job], user: Any) -> dict[int, JobStatus]:
             **estimate_fields(job, projected.get(job.pk)),
             telemetry=tuple(telemetry[s] for s in members[job.pk] if s in telemetry),
             error=job.error,
+            **dict(zip(("idle_since", "idle"), standing.idle(job, known), strict=True)),
         )
         for job in jobs
     }
