@@ -615,6 +615,10 @@ class SlotSerializer(serializers.Serializer):
     pid = serializers.IntegerField()
     telemetry = serializers.DictField()
     busy = serializers.BooleanField(help_text="a job's learner runs there")
+    job_idle = serializers.BooleanField(
+        help_text="the scheduler flagged the job running there idle (its slots under "
+        "EDT_IDLE_UTILISATION for EDT_IDLE_SECONDS)"
+    )
     job = serializers.IntegerField(allow_null=True, help_text="that job, if it is yours")
 
 
