@@ -289,7 +289,7 @@ def _admin(add: Any, sub: Any) -> None:
         p.add_argument("--allow", action="append", metavar="GROUP",
                        help="another group its jobs may use (repeat it)")  # fmt: skip
         p.add_argument("--shrink-idle", action=argparse.BooleanOptionalAction, default=None,
-                       help="shrink its idle jobs (its sub-teams' too) to their minimum")  # fmt: skip
+                       help="shrink its (and sub-teams') idle jobs to their minimum")  # fmt: skip
     add(inner, "list", commands.admin_teams_list, "the teams (yours, unless you are staff)")
     add(inner, "delete", commands.admin_teams_delete, "delete a team without jobs").add_argument(
         "name"

@@ -106,7 +106,10 @@ def test_an_idle_job_held_at_its_minimum_gives_its_slots_to_the_others(reverse: 
     decision = rule.explained(decide(snapshot), {"idle": why})
     assert decision.targets == {"idle": 2, "busy": 6}
     assert decision.reasons["idle"] == why
-    assert why == "idle: under 10 % utilisation for 60 s; shrunk to its minimum of 2 by group default's rule"
+    said = (
+        "idle: under 10 % utilisation for 60 s; shrunk to its minimum of 2 by group default's rule"
+    )
+    assert why == said
     assert decision.standing()["idle"] == (0, why)
     assert decision.reasons["busy"] != why  # the other job's reason is the policy's own
 

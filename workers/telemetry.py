@@ -14,8 +14,8 @@ idle rule (docs/architecture.md, "Idle jobs") and the slot-time ledger read it.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 import psutil

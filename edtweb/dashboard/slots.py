@@ -21,8 +21,12 @@ def current_slots() -> list[dict[str, Any]]:
     jobs = record.holder()
     ordered = rules()
     return [
-        dict(slot.as_dict(), job=jobs.get(slot.slot_id), group=group_of(slot, ordered),
-             job_idle=jobs.get(slot.slot_id) in record.idle)  # fmt: skip
+        dict(
+            slot.as_dict(),
+            job=jobs.get(slot.slot_id),
+            group=group_of(slot, ordered),
+            job_idle=jobs.get(slot.slot_id) in record.idle,
+        )
         for slot in registry.list_slots()
     ]
 

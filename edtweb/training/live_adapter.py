@@ -16,8 +16,8 @@ from django.db import OperationalError
 from edtweb.celery import app as celery_app
 from edtweb.redis_access import redis_client
 from edtweb.training import services
-from edtweb.training.standing import idle_rule
 from edtweb.training.models import Job, Metric
+from edtweb.training.standing import idle_rule
 from protocol.learner_task import LearnerPaths
 from scheduler.groups import DEFAULT as DEFAULT_GROUP
 from scheduler.live import speedups

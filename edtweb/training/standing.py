@@ -7,9 +7,8 @@ WMLA show what the scheduler decided, or say that it has not decided yet.
 
 from __future__ import annotations
 
-from typing import Any
-
 import time
+from typing import Any
 
 import redis
 from django.conf import settings
@@ -101,6 +100,7 @@ def idle(job: Job, known: AllocationRecord | None) -> tuple[float | None, str]:
     if found is None:
         return None, ""
     since, by = found
-    held = f"held at its minimum by {by}'s rule" if by else "no rule of its team or group shrinks it"
+    held = (f"held at its minimum by {by}'s rule" if by
+            else "no rule of its team or group shrinks it")  # fmt: skip
     lasted = duration(round(max(0.0, time.time() - since)))
     return since, f"idle for {lasted} ({idle_rule().text()}); {held}"

@@ -83,6 +83,7 @@ def statuses(jobs: Sequence[Job], user: Any) -> dict[int, JobStatus]:
     reasons = standing.reasons(list(jobs), known)
     projected = projection.estimates() if any(j.state in Job.ACTIVE for j in jobs) else {}
     teams = team_names({job.team_id for job in jobs if job.team_id is not None})
+    idled = {job.pk: standing.idle(job, known) for job in jobs}
     return {
         job.pk: JobStatus(
             id=job.pk,
@@ -104,7 +105,8 @@ def statuses(jobs: Sequence[Job], user: Any) -> dict[int, JobStatus]:
             **estimate_fields(job, projected.get(job.pk)),
             telemetry=tuple(telemetry[s] for s in members[job.pk] if s in telemetry),
             error=job.error,
-            **dict(zip(("idle_since", "idle"), standing.idle(job, known), strict=True)),
+            idle_since=idled[job.pk][0],
+            idle=idled[job.pk][1],
         )
         for job in jobs
     }

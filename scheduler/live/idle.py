@@ -34,7 +34,8 @@ class IdleWatch:
         self.resumed = dict(flagged)
 
     def look(self, alive: Sequence[SlotInfo], members: Mapping[int, Sequence[str]],
-             jobs: Mapping[int, JobRow], tenancy: Tenancy, now: float) -> dict[int, str]:  # fmt: skip
+             jobs: Mapping[int, JobRow], tenancy: Tenancy,
+             now: float) -> dict[int, str]:  # fmt: skip
         """One look at the running jobs (``members``: each job's generation); returns the
         idle jobs to hold at their minimum, each with the reason to say."""
         self.looked = True

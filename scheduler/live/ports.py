@@ -27,7 +27,7 @@ from scheduler.policies import RUNNING as RUNNING
 from scheduler.policies import STOPPED as STOPPED
 from scheduler.policies import SUSPENDED as SUSPENDED
 from scheduler.policies import Team
-from scheduler.policies.idle import IdleRule
+from scheduler.policies.idle import IDLE_RULE, IdleRule
 
 
 class JobRow(NamedTuple):
@@ -140,4 +140,4 @@ class Ports:
     move_every: float = MOVE_EVERY
     # When a job is idle (EDT_IDLE_UTILISATION, EDT_IDLE_SECONDS): docs/architecture.md,
     # "Idle jobs".
-    idle_rule: IdleRule = IdleRule()
+    idle_rule: IdleRule = IDLE_RULE

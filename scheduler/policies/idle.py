@@ -43,6 +43,9 @@ class IdleRule:
         return f"under {self.below * 100:g} % utilisation for {duration(self.seconds)}"
 
 
+IDLE_RULE = IdleRule()  # the defaults: under 10 % for 10 min
+
+
 def duration(seconds: float) -> str:
     if seconds >= 120:
         return f"{seconds / 60:g} min"
@@ -64,7 +67,8 @@ class Spell:
 
 
 def watch(spells: Mapping[str, Spell], members: Mapping[str, Iterable[str]],
-          utilisation: Mapping[str, float], now: float, rule: IdleRule) -> dict[str, Spell]:  # fmt: skip
+          utilisation: Mapping[str, float], now: float,
+          rule: IdleRule) -> dict[str, Spell]:  # fmt: skip
     """Each job's spell after one look at its members' figures (``utilisation``: slot ->
     0..1; a slot without one is unknown). In order:
 
