@@ -24,13 +24,13 @@ def _hosts(slots: list[dict[str, Any]]) -> list[dict[str, Any]]:
     ]
 
 
-@login_required
 def idle_words(rule: IdleRule) -> dict[str, Any]:
     """The idle rule as the Cluster page says it (docs/architecture.md, "Idle jobs")."""
     return {"on": rule.on, "below_percent": f"{rule.below * 100:g}",
             "duration": duration(rule.seconds)}  # fmt: skip
 
 
+@login_required
 def cluster(request: HttpRequest) -> HttpResponse:
     from django.conf import settings
 
