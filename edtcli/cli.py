@@ -290,6 +290,8 @@ def _admin(add: Any, sub: Any) -> None:
         p.add_argument("--group", help="its resource group (default)")
         p.add_argument("--allow", action="append", metavar="GROUP",
                        help="another group its jobs may use (repeat it)")  # fmt: skip
+        p.add_argument("--shrink-idle", action=argparse.BooleanOptionalAction, default=None,
+                       help="shrink its (and sub-teams') idle jobs to their minimum")  # fmt: skip
     add(inner, "list", commands.admin_teams_list, "the teams (yours, unless you are staff)")
     add(inner, "delete", commands.admin_teams_delete, "delete a team without jobs").add_argument(
         "name"
@@ -313,6 +315,8 @@ def _admin(add: Any, sub: Any) -> None:
                        help="e.g. host=gpu*,device=gpu,model=*H100*,slots=8; repeat it, in "
                        "order (set: replaces them all)")  # fmt: skip
         p.add_argument("--position", type=int, help="groups' rules are tried in this order")
+        p.add_argument("--shrink-idle", action=argparse.BooleanOptionalAction, default=None,
+                       help="shrink its idle jobs to their minimum")  # fmt: skip
     add(inner, "list", commands.admin_groups_list, "the groups and their rules")
     add(inner, "delete", commands.admin_groups_delete, "delete an unused group").add_argument(
         "name"

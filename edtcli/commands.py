@@ -174,7 +174,8 @@ JOB_COLUMNS = [("id", "id"), ("name", "name"), ("state", "state"), ("workers", "
                ("priority", "priority"), ("progress", "progress"), ("owner", "owner"),
                ("team", "team"), ("estimate_text", "estimate")]  # fmt: skip
 JOB_KEYS = ["id", "name", "owner", "team", "resource_group", "state", "priority", "workers",
-            "progress", "eta_seconds", "waiting", "position", "reason", "estimate_text", "model",
+            "progress", "eta_seconds", "waiting", "position", "reason", "estimate_text", "idle",
+            "model",
             "dataset",
             "epochs", "batch_size", "batch_range", "lr", "checkpoints", "logs", "model_ready",
             "error", "created_at", "started_at", "finished_at", "sweep", "trial_number",
@@ -244,6 +245,8 @@ def why(args: argparse.Namespace, api: Client) -> None:
     ]
     if job.get("estimate_text"):
         lines.append(job["estimate_text"])
+    if job.get("idle"):
+        lines.append(job["idle"])
     share = team_share(api, job)
     if share:
         lines.append(share["text"])
@@ -252,7 +255,7 @@ def why(args: argparse.Namespace, api: Client) -> None:
 
 
 WHY_KEYS = ("id", "state", "resource_group", "workers", "max_workers", "position", "reason",
-            "start_estimate", "end_estimate", "estimate_text")  # fmt: skip
+            "start_estimate", "end_estimate", "estimate_text", "idle", "idle_since")  # fmt: skip
 
 
 def team_share(api: Client, job: dict[str, Any]) -> dict[str, Any] | None:
@@ -497,7 +500,7 @@ TEAM_COLUMNS = [("name", "team"), ("parent", "parent"), ("weight", "weight"),
 
 def _team_body(args: argparse.Namespace) -> dict[str, Any]:
     body: dict[str, Any] = {}
-    for field in ("parent", "weight", "guarantee", "limit"):
+    for field in ("parent", "weight", "guarantee", "limit", "shrink_idle"):
         if getattr(args, field) is not None:
             body[field] = getattr(args, field)
     if args.no_limit:
@@ -512,8 +515,9 @@ def _team_body(args: argparse.Namespace) -> dict[str, Any]:
 def _team_line(team: dict[str, Any]) -> str:
     limit = team["limit"] if team["limit"] is not None else "none"
     parent = f", in {team['parent']}" if team["parent"] else ""
+    shrink = ", idle jobs shrunk to their minimum" if team.get("shrink_idle") else ""
     return (f"team {team['name']}: weight {team['weight']}, guarantee {team['guarantee']}, "
-            f"limit {limit}, group {team['resource_group']}{parent}")  # fmt: skip
+            f"limit {limit}, group {team['resource_group']}{parent}{shrink}")  # fmt: skip
 
 
 def _saved(args: argparse.Namespace, api: Client, collection: str, body: dict[str, Any],
@@ -534,7 +538,7 @@ def admin_teams_add(args: argparse.Namespace, api: Client) -> None:
 
 
 def admin_teams_set(args: argparse.Namespace, api: Client) -> None:
-    hint = "say what to change: --parent, --weight, --guarantee, --limit, --group..."
+    hint = "say what to change: --parent, --weight, --guarantee, --limit, --group, --shrink-idle..."
     _saved(args, api, "teams", _team_body(args), _team_line, hint)
 
 
@@ -577,12 +581,15 @@ def _group_body(args: argparse.Namespace) -> dict[str, Any]:
         body["rules"] = args.rule
     if args.position is not None:
         body["position"] = args.position
+    if args.shrink_idle is not None:
+        body["shrink_idle"] = args.shrink_idle
     return body
 
 
 def _group_line(group: dict[str, Any]) -> str:
     rules = "; ".join(group["rule_texts"]) or "no rules"
-    return f"group {group['name']} (position {group['position']}): {rules}"
+    shrink = "; idle jobs shrunk to their minimum" if group.get("shrink_idle") else ""
+    return f"group {group['name']} (position {group['position']}): {rules}{shrink}"
 
 
 def admin_groups_add(args: argparse.Namespace, api: Client) -> None:
@@ -590,7 +597,7 @@ def admin_groups_add(args: argparse.Namespace, api: Client) -> None:
 
 
 def admin_groups_set(args: argparse.Namespace, api: Client) -> None:
-    hint = "say what to change: --rule (repeated, in order) or --position"
+    hint = "say what to change: --rule (repeated, in order), --position or --shrink-idle"
     _saved(args, api, "groups", _group_body(args), _group_line, hint)
 
 

@@ -8,6 +8,9 @@
 - ``edt_slots{state}``: the slot registry (alive, lost, offline);
 - ``edt_jobs{state}``: the jobs in the database;
 - ``edt_job_workers{job}``: each job's members in the allocation record;
+- ``edt_job_idle{job}``, ``edt_job_idle_held{job}``: 1 where the scheduler flagged the job
+  idle, and where a rule holds it at its minimum for it, else 0 (the allocation record;
+  docs/architecture.md, "Idle jobs");
 - ``edt_job_samples_per_second{job}``: a running job's latest train metric stored;
 - ``edt_metrics_lag_records{job}``: records in a job's stream after the metrics
   consumer's cursor (counted up to ``LAG_CAP``);
@@ -39,6 +42,7 @@ from edtweb.training.metrics_consumer import watched_jobs
 from edtweb.training.models import Job
 from edtweb.training.models import Metric as MetricRow
 from protocol.keys import job_key
+from scheduler.store import AllocationRecord
 from workers.metrics import slot_counts
 
 log = logging.getLogger("edt.web")
@@ -69,9 +73,10 @@ class EdtCollector:
             "edt_job_workers", "Learners in each job's generation (allocation record)",
             labels=["job"],
         )  # fmt: skip
-        for job, allocation in sorted(store().allocations().jobs.items()):
+        record = store().allocations()
+        for job, allocation in sorted(record.jobs.items()):
             workers.add_metric([str(job)], len(allocation.members))
-        yield from (slots, workers, self.lag())
+        yield from (slots, workers, *idle_families(record), self.lag())
         yield from scheduler_families(store().scheduler_metrics())
 
     def database_parts(self) -> Iterator[Metric]:
@@ -105,6 +110,21 @@ class EdtCollector:
         for pk, entries in zip(jobs, pipe.execute(), strict=True):
             gauge.add_metric([str(pk)], len(entries))
         return gauge
+
+
+def idle_families(record: AllocationRecord) -> tuple[Metric, Metric]:
+    """Per job holding slots: whether the scheduler flagged it idle, and whether a rule
+    holds it at its minimum for that."""
+    idle = GaugeMetricFamily("edt_job_idle", "1: the scheduler flagged the job idle (its "
+                             "slots under EDT_IDLE_UTILISATION for EDT_IDLE_SECONDS)",
+                             labels=["job"])  # fmt: skip
+    held = GaugeMetricFamily("edt_job_idle_held", "1: an idle job its team's or group's "
+                             "rule holds at its minimum", labels=["job"])  # fmt: skip
+    for job in sorted(record.jobs.keys() | record.idle.keys()):
+        flagged = record.idle.get(job)
+        idle.add_metric([str(job)], 1 if flagged else 0)
+        held.add_metric([str(job)], 1 if flagged and flagged[1] else 0)
+    return idle, held
 
 
 def scheduler_families(text: str) -> Iterator[Metric]:

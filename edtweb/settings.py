@@ -229,6 +229,11 @@ EDT_START_FAILURES = envint("EDT_START_FAILURES", 5)
 # Learner moves (docs/architecture.md, "Learner moves"): at most one per job per this many
 # seconds, each made only where it pays back within them.
 EDT_MOVE_INTERVAL = envint("EDT_MOVE_INTERVAL", 60)
+# Idle jobs (docs/architecture.md, "Idle jobs"): a running job every slot of which stayed
+# under EDT_IDLE_UTILISATION percent for EDT_IDLE_SECONDS (0: never) is flagged idle, and
+# held at its minimum where its team's or resource group's rule says so.
+EDT_IDLE_UTILISATION = envint("EDT_IDLE_UTILISATION", 10)
+EDT_IDLE_SECONDS = envint("EDT_IDLE_SECONDS", 600)
 # The scheduler's allocation policy (scheduler.policies.POLICIES): `edt_scheduler --policy`
 # overrides it, `edt_run --policy` sets it for the scheduler it starts.
 EDT_POLICY = envstr("EDT_POLICY", "fairshare")

@@ -86,7 +86,9 @@ class SchedulerService(LeaseLoop):
         self.store.save_scheduler_metrics(exposition(), ttl=ALLOCATIONS_TTL)
         self.record = record
         holder = record.holder()
-        self.publish([dict(s.as_dict(), job=holder.get(s.slot_id)) for s in slots])
+        shown = [dict(s.as_dict(), job=holder.get(s.slot_id),
+                      job_idle=holder.get(s.slot_id) in record.idle) for s in slots]  # fmt: skip
+        self.publish(shown)
         self.published_at = time.monotonic()
 
     def observed(self, slots: list[SlotInfo]) -> list[SlotInfo]:

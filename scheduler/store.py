@@ -69,6 +69,10 @@ class AllocationRecord:
     # policy's order (1 first; 0 for a job given slots) and the policy's reason, why it
     # waits or the rule that set its count (docs/architecture.md, "Scheduling contract").
     standing: dict[int, tuple[int, str]] = field(default_factory=dict)
+    # The idle jobs (docs/architecture.md, "Idle jobs"): job -> (when its slots last went
+    # under the rule's utilisation, unix time; whose rule holds it at its minimum, "group
+    # gpu" or "team vision", "" for none).
+    idle: dict[int, tuple[float, str]] = field(default_factory=dict)
 
     def why(self, job_id: int) -> tuple[int, str] | None:
         """``job_id``'s (place, reason) at the last decision; None when it had none."""
@@ -89,9 +93,10 @@ class AllocationRecord:
         jobs = {str(k): {"members": a.members, "joiners": a.joiners} for k, a in self.jobs.items()}
         attained = {str(k): round(v, 1) for k, v in self.attained.items()}
         standing = {str(k): list(v) for k, v in self.standing.items()}
+        idle = {str(k): list(v) for k, v in self.idle.items()}
         return json.dumps({"jobs": jobs, "capacity": self.capacity, "policy": self.policy,
                            "attained": attained, "groups": self.groups,
-                           "standing": standing})  # fmt: skip
+                           "standing": standing, "idle": idle})  # fmt: skip
 
     @classmethod
     def from_json(cls, raw: str) -> AllocationRecord:
@@ -101,7 +106,9 @@ class AllocationRecord:
         attained = {int(k): float(v) for k, v in data.get("attained", {}).items()}
         groups = {str(k): int(v) for k, v in data.get("groups", {}).items()}
         standing = {int(k): (int(v[0]), str(v[1])) for k, v in data.get("standing", {}).items()}
-        return cls(jobs, int(data["capacity"]), str(data["policy"]), attained, groups, standing)
+        idle = {int(k): (float(v[0]), str(v[1])) for k, v in data.get("idle", {}).items()}
+        return cls(jobs, int(data["capacity"]), str(data["policy"]), attained, groups, standing,
+                   idle)  # fmt: skip
 
 
 class Store(SlotRegistry):

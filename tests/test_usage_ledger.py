@@ -30,8 +30,8 @@ def totals(user: Any, by: str) -> list[dict[str, Any]]:
 def test_deleting_a_job_leaves_the_usage_totals_as_they_were(
     store: Store, register_slot: Callable[..., str], alice: Any, bob: Any
 ) -> None:
-    for index, busy in enumerate((50.0, 100.0)):  # its slots 75 % busy, as they report
-        store.heartbeat(register_slot("ul", index), {"cpu_percent": busy}, ttl=60)
+    for index, busy in enumerate((0.5, 1.0)):  # its slots 75 % busy, as they report
+        store.heartbeat(register_slot("ul", index), {"utilisation": busy}, ttl=60)
     team = tenancy.save_team(None, {"name": "ledger"})
     tenancy.set_member(team, alice)
     tenancy.set_member(team, bob)

@@ -189,6 +189,13 @@ class JobSerializer(serializers.ModelSerializer):
     )
     estimate_text = serializers.SerializerMethodField(help_text="the estimates in words")
     team = serializers.SerializerMethodField(help_text="the team it was submitted into; '': none")
+    idle = serializers.SerializerMethodField(
+        help_text="'' unless the scheduler flagged it idle: for how long, under what, and "
+        "whether a rule holds it at its minimum"
+    )
+    idle_since = serializers.SerializerMethodField(
+        help_text="unix time its slots went under the idle utilisation; null: not idle"
+    )
 
     class Meta:
         model = Job
@@ -198,7 +205,7 @@ class JobSerializer(serializers.ModelSerializer):
                   "checkpoint_every", "max_micro_batch", "batch_min", "batch_max", "precision",
                   "image_size", "loader_workers", "augment", "steps_done", "total_steps",
                   "progress", "eta_seconds", "waiting", "position", "reason", "start_estimate",
-                  "end_estimate", "estimate_text", "created_at",
+                  "end_estimate", "estimate_text", "idle", "idle_since", "created_at",
                   "started_at",
                   "finished_at", "error", "sweep", "trial_number", "hparams",
                   "trial_state", "objective"]  # fmt: skip
@@ -221,6 +228,12 @@ class JobSerializer(serializers.ModelSerializer):
 
     def get_waiting(self, job: Job) -> str:
         return self.status(job).waiting
+
+    def get_idle(self, job: Job) -> str:
+        return self.status(job).idle
+
+    def get_idle_since(self, job: Job) -> float | None:
+        return self.status(job).idle_since
 
     def get_position(self, job: Job) -> int:
         return self.status(job).position
@@ -602,6 +615,10 @@ class SlotSerializer(serializers.Serializer):
     pid = serializers.IntegerField()
     telemetry = serializers.DictField()
     busy = serializers.BooleanField(help_text="a job's learner runs there")
+    job_idle = serializers.BooleanField(
+        help_text="the scheduler flagged the job running there idle (its slots under "
+        "EDT_IDLE_UTILISATION for EDT_IDLE_SECONDS)"
+    )
     job = serializers.IntegerField(allow_null=True, help_text="that job, if it is yours")
 
 
@@ -697,6 +714,7 @@ class RuleSerializer(serializers.Serializer):
 class ResourceGroupSerializer(serializers.Serializer):
     name = serializers.CharField()
     position = serializers.IntegerField(help_text="groups' rules are tried in this order")
+    shrink_idle = serializers.BooleanField(help_text="its idle jobs held at their minimum")
     rules = RuleSerializer(many=True, help_text="in order: a slot's group is its first match's")
     rule_texts = serializers.ListField(
         child=serializers.CharField(), help_text="the rules as written: host=gpu*,device=gpu"
@@ -706,6 +724,9 @@ class ResourceGroupSerializer(serializers.Serializer):
 class ResourceGroupWriteSerializer(serializers.Serializer):
     name = serializers.CharField(max_length=100, required=False, help_text="on create only")
     position = serializers.IntegerField(min_value=0, required=False)
+    shrink_idle = serializers.BooleanField(
+        required=False, help_text="its idle jobs shrunk to their minimum, never stopped"
+    )
     rules = serializers.ListField(
         child=BoundedJSONField(), required=False,
         help_text="each a text (host=gpu*,device=gpu,model=*H100*,slots=8) or an object "
@@ -735,6 +756,7 @@ class TeamSerializer(serializers.Serializer):
     weight = serializers.IntegerField()
     guarantee = serializers.IntegerField(help_text="slots it is owed when it asks")
     limit = serializers.IntegerField(allow_null=True, help_text="the most slots; null: none")
+    shrink_idle = serializers.BooleanField(help_text="its idle jobs held at their minimum")
     resource_group = serializers.CharField(help_text="its jobs' group unless they name another")
     allowed_groups = serializers.ListField(child=serializers.CharField())
     members = MemberSerializer(many=True)
@@ -748,6 +770,9 @@ class TeamWriteSerializer(serializers.Serializer):
     weight = serializers.IntegerField(min_value=1, required=False)
     guarantee = serializers.IntegerField(min_value=0, required=False)
     limit = serializers.IntegerField(min_value=0, allow_null=True, required=False)
+    shrink_idle = serializers.BooleanField(
+        required=False, help_text="its idle jobs (its sub-teams' too) shrunk to their minimum"
+    )
     resource_group = serializers.CharField(max_length=100, required=False)
     allowed_groups = serializers.ListField(child=serializers.CharField(), required=False)
 

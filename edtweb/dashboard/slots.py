@@ -11,15 +11,22 @@ from scheduler.groups import group_of
 
 
 def current_slots() -> list[dict[str, Any]]:
-    """The slot registry now, as the pages show it: each slot with the job holding it and
+    """The slot registry now, as the pages show it: each slot with the job holding it,
+    whether the scheduler flagged that job idle (docs/architecture.md, "Idle jobs") and
     its resource group (scheduler/groups.py, by the groups' rules)."""
     from edtweb.tenancy.services import rules
 
     registry = store()
-    jobs = registry.allocations().holder()
+    record = registry.allocations()
+    jobs = record.holder()
     ordered = rules()
     return [
-        dict(slot.as_dict(), job=jobs.get(slot.slot_id), group=group_of(slot, ordered))
+        dict(
+            slot.as_dict(),
+            job=jobs.get(slot.slot_id),
+            group=group_of(slot, ordered),
+            job_idle=jobs.get(slot.slot_id) in record.idle,
+        )
         for slot in registry.list_slots()
     ]
 

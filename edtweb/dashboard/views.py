@@ -14,6 +14,7 @@ from edtweb import throttle
 from edtweb.dashboard.slots import current_slots
 from edtweb.ownership import login_required_json
 from edtweb.redis_server import ping_error
+from scheduler.policies.idle import IdleRule, duration
 
 
 def _hosts(slots: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -21,6 +22,12 @@ def _hosts(slots: list[dict[str, Any]]) -> list[dict[str, Any]]:
         {"name": host, "slots": list(group)}
         for host, group in groupby(slots, key=lambda s: s["host"])
     ]
+
+
+def idle_words(rule: IdleRule) -> dict[str, Any]:
+    """The idle rule as the Cluster page says it (docs/architecture.md, "Idle jobs")."""
+    return {"on": rule.on, "below_percent": f"{rule.below * 100:g}",
+            "duration": duration(rule.seconds)}  # fmt: skip
 
 
 @login_required
@@ -43,6 +50,7 @@ def cluster(request: HttpRequest) -> HttpResponse:
             for job in queue
         ],
         "has_jobs": owned(request, Job).exists(),
+        "idle_rule": idle_words(standing.idle_rule()),
         "nav": "cluster",
     }
     return render(request, "dashboard/cluster.html", context)

@@ -13,7 +13,9 @@ class MembershipInline(admin.TabularInline):
 
 @admin.register(Team)
 class TeamAdmin(admin.ModelAdmin):
-    list_display = ("name", "parent", "weight", "guarantee", "limit", "resource_group")
+    list_display = (
+        "name", "parent", "weight", "guarantee", "limit", "shrink_idle", "resource_group",
+    )  # fmt: skip
     search_fields = ("name",)
     filter_horizontal = ("allowed_groups",)
     inlines = [MembershipInline]
@@ -21,4 +23,4 @@ class TeamAdmin(admin.ModelAdmin):
 
 @admin.register(ResourceGroup)
 class ResourceGroupAdmin(admin.ModelAdmin):
-    list_display = ("name", "position", "rules")
+    list_display = ("name", "position", "shrink_idle", "rules")

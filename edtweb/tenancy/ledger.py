@@ -90,8 +90,9 @@ def _row(event: JobEvent, mark: Mark, who: tuple[Any, ...],
 
 
 def utilisation(slots: set[str]) -> dict[str, float]:
-    """Slot -> 0..1 as its telemetry last said: NVML's GPU utilisation, else the CPU use
-    of one core; nothing while Redis does not answer."""
+    """Slot -> 0..1 as its telemetry last said (its ``utilisation``, workers/telemetry.py:
+    NVML's GPU utilisation, else the CPU use of the cores its learner computes on);
+    nothing while Redis does not answer."""
     if not slots:
         return {}
     from edtweb.redis_access import store
@@ -104,7 +105,7 @@ def utilisation(slots: set[str]) -> dict[str, float]:
     out = {}
     for slot in described:
         if slot.slot_id in slots:
-            seen = slot.telemetry.get("gpu_util", slot.telemetry.get("cpu_percent"))
+            seen = slot.telemetry.get("utilisation")
             if isinstance(seen, (int, float)):
-                out[slot.slot_id] = min(1.0, max(0.0, float(seen) / 100))
+                out[slot.slot_id] = min(1.0, max(0.0, float(seen)))
     return out

@@ -43,6 +43,9 @@ class ResourceGroup(models.Model):
     position = models.PositiveIntegerField(
         default=100, help_text="the groups' rules are tried in this order (then by name)"
     )
+    shrink_idle = models.BooleanField(
+        default=False, help_text="its idle jobs are shrunk to their minimum (never stopped)"
+    )
     created_at = models.DateTimeField(auto_now_add=True)
 
     objects = ResourceGroupManager()
@@ -78,6 +81,10 @@ class Team(models.Model):
     guarantee = models.PositiveIntegerField(default=0, help_text="slots it is owed when it asks")
     limit = models.PositiveIntegerField(
         null=True, blank=True, help_text="the most slots it may hold; empty: no limit"
+    )
+    shrink_idle = models.BooleanField(
+        default=False,
+        help_text="its idle jobs, its sub-teams' too, are shrunk to their minimum (never stopped)",
     )
     resource_group = models.ForeignKey(
         ResourceGroup, to_field="name", db_column="resource_group", default=DEFAULT,

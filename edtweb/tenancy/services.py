@@ -100,13 +100,15 @@ def describe_group(group: ResourceGroup) -> dict[str, Any]:
     return {
         "name": group.name,
         "position": group.position,
+        "shrink_idle": group.shrink_idle,
         "rules": [r.as_dict() for r in rules],
         "rule_texts": [r.text() for r in rules],
     }
 
 
 def save_group(group: ResourceGroup | None, data: dict[str, Any]) -> ResourceGroup:
-    """Create a group (``group`` None) or change one: ``position`` and ``rules`` (each a
+    """Create a group (``group`` None) or change one: ``position``, ``shrink_idle`` (its
+    idle jobs held at their minimum: docs/architecture.md, "Idle jobs") and ``rules`` (each a
     text, ``host=gpu*,device=gpu,model=*H100*,slots=8``, or its parts as an object). A
     group's name never changes: jobs name it."""
     if group is None:
@@ -117,6 +119,8 @@ def save_group(group: ResourceGroup | None, data: dict[str, Any]) -> ResourceGro
                                "another group"})  # fmt: skip
     if "position" in data:
         group.position = int(data["position"])
+    if "shrink_idle" in data:
+        group.shrink_idle = bool(data["shrink_idle"])
     if "rules" in data:
         group.rules = [_rule(group.name, given) for given in data["rules"] or []]
     group.full_clean()
@@ -164,6 +168,7 @@ def describe_team(team: Team) -> dict[str, Any]:
         "weight": team.weight,
         "guarantee": team.guarantee,
         "limit": team.limit,
+        "shrink_idle": team.shrink_idle,
         "resource_group": team.resource_group_id,
         "allowed_groups": sorted(g.name for g in team.allowed_groups.all()),
         "members": [
@@ -177,10 +182,11 @@ def describe_team(team: Team) -> dict[str, Any]:
 def save_team(team: Team | None, data: dict[str, Any]) -> Team:
     """Create a team (``team`` None) or change one: ``name``, ``parent`` (a team's name;
     None or ``""``: at the top), ``weight``, ``guarantee``, ``limit`` (None: none),
+    ``shrink_idle`` (its idle jobs, its sub-teams' too, held at their minimum),
     ``resource_group`` and ``allowed_groups`` (groups' names), each checked."""
     ResourceGroup.objects.default()
     team = team or Team()
-    for field in ("name", "weight", "guarantee", "limit"):
+    for field in ("name", "weight", "guarantee", "limit", "shrink_idle"):
         if field in data:
             setattr(team, field, data[field])
     if "parent" in data:
@@ -267,6 +273,14 @@ def rules() -> list[Rule]:
     """Every group's rules, in the order they are tried (the groups' positions, then their
     names, then each group's own order): ``scheduler.groups.group_of`` reads them."""
     return [rule for group in ResourceGroup.objects.all() for rule in group.parsed_rules()]
+
+
+def idle_shrinkers() -> tuple[frozenset[str], frozenset[str]]:
+    """The teams (ids as text) and groups (names) whose rule holds their idle jobs at their
+    minimum (docs/architecture.md, "Idle jobs")."""
+    teams = Team.objects.filter(shrink_idle=True).values_list("pk", flat=True)
+    groups = ResourceGroup.objects.filter(shrink_idle=True).values_list("name", flat=True)
+    return frozenset(str(pk) for pk in teams), frozenset(groups)
 
 
 def policy_teams() -> list[dict[str, Any]]:

@@ -5,7 +5,7 @@ app of this process (docs/architecture.md, "Layering")."""
 from __future__ import annotations
 
 from contextlib import AbstractContextManager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -17,6 +17,7 @@ from edtweb.celery import app as celery_app
 from edtweb.redis_access import redis_client
 from edtweb.training import services
 from edtweb.training.models import Job, Metric
+from edtweb.training.standing import idle_rule
 from protocol.learner_task import LearnerPaths
 from scheduler.groups import DEFAULT as DEFAULT_GROUP
 from scheduler.live import speedups
@@ -72,7 +73,8 @@ def tenancy() -> Tenancy:
     teams = tuple(Team(**fields) for fields in tenancy_services.policy_teams())
     homes = tuple((str(pk), str(group)) for pk, group in
                   TeamRow.objects.values_list("pk", "resource_group"))  # fmt: skip
-    return Tenancy(tuple(tenancy_services.rules()), teams, homes)
+    shrink_teams, shrink_groups = tenancy_services.idle_shrinkers()
+    return Tenancy(tuple(tenancy_services.rules()), teams, homes, shrink_teams, shrink_groups)
 
 
 def schedulable_jobs() -> Any:
@@ -140,7 +142,8 @@ def scheduler_view() -> SchedulerView:
         capacities.update({g: len(s) for g, s in partition(alive, now.rules).items()})
     held = {pk: len(a.slots) for pk, a in record.jobs.items()}
     inputs = Measures(record.policy, train_records).inputs(rows, record.attained, per_host(alive))
-    return SchedulerView(record, rows, now, capacities, held, inputs)
+    held_idle = {pk: by for pk, (_, by) in record.idle.items() if by}  # at their minimum
+    return SchedulerView(record, rows, now, capacities, held, replace(inputs, idle=held_idle))
 
 
 class DjangoJobBook:
@@ -200,6 +203,7 @@ def live_ports() -> Ports:
         secret=settings.SECRET_KEY,
         start_failures=settings.EDT_START_FAILURES,
         move_every=settings.EDT_MOVE_INTERVAL,
+        idle_rule=idle_rule(),
     )
 
 

@@ -7,11 +7,14 @@ WMLA show what the scheduler decided, or say that it has not decided yet.
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import redis
+from django.conf import settings
 
 from edtweb.training.models import Job
+from scheduler.policies.idle import IdleRule, duration
 from scheduler.store import AllocationRecord
 
 WAITING = (Job.State.QUEUED, Job.State.SUSPENDED)
@@ -78,3 +81,26 @@ def queue_of(visible: Any) -> tuple[list[Job], dict[int, int], dict[int, str]]:
 def queue_order() -> list[Job]:
     """Every waiting job, by group, in the scheduler's order (the Cluster page's queues)."""
     return queue_of(Job.objects.all())[0]
+
+
+def idle_rule() -> IdleRule:
+    """When a job is idle (``EDT_IDLE_UTILISATION`` percent, ``EDT_IDLE_SECONDS``), its
+    slots' figures judged from three heartbeats after a change of its slots on
+    (docs/architecture.md, "Idle jobs")."""
+    return IdleRule(below=settings.EDT_IDLE_UTILISATION / 100,
+                    seconds=float(settings.EDT_IDLE_SECONDS),
+                    settle=3.0 * settings.EDT_HEARTBEAT_SECONDS)  # fmt: skip
+
+
+def idle(job: Job, known: AllocationRecord | None) -> tuple[float | None, str]:
+    """Since when ``job`` has been idle as the scheduler flagged it (unix time; None: it is
+    not), and the flag in words: "idle for 12 min (under 10 % utilisation for 10 min);
+    held at its minimum by group gpu's rule"."""
+    found = known.idle.get(job.pk) if known is not None and job.state == Job.State.RUNNING else None
+    if found is None:
+        return None, ""
+    since, by = found
+    held = (f"held at its minimum by {by}'s rule" if by
+            else "no rule of its team or group shrinks it")  # fmt: skip
+    lasted = duration(round(max(0.0, time.time() - since)))
+    return since, f"idle for {lasted} ({idle_rule().text()}); {held}"

@@ -55,6 +55,10 @@ class JobStatus:
     estimate_text: str  # "starts in 3-5 min; ends in 20-30 min"; "" without one
     telemetry: tuple[dict[str, Any], ...]  # its slots' latest telemetry
     error: str
+    # Since when the scheduler has flagged it idle (unix time; None: it is not), and the
+    # flag in words (docs/architecture.md, "Idle jobs"); "" unless idle
+    idle_since: float | None = None
+    idle: str = ""
 
     def as_dict(self) -> dict[str, Any]:
         """The status as JSON (``/state``, the WebSocket's ``status`` message)."""
@@ -79,6 +83,7 @@ def statuses(jobs: Sequence[Job], user: Any) -> dict[int, JobStatus]:
     reasons = standing.reasons(list(jobs), known)
     projected = projection.estimates() if any(j.state in Job.ACTIVE for j in jobs) else {}
     teams = team_names({job.team_id for job in jobs if job.team_id is not None})
+    idled = {job.pk: standing.idle(job, known) for job in jobs}
     return {
         job.pk: JobStatus(
             id=job.pk,
@@ -100,6 +105,8 @@ def statuses(jobs: Sequence[Job], user: Any) -> dict[int, JobStatus]:
             **estimate_fields(job, projected.get(job.pk)),
             telemetry=tuple(telemetry[s] for s in members[job.pk] if s in telemetry),
             error=job.error,
+            idle_since=idled[job.pk][0],
+            idle=idled[job.pk][1],
         )
         for job in jobs
     }

@@ -11,6 +11,7 @@ import logging
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
@@ -19,6 +20,7 @@ from protocol.connection import REDIS_DOWN
 from protocol.slots import SlotInfo
 from scheduler.dispatch import Dispatches
 from scheduler.groups import Rule, group_of
+from scheduler.live.idle import IdleWatch
 from scheduler.live.job import JobRunner
 from scheduler.live.moving import Mover
 from scheduler.live.ports import RUNNING, SUSPENDED, JobRow, Ports, Tenancy
@@ -26,7 +28,7 @@ from scheduler.live.shares import SharesLog
 from scheduler.live.snapshot import BY_SERVICE, Inputs, Measures, SnapshotBuilder, per_host
 from scheduler.metrics import DECISION_SECONDS, STEP_SECONDS
 from scheduler.placement import Placement, Slot, place
-from scheduler.policies import Decision, JobView, decide, goodput, slots_by_team
+from scheduler.policies import Decision, JobView, decide, goodput, idle, slots_by_team
 from scheduler.store import (
     Allocation,
     AllocationRecord,
@@ -91,6 +93,7 @@ class LiveScheduler:
         # job -> (place among its group's waiting jobs, 0 if given slots; the policy's reason)
         self.standing: dict[int, tuple[int, str]] = {}
         self.decisions: dict[str, Decision] = {}  # the last decision, per resource group
+        self.idle = IdleWatch(ports.idle_rule, self.book)  # idle jobs (policies/idle.py)
 
     def step(self, alive: list[SlotInfo]) -> bool:
         """One decision and one protocol step for every job; True when a job wants another
@@ -120,9 +123,12 @@ class LiveScheduler:
         attained = self._attained(client, jobs) if self.policy in BY_SERVICE else {}
         asked = {pk: r.state.batch for pk, r in self.runners.items() if r.state.batch}
         measured = self.measures.inputs(jobs.values(), attained, per_host(alive), asked)
-        # The same jobs, slots, holdings and tenancy as the last decision, carried out: the
-        # same decision again, with nothing to apply (not for inputs that move with time).
-        same = None if measured.moving() else (list(jobs.values()), groups, held, tenancy)
+        measured = replace(measured, idle=self._idle(client, alive, jobs, tenancy))
+        # The same jobs, slots, holdings, tenancy and idle jobs held as the last decision,
+        # carried out: the same decision again, with nothing to apply (not for inputs that
+        # move with time).
+        same = None if measured.moving() else (list(jobs.values()), groups, held, tenancy,
+                                               measured.idle)  # fmt: skip
         if same is None or same != self.decided:
             with DECISION_SECONDS.time():
                 applied = self._decide(jobs, groups, held, holding, tenancy, measured)
@@ -143,7 +149,9 @@ class LiveScheduler:
         self.decided = None
         capacities = {group: len(slots) for group, slots in groups.items()}
         snapshots = self.snapshots.build_groups(jobs.values(), capacities, held, tenancy, inputs)
-        decisions = {group: decide(snapshot, self.policy) for group, snapshot in snapshots.items()}
+        decisions = {group: idle.explained(decide(snapshot, self.policy),
+                                           {str(pk): why for pk, why in inputs.idle.items()})
+                     for group, snapshot in snapshots.items()}  # fmt: skip
         self.decisions, self.standing = decisions, standing(decisions)
         if len(self.announced) > 2 * len(jobs) + WAIT_EVENTS:  # jobs that ended waiting
             self.announced = {k: v for k, v in self.announced.items() if int(k) in jobs}
@@ -181,7 +189,18 @@ class LiveScheduler:
         jobs = {pk: Allocation(tuple(r.members()), tuple(r.joiners()))
                 for pk, r in self.runners.items() if r.holding()}  # fmt: skip
         return AllocationRecord(jobs, self.capacity, self.policy, dict(self.attained or {}),
-                                dict(self.group_capacity), self.standing)  # fmt: skip
+                                dict(self.group_capacity), self.standing,
+                                self.idle.record())  # fmt: skip
+
+    def _idle(self, client: Any, alive: list[SlotInfo], jobs: dict[int, JobRow],
+              tenancy: Tenancy) -> dict[int, str]:  # fmt: skip
+        """The idle jobs to hold at their minimum, each with its reason, after a look at
+        the running jobs' slots (docs/architecture.md, "Idle jobs"); a new scheduler goes
+        on from the last record's idle jobs."""
+        if self.idle.resumed is None and not self.idle.looked:
+            self.idle.resume(Store(client).allocations().idle)
+        members = {pk: r.members() for pk, r in self.runners.items()}
+        return self.idle.look(alive, members, jobs, tenancy, time.time())
 
     def _attained(self, client: Any, jobs: dict[int, JobRow]) -> dict[int, float]:
         """Each active job's attained service: what the last record said, plus its members

@@ -27,6 +27,7 @@ from scheduler.policies import RUNNING as RUNNING
 from scheduler.policies import STOPPED as STOPPED
 from scheduler.policies import SUSPENDED as SUSPENDED
 from scheduler.policies import Team
+from scheduler.policies.idle import IDLE_RULE, IdleRule
 
 
 class JobRow(NamedTuple):
@@ -58,11 +59,15 @@ class JobRow(NamedTuple):
 class Tenancy:
     """Who shares the slots, as a decision reads it: the resource groups' rules in the
     order they are tried, the teams (``scheduler.policies.Team`` as it holds in the team's
-    own group: its guarantee and limit count there, nowhere else), and each team's group."""
+    own group: its guarantee and limit count there, nowhere else), and each team's group;
+    the teams (ids) and groups (names) whose rule holds their idle jobs at their minimum
+    (docs/architecture.md, "Idle jobs")."""
 
     rules: tuple[Rule, ...] = ()
     teams: tuple[Team, ...] = ()
     homes: tuple[tuple[str, str], ...] = ()  # (team id, its group)
+    shrink_teams: frozenset[str] = frozenset()
+    shrink_groups: frozenset[str] = frozenset()
 
     def teams_in(self, group: str) -> tuple[Team, ...]:
         """The teams as a snapshot of ``group`` reads them: every team (a job may run
@@ -121,7 +126,8 @@ class Ports:
     what the learners' per-job ACL users are derived from (protocol/redis_acl.py);
     ``start_failures``: how many learners in a row may exit before joining a job before it
     fails (``EDT_START_FAILURES``); ``move_every``: the fewest seconds between two learner
-    moves of a job, and the horizon a move must pay back within (``EDT_MOVE_INTERVAL``)."""
+    moves of a job, and the horizon a move must pay back within (``EDT_MOVE_INTERVAL``);
+    ``idle_rule``: when a job is idle."""
 
     book: JobBook
     redis: Callable[[], redis.Redis]
@@ -132,3 +138,6 @@ class Ports:
     start_failures: int = START_FAILURES
     # Learner moves: at most one per job per this many seconds, each paying back within it.
     move_every: float = MOVE_EVERY
+    # When a job is idle (EDT_IDLE_UTILISATION, EDT_IDLE_SECONDS): docs/architecture.md,
+    # "Idle jobs".
+    idle_rule: IdleRule = IDLE_RULE

@@ -25,7 +25,7 @@ from scheduler.live.speedups import (
     Records,
     observed_rates,
 )
-from scheduler.policies import JobView, Snapshot, Team, goodput, las, tiresias
+from scheduler.policies import JobView, Snapshot, Team, goodput, idle, las, tiresias
 
 # The policies that order jobs by attained service (they read JobView.attained), and those
 # that read each job's speedup curve (JobView.speedup); goodput reads both (its fair shares
@@ -83,6 +83,9 @@ class Inputs:
     goodputs: GoodputInputs = field(default_factory=dict)
     per_host: int = 0
     remaining: dict[int, float] = field(default_factory=dict)  # job -> slot-seconds left
+    # Idle jobs their team's or group's rule holds at their minimum, each with the reason
+    # (docs/architecture.md, "Idle jobs"): their views ask for their minimum alone.
+    idle: dict[int, str] = field(default_factory=dict)
 
     def moving(self) -> bool:
         """Whether they move with time (so an unchanged rest is no reason to skip)."""
@@ -207,7 +210,8 @@ class SnapshotBuilder:
         """One snapshot per resource group (docs/architecture.md, "Tenancy"): its usable
         slots (``capacities``), the jobs that run in it, the teams as it reads them. A group
         with jobs and no slot has a snapshot of capacity 0 (its jobs wait). ``inputs``: what
-        :meth:`Measures.inputs` read of the jobs; ``priorities``: some jobs' priority
+        :meth:`Measures.inputs` read of the jobs (and the idle jobs held at their minimum);
+        ``priorities``: some jobs' priority
         overridden (the priority preview's what-if)."""
         jobs = list(jobs)
         given = inputs or Inputs()
@@ -217,8 +221,9 @@ class SnapshotBuilder:
         grouped: dict[str, list[JobView]] = {group: [] for group in capacities}
         for job, view in zip(jobs, views, strict=True):
             grouped.setdefault(job.group, []).append(view)
-        return {group: Snapshot(capacities.get(group, 0), members, tenancy.teams_in(group),
-                                per_host)
+        held_idle = {str(pk) for pk in given.idle}
+        return {group: idle.at_minimum(Snapshot(capacities.get(group, 0), members,
+                                                tenancy.teams_in(group), per_host), held_idle)
                 for group, members in grouped.items()}  # fmt: skip
 
     def views_of(self, jobs: Iterable[Schedulable], held: dict[int, int],

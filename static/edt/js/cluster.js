@@ -83,8 +83,13 @@
           state.append(" ", el("span", { class: "badge refusing" }, "refusing user code"));
           state.append(el("small", { class: "refusing-reason" }, s.refusing.charAt(0).toUpperCase() + s.refusing.slice(1)));
         }
-        const job = s.job ? (names.get(String(s.job)) || "job " + s.job) : s.busy ? "another user's job" : "idle";
-        tr.append(state, telemetryCell(s), el("td", { class: s.job ? "" : "muted", "data-label": "job" }, job));
+        const job = s.job ? (names.get(String(s.job)) || "job " + s.job) : s.busy ? "another user's job" : "free";
+        const jobCell = el("td", { class: s.job ? "" : "muted", "data-label": "job" }, job);
+        if (s.busy && s.job_idle) {
+          // The scheduler flagged the job idle: its slots stayed under the idle utilisation.
+          jobCell.append(" ", el("span", { class: "badge idle-job", title: "every slot of this job stayed under the idle utilisation for the idle time" }, "idle"));
+        }
+        tr.append(state, telemetryCell(s), jobCell);
         tr.append(el("td", { class: "muted", "data-label": "heartbeat" }, ago((s.telemetry || {}).at)));
         body.append(tr);
       }

@@ -28,7 +28,8 @@
     const name = form.dataset.group;
     form.addEventListener("submit", async (e) => {
       e.preventDefault();
-      const body = { position: Number(form.elements.position.value), rules: lines(form.elements.rules.value) };
+      const body = { position: Number(form.elements.position.value), rules: lines(form.elements.rules.value),
+        shrink_idle: form.elements.shrink_idle.checked };
       const r = await api("PATCH", encodeURIComponent(name) + "/", body);
       if (!r.ok) { fail(form, r.data.error); return; }
       done("Group " + name + " saved: " + (r.data.rule_texts.length || "no") + " rule(s).");
@@ -47,7 +48,8 @@
   create.addEventListener("submit", async (e) => {
     e.preventDefault();
     const f = create.elements;
-    const body = { name: f.name.value.trim(), position: Number(f.position.value), rules: lines(f.rules.value) };
+    const body = { name: f.name.value.trim(), position: Number(f.position.value), rules: lines(f.rules.value),
+      shrink_idle: f.shrink_idle.checked };
     const r = await api("POST", "", body);
     if (!r.ok) { fail(create, r.data.error); return; }
     done("Group " + r.data.name + " created.");

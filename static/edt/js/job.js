@@ -58,6 +58,8 @@
     if (estimate) estimate.textContent = s.estimate_text || "";
     const why = document.getElementById("why"); // the rule that set a running job's slots
     if (why) { why.querySelector("span").textContent = s.reason || ""; why.hidden = !s.reason || !!s.waiting; }
+    const idle = document.getElementById("idle"); // the scheduler flagged it idle (its slots under the idle utilisation)
+    if (idle) { idle.querySelector("span").textContent = s.idle || ""; idle.hidden = !s.idle; }
     if (s.state !== jobState || (s.error && !document.getElementById("job-error"))) showState(s.state, s.error);
   }
 
@@ -269,6 +271,7 @@
     document.getElementById("throughput").textContent = 0;
     document.getElementById("waiting")?.remove();
     document.getElementById("why")?.remove();
+    document.getElementById("idle")?.remove();
     JobCharts.ended(Date.now() / 1000);
     JobCharts.empty(waitingText());
     // The controls a viewer may use are on the page; a team member who only reads has none.

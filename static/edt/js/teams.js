@@ -70,6 +70,7 @@
       weight: whole(f.weight.value), guarantee: whole(f.guarantee.value), limit: whole(f.limit.value),
       parent: f.parent.value, resource_group: f.resource_group.value,
       allowed_groups: [...form.querySelectorAll("input[name=allowed_groups]:checked")].map((c) => c.value),
+      shrink_idle: f.shrink_idle.checked,
     };
   }
   const saved = values();
