@@ -7,7 +7,6 @@ from __future__ import annotations
 import csv
 import io
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -26,6 +25,7 @@ from tests.harness.cluster import descendants, is_learner
 from tests.harness.processes import PROJECT_DIR
 from tests.harness.stack import LiveEdt, dataset_archive
 from tests.harness.waiting import wait_for
+from tests.harness.wmla import run_notebook
 
 HEADERS = {"accept": "application/json"}
 ENDED = ("FINISHED", "ERROR", "KILLED")
@@ -246,18 +246,9 @@ def test_the_notebook_trains_the_seed_script_whose_callbacks_log_what_wmla_would
     wmla: dict[str, Any], tmp_path: Path
 ) -> None:
     live: LiveEdt = wmla["live"]
-    host, port = re.match(r"http://([^:/]+):(\d+)", live.url).groups()  # type: ignore[union-attr]
-    env = dict(os.environ, WMLA_PROTOCOL="http", WMLA_HOST=host, WMLA_PORT=port,
-               WMLA_USER="erin", WMLA_PASSWORD="erin-pass-1",
-               WMLA_MODEL_DIR=str(tmp_path / "resnet-wmla"),
-               WMLA_MODEL_SOURCE=str(SEED))  # fmt: skip
-    notebook = str(PROJECT_DIR / "tests" / "wmla_notebook.py")
-    run = subprocess.run([sys.executable, notebook], env=env, cwd=tmp_path,
-                         capture_output=True, text=True, timeout=600)  # fmt: skip
-    out = run.stdout
-    assert run.returncode == 0, out[-3000:] + run.stderr[-3000:]
+    out, exec_id = run_notebook(live, tmp_path, "erin", "erin-pass-1",
+                                tmp_path / "resnet-wmla", SEED)  # fmt: skip
     assert "Logon succeeded" in out and "exec state: FINISHED" in out, out[-3000:]
-    exec_id = re.search(r"Exec ID: (\d+)", out).group(1)  # type: ignore[union-attr]
     with zipfile.ZipFile(tmp_path / "resnet-wmla" / f"{exec_id}.zip") as z:
         assert "model.pt" in z.namelist()
 

@@ -6,10 +6,7 @@ before anything is stored, with the reason in WMLA's error body."""
 
 from __future__ import annotations
 
-import os
 import re
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +16,7 @@ import requests
 from tests.harness.processes import PROJECT_DIR
 from tests.harness.stack import LiveEdt
 from tests.harness.waiting import wait_for
+from tests.harness.wmla import run_notebook
 from workers.learner.datasets import write_cifar10
 
 USER = "mallory"  # no dataset of this name is hers: data_path names the folder
@@ -55,17 +53,8 @@ def test_the_notebook_unchanged_trains_on_a_data_path_under_a_root_read_in_place
     in_place: dict[str, Any], tmp_path: Path
 ) -> None:
     live: LiveEdt = in_place["live"]
-    host, port = re.match(r"http://([^:/]+):(\d+)", live.url).groups()  # type: ignore[union-attr]
-    env = dict(os.environ, WMLA_PROTOCOL="http", WMLA_HOST=host, WMLA_PORT=port,
-               WMLA_USER=USER, WMLA_PASSWORD=AUTH[1], WMLA_MODEL_DIR=str(tmp_path / "model"),
-               WMLA_MODEL_SOURCE=str(SEED))  # fmt: skip
-    notebook = str(PROJECT_DIR / "tests" / "wmla_notebook.py")
-    run = subprocess.run([sys.executable, notebook], env=env, cwd=tmp_path,
-                         capture_output=True, text=True, timeout=600)  # fmt: skip
-    out = run.stdout
-    assert run.returncode == 0, out[-3000:] + run.stderr[-3000:]
+    out, exec_id = run_notebook(live, tmp_path, USER, AUTH[1], tmp_path / "model", SEED)
     assert "data_path=pytorch-mnist" in out and "exec state: FINISHED" in out, out[-3000:]
-    exec_id = re.search(r"Exec ID: (\d+)", out).group(1)  # type: ignore[union-attr]
 
     job = in_place["api"].get(f"{live.url}/api/v1/jobs/{exec_id}/").json()
     assert job["state"] == "COMPLETED" and job["dataset"] == in_place["dataset"]["id"], job
