@@ -19,13 +19,16 @@ pair, in turn (interleaved, the order alternating):
   ``T'``, from its submit to its first evaluation at ``A - 1`` point or better (then it is
   stopped). A run that never gets there counts its whole run and is marked.
 
-The goal: ``T' / T <= 0.8`` (median of the pairs). Writes bench/results/goodput-live.md,
-with the load average before and after (the machine is shared).
+The goal: ``T' / T <= 1.0`` (median of the pairs), and no goodput run shrinks and then
+grows again in its first minute (an unsettled fit); the earlier ``<= 0.8`` is reported too.
+Writes bench/results/goodput-live.md, with the load average before and after (the machine
+is shared).
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import os
 import statistics
 import sys
@@ -126,8 +129,26 @@ class Bench(Slots):
             "reached": reached is not None,
             "batches": sorted({int(r.get("batch", BASE)) for r in trains}),
             "workers": max(int(r["workers"]) for r in trains),
+            "sizes": sizes(trains),
+            "dip": shrink_then_grow(trains, first + 60.0),
             "epochs": len(tests),
         }
+
+
+def sizes(trains: list[dict[str, Any]]) -> list[int]:
+    """The job's worker counts in the order it trained at them (repeats folded)."""
+    out: list[int] = []
+    for r in sorted(trains, key=lambda r: float(r["time"])):
+        if not out or out[-1] != int(r["workers"]):
+            out.append(int(r["workers"]))
+    return out
+
+
+def shrink_then_grow(trains: list[dict[str, Any]], until: float) -> bool:
+    """Whether the job shrank and then grew again before ``until`` (its first minute)."""
+    early = sizes([r for r in trains if float(r["time"]) <= until])
+    return any(b < a and any(c > b for c in early[i + 2 :])
+               for i, (a, b) in enumerate(itertools.pairwise(early)))  # fmt: skip
 
 
 def prepare(live: LiveEdt) -> None:
@@ -168,6 +189,7 @@ def write(rows: list[dict[str, dict[str, Any]]], before: tuple[float, ...],
     fixed_t = [r["fixed"]["seconds"] for r in rows]
     mode_t = [r["goodput"]["seconds"] for r in rows]
     missed = sum(not r["goodput"]["reached"] for r in rows)
+    dips = sum(bool(r["goodput"]["dip"]) for r in rows)
     median = statistics.median(ratios)
     lines = [
         "# Goodput mode on a live EDT: time to the fixed-batch run's accuracy",
@@ -189,15 +211,17 @@ def write(rows: list[dict[str, dict[str, Any]]], before: tuple[float, ...],
         + " (the machine is shared).",
         "",
         "| pair | fixed: s (to A - 1 point), A, batches | goodput: s, accuracy, batches, "
-        "reached | ratio | ratio to fixed's time to A - 1 point |",
-        "|---|---|---|---|---|",
+        "reached | goodput's worker counts in order | ratio | ratio to fixed's time to A - 1 "
+        "point |",
+        "|---|---|---|---|---|---|",
     ]
     for i, (r, ratio) in enumerate(zip(rows, ratios, strict=True), start=1):
         f, g = r["fixed"], r["goodput"]
         lines.append(
             f"| {i} | {f['seconds']:.1f} ({f['to_target']:.1f}), {f['accuracy']:.3f}, "
             f"{f['batches']} | {g['seconds']:.1f}, {g['accuracy']:.3f}, {g['batches']}, "
-            f"{'yes' if g['reached'] else 'NO'} | {ratio:.2f} | "
+            f"{'yes' if g['reached'] else 'NO'} | {' → '.join(map(str, g['sizes']))}"
+            f"{' (shrank then grew in its first minute)' if g['dip'] else ''} | {ratio:.2f} | "
             f"{g['seconds'] / f['to_target']:.2f} |"
         )
     lines += [
@@ -209,9 +233,12 @@ def write(rows: list[dict[str, dict[str, Any]]], before: tuple[float, ...],
         f"| ratio goodput / fixed | {spread(ratios)} |",
         f"| ratio goodput / fixed's time to A - 1 point | {spread(own)} |",
         "",
-        f"Goal (median ratio <= 0.80, the accuracy reached in every pair): "
-        f"{'met' if median <= 0.8 and not missed else 'NOT met'} (median {median:.2f}"
-        f"{f', {missed} run(s) never reached it' if missed else ''}).",
+        f"Goal (median ratio <= 1.0, the accuracy reached in every pair, no shrink then grow "
+        f"in a goodput run's first minute): "
+        f"{'met' if median <= 1.0 and not missed and not dips else 'NOT met'} (median "
+        f"{median:.2f}{f', {missed} run(s) never reached it' if missed else ''}"
+        f"{f', {dips} run(s) shrank then grew in their first minute' if dips else ''}). "
+        f"The stricter earlier goal (median <= 0.80): {'met' if median <= 0.8 else 'not met'}.",
         "",
     ]
     RESULTS.write_text("\n".join(lines))
