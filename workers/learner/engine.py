@@ -59,6 +59,8 @@ log = logging.getLogger("edt.learner")
 
 
 class Learner:
+    """One learner of a job: the loop over generations and steps, over its parts."""
+
     def __init__(self, spec: JobSpec, slot: str, jobs: JobStore, redis_url: str) -> None:
         self.spec = spec
         self.slot = slot
