@@ -73,12 +73,12 @@ def engine_learner(url: str, model: Path, batch: int, data: Path, tmp: Path) -> 
                    batch_size=batch, epochs=1000, checkpoint_every=100000)  # fmt: skip
     learner = Learner(spec, "s0", jobs, url)
     learner.prepare()
-    learner.watch.start()
-    learner.records.start()
+    learner.membership.watch.start()
+    learner.bookkeeping.records.start()
     gen = jobs.publish_generation(["s0"])
     learner.form_group(gen)
     learner.sync_state()
-    learner._take_batch(gen)
+    learner.take_batch(gen)
     return learner
 
 
@@ -92,7 +92,7 @@ class Plain:
         self.model = defn.build_model()
         self.optimizer = defn.build_optimizer(self.model.parameters(), learner.spec.lr)
         self.loss_fn = defn.loss_fn
-        self.x, self.y = learner.train_set.tensors  # type: ignore[attr-defined]
+        self.x, self.y = learner.inputs.train_set.tensors  # type: ignore[attr-defined]
         self.batch = batch
         self.per_epoch = len(self.x) // batch
         self.n = 0

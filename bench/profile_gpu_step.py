@@ -34,12 +34,13 @@ from edtweb.redis_server import RedisServer  # noqa: E402
 from workers.learner.datasets import write_cifar10  # noqa: E402
 
 BATCH = 256
+# (the learner's part, or "" for the learner itself; its method; what it does)
 PHASES = [
-    ("_batches_for", "batches: take, build the next ahead, to the device"),
-    ("_accumulate", "forward, backward (alone: no all-reduce), the agreement unread"),
-    ("_apply", "optimizer step"),
-    ("_train_record", "train record"),
-    ("_resolve", "the step before's agreement read (waits for the device), its record"),
+    ("", "_batches_for", "batches: take, build the next ahead, to the device"),
+    ("stepper", "accumulate", "forward, backward (alone: no all-reduce), the agreement unread"),
+    ("stepper", "apply", "optimizer step"),
+    ("", "_train_record", "train record"),
+    ("", "_resolve", "the step before's agreement read (waits for the device), its record"),
 ]
 
 
@@ -92,8 +93,8 @@ def report(url: str, data: Path, tmp: Path, n: int) -> None:
     ms_per_step(step, 30)  # warm-up
     engine_ms = ms_per_step(step, n)
     spent: dict[str, float] = defaultdict(float)
-    for name, label in PHASES:
-        timed(learner, name, label, spent)
+    for part, name, label in PHASES:
+        timed(getattr(learner, part) if part else learner, name, label, spent)
     with_timers = ms_per_step(step, n)
     print(f"{torch.cuda.get_device_name(0)}, torch {torch.__version__}")
     print(f"engine step {engine_ms:.3f} ms ({n} steps); {with_timers:.3f} ms with the timers")
@@ -108,7 +109,7 @@ def report(url: str, data: Path, tmp: Path, n: int) -> None:
     print(table.table(sort_by="self_device_time_total", row_limit=15))
 
     defn = learner.defn
-    x_all, y_all = (t.cuda() for t in learner.train_set.tensors)  # type: ignore[attr-defined]
+    x_all, y_all = (t.cuda() for t in learner.inputs.train_set.tensors)  # type: ignore[attr-defined]
     net = defn.build_model().cuda()
     optimizer = defn.build_optimizer(net.parameters(), 0.01)
     rng = torch.Generator(device="cuda")

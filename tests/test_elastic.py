@@ -28,15 +28,12 @@ from tests.harness.waiting import bound, wait_for
 from workers.learner import statecast
 from workers.learner.contract import load_definition
 from workers.learner.datasets import write_cifar10
-from workers.learner.engine import (
-    INLINE_SECONDS,
-    ControlWatch,
-    Learner,
-    Prefetcher,
-    rehearse,
-)
+from workers.learner.engine import Learner
+from workers.learner.inputs import INLINE_SECONDS, Prefetcher
+from workers.learner.membership import ControlWatch
 from workers.learner.overlap import GradBuckets, gloo_or_nccl_allreduce
 from workers.learner.spec import JobSpec
+from workers.learner.step import rehearse
 
 MLP = PROJECT_DIR / "examples" / "mlp.py"
 PACED_TWIN = PROJECT_DIR / "tests" / "models" / "paced_twin_mlp.py"  # MLP, 0.1 s a step
@@ -539,20 +536,21 @@ def test_a_learner_holds_its_rehearsal_gradients_until_its_first_step(
     learner = Learner(spec, "h0", jobs, redis_server.url)
     try:
         learner.adopt(load_definition(MLP))
-        assert [h.shape for h in learner.held] == [p.shape for p in learner.params]
-        assert all(p.grad is None for p in learner.params)
-        held = [weakref.ref(h) for h in learner.held]
+        stepper = learner.stepper
+        assert [h.shape for h in stepper.held] == [p.shape for p in stepper.params]
+        assert all(p.grad is None for p in stepper.params)
+        held = [weakref.ref(h) for h in stepper.held]
         alive_at_forward: list[int] = []
-        learner.model.register_forward_pre_hook(
+        stepper.model.register_forward_pre_hook(
             lambda *_: alive_at_forward.append(sum(r() is not None for r in held))
         )
         learner.form_group(jobs.publish_generation(["h0"]))
         learner.train_step()
         assert alive_at_forward == [0]  # all given back before the first step's forward
-        assert learner.held == [] and learner.counters["step"] == 1
+        assert stepper.held == [] and learner.counters["step"] == 1
     finally:
-        learner.prefetch.pool.shutdown()
-        learner.pg = None
+        learner.inputs.prefetch.pool.shutdown()
+        learner.membership.pg = None
 
 
 def _leaves(obj: Any, prefix: str = "") -> list[tuple[str, torch.Tensor]]:

@@ -52,9 +52,9 @@ def test_a_one_member_generation_forms_an_nccl_group(
     gen = jobs.publish_generation(["g0"])
     learner.form_group(gen)
     assert learner.device.type == "cuda"
-    assert type(learner.pg).__name__ == "ProcessGroupNCCL"
+    assert type(learner.membership.pg).__name__ == "ProcessGroupNCCL"
     value = torch.arange(4, dtype=torch.float32, device="cuda")
-    learner.collective("allreduce", value)
+    learner.membership.collective("allreduce", value)
     torch.cuda.synchronize()
     assert value.cpu().tolist() == [0.0, 1.0, 2.0, 3.0]
     assert jobs.adopted() == gen

@@ -4,7 +4,7 @@ model fitted to them. Pure: no Django, Redis or torch (docs/architecture.md, "Go
 **What is measured.** Every train record of a goodput-mode job names the step's global
 ``batch``, its ``workers`` and ``samples_per_s`` (``batch`` over the iteration's seconds),
 and, once the learners estimate it, ``gns``, the smoothed gradient noise scale
-(``workers/learner/engine.py``). :func:`measured` reads the latest records (newest first):
+(``workers/learner/goodput.py``). :func:`measured` reads the latest records (newest first):
 the noise scale and batch of the newest, and per ``(workers, batch)`` the median seconds of
 an iteration, kept once :data:`MIN_ITERATIONS` were measured there (the first iteration of a
 generation forms its group; the median ignores it).

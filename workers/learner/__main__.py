@@ -89,7 +89,7 @@ def main(argv: list[str] | None = None) -> int:
         jobs.report_error(args.slot, message, user_frame(exc, str(Path(spec.model).resolve())))
         return Exit.USER_CODE_FAILED
     finally:
-        learner.records.close()  # what its thread had not written goes to the outbox
+        learner.bookkeeping.records.close()  # what its thread had not written goes to the outbox
         if not jobs.flush(patience=LEARNER_PATIENCE):  # metrics kept while Redis was away
             logging.getLogger("edt.learner").error("%d metric record(s) could not be written",
                                                    len(jobs.outbox))  # fmt: skip

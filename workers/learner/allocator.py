@@ -21,7 +21,7 @@ second or more come back from the host slowly: 0.5 GB of them filled in 0.47-0.9
 against 0.06 s for huge pages freed just before and 0.19-0.25 s for 4 KiB pages either way
 (the kernel compacted nothing: ``compact_stall`` stayed 0; bench/results/engine.md,
 section 15). Steps usually reuse the pages the step before them freed. A learner's
-rehearsal before READY (``engine.rehearse``) pays the first use while the others train,
+rehearsal before READY (``step.rehearse``) pays the first use while the others train,
 and the learner holds the rehearsal's gradients until its first step, whose gradients then
 get their pages; a WMLA script with its own step, which is not rehearsed, pays it in its
 first step. glibc's own knobs (keeping freed blocks on the heap) were tried first:

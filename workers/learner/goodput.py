@@ -25,15 +25,26 @@ For a batch M, against the base batch M0 the learning rate was given for (Pollux
   ``E = r · M0/M = (gns + M0)/(gns + M)``, 1 at M0, falling as M outgrows the noise scale.
 
 The learning rate is the base one times the gain, and progress is counted in base-batch
-steps (the sum of the gains): a schedule that reads it means the same at any batch. Pure
-Python: no torch, no Redis.
+steps (the sum of the gains): a schedule that reads it means the same at any batch.
+
+:class:`GoodputMode` is a learner's side of it: the global batch it trains at (adopted
+from each generation, within the job's range), what each step measured (``observe``), the
+micro-batch cap of a learner alone, and the statistics a train record adds. The step
+measures the squared norms (overlap.py) and hands their values here. Pure Python: no
+torch, no Redis.
 """
 
 from __future__ import annotations
 
+import logging
 import math
 from dataclasses import asdict, dataclass
 from typing import Any
+
+from workers.learner.partition import slice_bounds
+from workers.learner.spec import JobSpec
+
+log = logging.getLogger("edt.learner")
 
 SMOOTHING = 0.999  # AdaptDL's: the moving averages' decay per base batch of samples
 
@@ -131,3 +142,120 @@ def micro_cap(cap: int, batch: int, size: int) -> int:
         half = -(-batch // 2)
         return min(cap, half) if cap > 0 else half
     return cap
+
+
+Counters = dict[str, int]  # a learner's: epoch, iteration, step, and here sample and batch
+
+
+class GoodputMode:
+    """A goodput-mode learner's batch and statistics (see the module): the one writer of
+    its global batch, of the ``sample`` and ``batch`` counters and of the step's gain."""
+
+    def __init__(self, spec: JobSpec, samples: int, slot: str = "") -> None:
+        self.spec, self.samples, self.slot = spec, samples, slot
+        self.noise = NoiseScale(base=spec.batch_size)
+        self.batch = spec.batch_size  # the global batch of this iteration
+        self.gain = 1.0  # the learning rate's factor in the last step
+        self.micro_sqr: list[tuple[float, int]] = []  # alone: this step's micro-batches' norms
+
+    def start(self, counters: Counters) -> None:
+        """A new run's counters: no sample done, the base batch."""
+        counters.update(sample=0, batch=self.batch)
+
+    def load(self, state: dict[str, Any], counters: Counters) -> None:
+        """The noise scale's statistics and progress, and the batch, from a state received
+        or a checkpoint (one of a fixed-batch run before: the spec's batch, no statistics);
+        ``counters`` are the state's, loaded."""
+        if "goodput" in state:
+            self.noise.load_state_dict(state["goodput"])
+        counters.setdefault("sample", counters["iteration"] * self.spec.batch_size)
+        self.batch = self.fit(counters.get("batch", self.spec.batch_size))
+        counters["batch"] = self.batch
+
+    def fit(self, batch: int) -> int:
+        """``batch`` within the job's range and its training set."""
+        spec = self.spec
+        return max(1, min(max(batch, spec.batch_min), spec.batch_max, self.samples))
+
+    def take_batch(self, gen: int, asked: int, counters: Counters) -> None:
+        """The global batch generation ``gen`` names (``asked``; 0: none named)."""
+        if asked > 0:
+            self.adopt_batch(gen, asked, counters)
+        log.info("%s: generation %d trains at a global batch of %d; progress %.9g base-batch "
+                 "steps, %d noise estimates", self.slot, gen, self.batch, self.noise.progress,
+                 self.noise.observed)  # fmt: skip
+
+    def adopt_batch(self, gen: int, asked: int, counters: Counters) -> None:
+        batch = self.fit(asked)
+        if batch != asked:
+            log.warning("%s: generation %d asks for a global batch of %d, outside %d..%d "
+                        "and the %d samples: training at %d", self.slot, gen, asked,
+                        self.spec.batch_min, self.spec.batch_max, self.samples,
+                        batch)  # fmt: skip
+        if batch != self.batch:
+            log.info("%s: global batch %d -> %d at step %d", self.slot, self.batch, batch,
+                     counters["step"])  # fmt: skip
+        self.batch = counters["batch"] = batch
+
+    def observe(self, size: int, local_sqr: float, big_sqr: float, unscale: float) -> None:
+        """This step's small- and big-batch squared norms into the noise scale: the ranks'
+        local batches (``local_sqr``: the sum of theirs, all-reduced) against the global
+        one's (``big_sqr``), or with one learner its micro-batches (``micro_sqr``); both
+        times ``unscale`` (a loss scaler's)."""
+        B = self.batch
+        big_sqr = big_sqr * unscale
+        if size > 1:
+            bounds = (slice_bounds(B, size, r) for r in range(size))
+            count, small = small_batch([hi - lo for lo, hi in bounds])
+            small_sqr = local_sqr / count * unscale if count else math.nan
+        else:
+            count, small = small_batch([n for _, n in self.micro_sqr])
+            total = sum(sqr for sqr, _ in self.micro_sqr)
+            small_sqr = total / count * unscale if count else math.nan
+        self.noise.observe(small_sqr, small, big_sqr, B)
+
+    def micro_cap(self, size: int) -> int:
+        """The micro-batch cap; with one learner at most half its batch, so that it has two
+        micro-batches to measure the noise scale from (as AdaptDL does)."""
+        return micro_cap(self.spec.max_micro_batch, self.batch, size)
+
+    def take_gain(self) -> float:
+        """This step's gain at its batch (AdaScale): its learning rate's factor."""
+        self.gain = self.noise.gain(self.batch)
+        return self.gain
+
+    def stepped(self) -> None:
+        """A step taken: its gain counted in progress."""
+        self.noise.stepped(self.batch)
+
+    def advance(self, counters: Counters) -> None:
+        """The step's samples done in the epoch."""
+        counters["sample"] += self.batch
+
+    def epoch_over(self, counters: Counters) -> bool:
+        """No whole batch left in the epoch."""
+        return counters["sample"] + self.batch > self.samples
+
+    def steps_estimate(self, counters: Counters) -> int:
+        """The steps of the whole run at the current batch from here."""
+        c, n, B = counters, self.samples, self.batch
+        left = (n - c["sample"]) // B + (self.spec.epochs - c["epoch"] - 1) * (n // B)
+        total = c["step"] + max(left, 0)
+        return min(total, self.spec.max_steps) if self.spec.max_steps > 0 else total
+
+    def record(self, lr: float, counters: Counters) -> dict[str, Any]:
+        """A step's statistics (docs/architecture.md, "Goodput mode"): the batch it trained
+        at, the learning rate it used (``lr``, the schedule's, times its gain), the
+        smoothed noise scale and the estimates behind it, the batch's statistical
+        efficiency and gain, the progress."""
+        noise, B = self.noise, self.batch
+        out = {
+            "batch": B, "base_batch": noise.base, "lr": lr * self.gain, "gain": self.gain,
+            "efficiency": noise.efficiency(B), "progress": noise.progress,
+            "grad_sqr": noise.grad_sqr, "grad_var": noise.grad_var,
+            "total_steps": self.steps_estimate(counters),
+        }  # fmt: skip
+        gns = noise.gns
+        if gns is not None and math.isfinite(gns):
+            out["gns"] = gns
+        return out

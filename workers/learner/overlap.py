@@ -20,7 +20,8 @@ In goodput mode (``measure_at``), each bucket's gradients are summed in squares 
 before it is launched, while they are still this rank's own, and the sum, times
 ``local_weight``, rides in the tail at ``measure_at``, written just before the last bucket
 goes: the all-reduce adds every rank's up with the gradients (the gradient noise scale's
-small batches, workers/learner/goodput.py). Off, nothing of this runs.
+small batches, workers/learner/goodput.py). Off, nothing of this runs. A learner alone
+measures its micro-batches' own gradients instead (:class:`MicroNorms`).
 """
 
 from __future__ import annotations
@@ -237,6 +238,30 @@ class GradBuckets:
             raise BucketFailure(str(exc)) from exc
         for i, p in enumerate(self.params):
             p.grad = self.views[i]
+
+
+class MicroNorms:
+    """Goodput mode with one learner: the squared norm of each micro-batch's own gradient,
+    summed by a hook on each parameter as backward makes its gradient, before autograd adds
+    it to the micro-batches' before (the small batches of the noise scale when no other
+    learner's gradient is there to compare with). Hooked only in goodput mode; counts only
+    while ``on``."""
+
+    def __init__(self, params: Sequence[torch.Tensor]) -> None:
+        device = params[0].device if params else torch.device("cpu")
+        self.total = torch.zeros((), dtype=torch.float64, device=device)
+        self.on = False
+        self.handles = [p.register_hook(self._add) for p in params]  # type: ignore[no-untyped-call]
+
+    def _add(self, grad: torch.Tensor) -> None:
+        if self.on:
+            self.total += grad.detach().pow(2).sum(dtype=torch.float64)
+
+    def take(self) -> float:
+        """The squared norm summed since the last take."""
+        value = float(self.total)
+        self.total.zero_()
+        return value
 
 
 def gloo_or_nccl_allreduce(pg: Any) -> Callable[[torch.Tensor], Any]:

@@ -10,7 +10,7 @@ never waits on Redis.
 What a record in the queue is worth if rank 0 dies: the step rides on the all-reduce with
 the highest train step Redis took from rank 0 (``written``), so every member knows which
 of its own copies of the records (every member builds each step's record) may be missing,
-and a new rank 0 writes those again (engine.py).
+and a new rank 0 writes those again (bookkeeping.py).
 """
 
 from __future__ import annotations

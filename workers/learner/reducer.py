@@ -18,7 +18,7 @@ before the first bucket, so it is launched at the same point of backward on ever
 
 A parameter that gets no gradient in the step's last backward leaves its bucket unlaunched
 and the reducer unfinished; :meth:`finish` says so (``UnusedParameters``), and the learner
-goes back to the engine's own buckets for the rest of the job (``Learner._reduced``).
+goes back to the engine's own buckets for the rest of the job (``Stepper.own_buckets``).
 """
 
 from __future__ import annotations

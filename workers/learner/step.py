@@ -1,0 +1,498 @@
+"""One training step of a learner and its collective (docs/architecture.md, "Elastic
+training protocol"): forward and backward over the step's micro-batches, the gradient
+all-reduce with the step's agreement riding on it, and the optimizer step.
+
+:class:`Stepper` holds what a step changes: the model, its optimizer (and loss scaler),
+the gradients' way to the other members (torch's reducer, reducer.py, or the engine's own
+buckets, overlap.py) and the rehearsal's gradients until the first step. A learner alone
+runs no collective; with peers, rank 0's generation, stop flag and records written
+(``Membership.agreement_host``) ride on the all-reduce. The step's values stay on the
+device, unread: the host reads them with :func:`read` once the next step is queued
+(``Learner.train_step``), so a step does no device-to-host read of its own. A goodput-mode
+step also sets its measurement up here and hands the squared norms to ``GoodputMode``.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from workers.learner.contract import ModelDefinition, UserCodeError
+from workers.learner.goodput import GoodputMode
+from workers.learner.membership import Membership
+from workers.learner.overlap import BucketFailure, GradBuckets, MicroNorms, gloo_or_nccl_allreduce
+from workers.learner.reducer import TorchReducer, UnusedParameters
+from workers.learner.spec import JobSpec
+
+log = logging.getLogger("edt.learner")
+AGREED = 5  # values the all-reduce carries after the gradients (Stepper.agreement)
+LOCAL_SQR = AGREED  # goodput mode: then the sum of the ranks' local squared norms
+
+Batches = list[tuple[Any, Any]]
+HostPart = tuple[float, float, float]  # rank 0's generation, stop flag, records written
+
+
+@dataclass
+class Agreement:
+    gen: int
+    stop: bool
+
+
+@dataclass
+class InFlight:
+    """A step taken whose agreement the host has not read yet (Learner.train_step)."""
+
+    values: torch.Tensor  # on the device: right answers, loss (+ rank 0's part, all-reduced)
+    host: HostPart | None  # alone: generation, stop, records written
+    record: dict[str, Any]  # its train record but for loss, accuracy and rate
+    epoch: int
+    iteration: int
+    started: float  # perf_counter at its start
+    batch: int  # its global batch
+
+
+@dataclass
+class Read:
+    """A step's agreement as the host read it (:func:`read`)."""
+
+    correct: float  # the global batch's right answers (nan: not a classifier)
+    loss: float  # the global batch's loss
+    agreement: Agreement
+    written: int  # the last train step Redis took from rank 0
+
+
+def read(step: InFlight) -> Read:
+    """A step's agreement, read by the host: the only read of the step's values."""
+    values = step.values.tolist()
+    correct, loss = values[0], values[1]
+    gen, stop, written = step.host if step.host is not None else values[2:AGREED]
+    if not math.isfinite(loss):
+        raise UserCodeError(f"the loss is {loss} at epoch {step.epoch}, "
+                            f"iteration {step.iteration}")  # fmt: skip
+    return Read(correct, loss, Agreement(gen=int(gen), stop=bool(stop > 0)), int(written))
+
+
+class Stepper:
+    """The model, its optimizer and the gradients' all-reduce (see the module). Built from
+    the definition after the job's seed is set: its model is built here."""
+
+    def __init__(
+        self,
+        spec: JobSpec,
+        defn: ModelDefinition,
+        device: torch.device,
+        membership: Membership,
+        host: Callable[[], HostPart],
+    ) -> None:
+        self.spec, self.defn, self.device = spec, defn, device
+        self.membership = membership  # read only: the group's size and process group
+        self.host = host  # rank 0's part of the agreement, when the step arms it
+        self.precision = spec.precision
+        self.model = defn.build_model().to(device)
+        self.params = [p for p in self.model.parameters() if p.requires_grad]
+        lr = None if defn.style == "wmla" and "lr" in spec.script_decides else spec.lr
+        self.optimizer = defn.build_optimizer(self.params, lr)  # type: ignore[arg-type]
+        self.scaler = self._scaler()
+        # The gradient all-reduce with peers: torch's reducer for a native model's
+        # fixed-batch step whose every parameter takes part (reducer.py); else the
+        # engine's own buckets (overlap.py: goodput mode, WMLA scripts, unused parameters)
+        self.reducer: TorchReducer | None = None
+        self.buckets: GradBuckets | None = None
+        self.held: list[torch.Tensor] = []  # the rehearsal's gradients, until the first step
+        self.goodput: GoodputMode | None = None  # goodput mode (measure)
+        self.micro: MicroNorms | None = None  # goodput mode, one learner
+
+    def measure(self, goodput: GoodputMode) -> None:
+        """Goodput mode: measure the noise scale's squared norms for ``goodput`` (the sum of
+        the local ones rides on the all-reduce too)."""
+        self.goodput = goodput
+        self.micro = MicroNorms(self.params)
+
+    def _scaler(self) -> torch.amp.GradScaler | None:
+        if self.precision != "fp16":
+            return None
+        if self.device.type != "cuda":
+            raise ValueError("fp16 training needs a CUDA device; on CPU choose bf16")
+        return torch.amp.GradScaler("cuda")
+
+    def autocast(self) -> AbstractContextManager[Any]:
+        if self.precision == "fp32":
+            return nullcontext()
+        dtype = torch.bfloat16 if self.precision == "bf16" else torch.float16
+        return torch.autocast(self.device.type, dtype=dtype)
+
+    def rehearse(self, x: Any, y: Any) -> None:
+        """The first step rehearsed on ``x``, ``y`` (:func:`rehearse`), then the gradients'
+        way to the other members: torch's reducer where every parameter took part."""
+        held = rehearse(self.model, self.params, self.defn.loss_fn, x, y, self.autocast)
+        if self.goodput is None and self.params and len(held) == len(self.params):
+            # every parameter takes part (as the rehearsal saw): torch's reducer
+            self.reducer = TorchReducer(self.params, self.spec.bucket_bytes)
+        # (on a GPU the caching allocator keeps freed memory for the step anyway)
+        self.held = held if self.device.type == "cpu" else []
+
+    def formed(self) -> None:
+        """A generation formed: its members all-reduce alike (see ``own_buckets``)."""
+        if self.reducer is not None and self.membership.jobs.unused_parameters():
+            self.own_buckets()  # a parameter went without a gradient in an earlier step
+        if self.buckets is not None:
+            self.buckets.hooked(not self.alone())  # alone, backward runs no hook of ours
+
+    def own_buckets(self) -> GradBuckets:
+        """The engine's own buckets, made on first need: torch's reducer, if any, gives
+        way to them for the rest of this learner (every member reads the same flag when
+        it forms a generation, so a generation's members all use the same)."""
+        if self.buckets is None:
+            if self.reducer is not None:
+                self.reducer.close()
+                self.reducer = None
+            spec = self.spec
+            caps = (spec.bucket_bytes,) * 2 if spec.bucket_bytes > 0 else ()
+            # + right answers, loss, generation, stop, rank 0's last written step (exact as
+            # a float32 up to 2**24 steps)
+            self.buckets = GradBuckets(self.params, AGREED + (self.goodput is not None), *caps)
+            self.buckets.hooked(not self.alone())
+        return self.buckets
+
+    def alone(self) -> bool:
+        """A native model's fixed-batch step with no peer: no bucket and no collective."""
+        return self.membership.size == 1 and self.goodput is None and self.defn.train_step is None
+
+    def accumulate(self, batches: Batches, batch: int) -> tuple[torch.Tensor, HostPart | None]:
+        """Forward and backward over micro-batches of a global batch of ``batch``; with
+        peers, the gradient all-reduce launched in buckets during the last backward (after
+        it, for a WMLA script's own step) and waited for. Returns the step's agreement on
+        the device, unread: the global batch's right answers (nan: not a classifier) and
+        loss, then (all-reduced with peers) rank 0's generation, stop flag and records
+        written; alone, those three come from this host (the second value)."""
+        if not self.model.training:  # after an evaluation (every module: 0.05 ms a step)
+            self.model.train()
+        self.held.clear()  # just before the step's forward and backward need as much (rehearse)
+        if self.alone():
+            return self._accumulate_alone(batches, batch), self.host()
+        if self.reducer is not None:
+            return self._accumulate_reduced(self.reducer, batches, batch), None
+        buckets = self.own_buckets()
+        buckets.begin()
+        B = batch
+        loss_part: Any = 0.0
+        correct: Any = 0.0
+        launch = gloo_or_nccl_allreduce(self.membership.pg)
+        micro = self._measuring(batches, B)
+        for k, (x, y) in enumerate(batches):
+            n = len(y)
+            if self.defn.train_step is not None:
+                loss_value, right = self._script_step(x, y, n / B)
+                loss_part += loss_value * n / B
+                correct += right
+                if micro is not None:  # the script's own loss: its gradient is unscaled
+                    self._micro_sqr().append((micro.take(), n))
+                continue
+            with self.autocast():
+                out = self.model(x)
+                loss = self.defn.loss_fn(out, y)
+            loss_part = loss_part + _share(loss.detach(), n, B)
+            correct = correct + _right_answers(out.detach(), y)
+            if k == len(batches) - 1:
+                buckets.arm(launch, self.agreement(correct, loss_part))
+            scaled = loss * (n / B)
+            if self.scaler is not None:
+                scaled = self.scaler.scale(scaled)
+            scaled.backward()  # type: ignore[no-untyped-call]
+            if micro is not None:  # its mean gradient's: backward's is n/B of it
+                self._micro_sqr().append((micro.take() * (B / n) ** 2, n))
+        if micro is not None:
+            micro.on = False
+        if self.defn.train_step is not None or not batches:
+            buckets.arm(launch, self.agreement(correct, loss_part))
+        buckets.finish()
+        return buckets.tail.clone(), None  # the next step's arm writes the tail again
+
+    def _accumulate_alone(self, batches: Batches, batch: int) -> torch.Tensor:
+        """One learner: forward and backward as a plain loop does them, gradients where
+        autograd puts them (no bucket, no copy, no collective); right answers and loss
+        summed on the device."""
+        if not batches:
+            return torch.zeros(2, device=self.device)
+        correct, loss_part = self._forward_backward(batches, batch)
+        return torch.stack([_as_value(correct, self.device), _as_value(loss_part, self.device)])
+
+    def _accumulate_reduced(
+        self, reducer: TorchReducer, batches: Batches, batch: int
+    ) -> torch.Tensor:
+        """With peers, a native model's fixed-batch step: forward and backward as alone,
+        the last backward's gradients all-reduced by torch's reducer as they are in, the
+        agreement with them (reducer.py). A rank with no sample (a global batch smaller
+        than the generation) back-propagates zeros, so that its buckets go too."""
+        launch = gloo_or_nccl_allreduce(self.membership.pg)
+
+        def arm(correct: Any, loss_part: Any) -> None:
+            reducer.arm(launch, self.agreement(correct, loss_part))
+
+        try:
+            if batches:
+                self._forward_backward(batches, batch, arm)
+            else:
+                self.optimizer.zero_grad(set_to_none=True)
+                zero = torch.zeros((), device=self.device)
+                arm(zero, zero)
+                (torch.stack([p.sum() for p in self.params]).sum() * 0.0).backward()  # type: ignore[no-untyped-call]
+            return reducer.finish()
+        except UnusedParameters:
+            # read by every member at the next generation
+            self.membership.jobs.note_unused_parameters()
+            raise
+        except BucketFailure:
+            raise
+        except Exception as exc:
+            failure = reducer.error
+            reducer.failed()
+            if failure is None:  # the model's own error
+                raise
+            raise BucketFailure(str(failure)) from exc
+
+    def _forward_backward(
+        self,
+        batches: Batches,
+        batch: int,
+        arm: Callable[[Any, Any], None] | None = None,
+    ) -> tuple[Any, Any]:
+        """A native model's forward and backward over the step's micro-batches, gradients
+        accumulated in ``.grad``; ``arm`` gets the right answers and loss share so far
+        before the last backward. Returns the step's right answers and loss on the
+        device, unread."""
+        self.optimizer.zero_grad(set_to_none=True)
+        B = batch
+        loss_part: Any = None
+        correct: Any = None
+        for k, (x, y) in enumerate(batches):
+            n = len(y)
+            with self.autocast():
+                out = self.model(x)
+                loss = self.defn.loss_fn(out, y)
+            share, right = _share(loss.detach(), n, B), _right_answers(out.detach(), y)
+            loss_part = share if loss_part is None else loss_part + share
+            correct = right if correct is None else correct + right
+            if arm is not None and k == len(batches) - 1:
+                arm(correct, loss_part)
+            scaled = loss if n == B else loss * (n / B)
+            if self.scaler is not None:
+                scaled = self.scaler.scale(scaled)
+            scaled.backward()  # type: ignore[no-untyped-call]
+        return correct, loss_part
+
+    def agreement(self, correct: Any, loss_part: Any) -> torch.Tensor:
+        """What rides on the gradient all-reduce (docs/architecture.md, "Elastic training
+        protocol"): this rank's right answers and loss share (device values, or a script's
+        host numbers), rank 0's generation, stop flag and records written (``host``), and
+        in goodput mode a place for the local squared norm (written as the last bucket
+        goes, overlap.py)."""
+        host = [*self.host(), *([0.0] if self.goodput is not None else [])]
+        if not isinstance(correct, torch.Tensor) and not isinstance(loss_part, torch.Tensor):
+            return torch.tensor([float(correct), float(loss_part), *host], dtype=torch.float64)
+        mine = torch.stack([_as_value(correct, self.device), _as_value(loss_part, self.device)])
+        rest = torch.tensor(host, dtype=mine.dtype)
+        if self.device.type != "cpu":
+            rest = rest.pin_memory().to(self.device, non_blocking=True)
+        return torch.cat([mine, rest])
+
+    def _micro_sqr(self) -> list[tuple[float, int]]:
+        assert self.goodput is not None
+        return self.goodput.micro_sqr
+
+    def _measuring(self, batches: Batches, batch: int) -> MicroNorms | None:
+        """Goodput mode: set this step's measurement up (off: nothing, None). With peers,
+        the buckets sum this rank's gradient's squared norm, as its local batch's mean
+        gradient's; alone, the micro-batches' own are summed (returned)."""
+        if self.goodput is None:
+            return None
+        self.goodput.micro_sqr.clear()
+        if self.membership.size > 1:
+            local = sum(len(y) for _, y in batches)
+            buckets = self.own_buckets()
+            buckets.measure_at = LOCAL_SQR
+            buckets.local_weight = (batch / local) ** 2 if local else 0.0
+            return None
+        self.own_buckets().measure_at = None
+        assert self.micro is not None
+        self.micro.take()
+        self.micro.on = True
+        return self.micro
+
+    def observe(self, tail: list[float]) -> None:
+        """Goodput mode: this step's squared norms (the all-reduced ``tail`` of its
+        agreement, read) into the noise scale."""
+        assert self.goodput is not None
+        unscale = self.scaler.get_scale() ** -2 if self.scaler is not None else 1.0
+        big_sqr = self.own_buckets().sqnorm()
+        size = self.membership.size
+        self.goodput.observe(size, tail[LOCAL_SQR] if size > 1 else math.nan, big_sqr, unscale)
+
+    def _script_step(self, x: Any, y: Any, share: float) -> tuple[float, float]:
+        """A WMLA script's ``fn_step_train`` on one micro-batch: it clears the gradients,
+        runs forward and backward and returns (accuracy %, loss); its gradients are scaled
+        to this micro-batch's share of the global batch and added to those so far."""
+        kept = [p.grad for p in self.params]
+        for p in self.params:
+            p.grad = None
+        acc, loss = self.defn.train_step(self.defn.fabric, (x, y), _accuracy, None, {})  # type: ignore[misc]
+        for p, before in zip(self.params, kept, strict=True):
+            if p.grad is not None:
+                p.grad.mul_(share)
+            if before is not None:
+                p.grad = before if p.grad is None else p.grad.add_(before)
+        return float(loss), float(acc) / 100.0 * len(y)
+
+    def apply(self, step: int) -> None:
+        """The optimizer step, at the schedule's learning rate for ``step`` (steps taken)
+        or, in goodput mode, for the progress so far."""
+        if self.goodput is not None:
+            self._apply_scaled(self.goodput)
+            return
+        if self.defn.lr_at is not None:
+            lr = self.defn.lr_at(step, self.spec.lr)
+            for group in self.optimizer.param_groups:
+                group["lr"] = lr
+        self._optimizer_step()
+
+    def _optimizer_step(self) -> None:
+        if self.scaler is not None:
+            self.scaler.step(self.optimizer)
+            self.scaler.update()
+        else:
+            self.optimizer.step()
+
+    def _apply_scaled(self, goodput: GoodputMode) -> None:
+        """Goodput mode: the schedule's learning rate at the progress so far (in base-batch
+        steps), times the gain of this batch for this step (AdaScale); the step then counts
+        its gain in progress."""
+        groups = self.optimizer.param_groups
+        if self.defn.lr_at is not None:
+            lr = self.defn.lr_at(goodput.noise.progress, self.spec.lr)
+            for group in groups:
+                group["lr"] = lr
+        base = [group["lr"] for group in groups]
+        gain = goodput.take_gain()
+        for group, lr in zip(groups, base, strict=True):
+            group["lr"] = lr * gain
+        try:
+            self._optimizer_step()
+        finally:
+            for group, lr in zip(groups, base, strict=True):
+                group["lr"] = lr
+        goodput.stepped()
+
+    @torch.no_grad()
+    def evaluate(self, lo: int, hi: int, chunks: Callable[[], Iterator[Any]]) -> torch.Tensor:
+        """The loss summed, the right answers and the samples of this rank's share [lo, hi)
+        of the test set (``chunks``: its batches on the device), on the device."""
+        self.model.eval()
+        loss_sum, correct = 0.0, 0.0
+        for x, y in chunks():
+            out = self.model(x)
+            loss_sum += float(self.defn.loss_fn(out, y)) * len(y)
+            if out.dim() == 2 and out.shape[1] > 1:
+                correct += float((out.argmax(dim=1) == y).sum())
+        if self.defn.test_step is not None and hi > lo:
+            # A WMLA script's fn_test(model, test_iter, fn_args): its mean loss over this
+            # learner's share of the test set (the accuracy is counted above)
+            loss_sum = float(self.defn.test_step(self.defn.fabric, chunks(), {})) * (hi - lo)
+        return torch.tensor([loss_sum, correct, float(hi - lo)], device=self.device)
+
+    def state(self) -> dict[str, Any]:
+        """The model's and optimizer's state."""
+        return {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict()}
+
+    def load(self, state: dict[str, Any], model: bool) -> None:
+        """The optimizer's state (and the model's where ``model``) and the scaler's, where
+        it has one and ``state`` holds one."""
+        if model:
+            self.model.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        if self.scaler is not None and "scaler" in state:
+            self.scaler.load_state_dict(state["scaler"])
+
+
+def rehearse(
+    model: torch.nn.Module,
+    params: Sequence[torch.Tensor],
+    loss_fn: Any,
+    x: Any,
+    y: Any,
+    autocast: Any = nullcontext,
+) -> list[torch.Tensor]:
+    """One forward and backward before READY, so that a learner's first step pays no
+    first-use costs (memory for the gradients and activations, lazy kernels and their
+    workspaces; on a GPU, cuBLAS and the caching allocator) while the others wait for it at
+    a resize: the 1 GB model's first step at a new size took 1.7 s against 1.1 s for the
+    steps after it (bench/results/engine.md, section 9). In eval mode, with the RNG put
+    back: the model's state is as it was (batch norm's running statistics untouched, no
+    dropout mask drawn), and no parameter keeps a gradient.
+
+    Returns the gradients it made, taken off the parameters, for a learner on CPU to hold
+    until its first step starts (``Stepper.accumulate`` drops them there), so that the
+    step's own gradients get memory this process has just given back. A virtual machine
+    whose kernel reports free memory to its host (virtio-balloon's free page reporting, as
+    this one's does) gives huge pages back to the host in a pass that takes every free
+    block of 8 MiB or more, about 2 s after such a block was freed: huge pages free for a
+    second or more may be gone. Filling 0.5 GB of those again took 0.47-0.99 s here
+    against 0.06 s for huge pages freed just before (bench/results/engine.md, section 15),
+    and a joiner's first step paid that while every member waited. Elsewhere holding them
+    costs nothing: the step needs that memory anyway.
+
+    Only a rehearsal: a model that fails it (one whose output in eval mode its loss does
+    not take, say) is left to its first step, which raises whatever is wrong with it;
+    nothing is returned then."""
+    was_training = model.training
+    devices = [torch.cuda.current_device()] if torch.cuda.is_available() else []
+    grads: list[torch.Tensor] = []
+    with torch.random.fork_rng(devices=devices):
+        model.eval()
+        try:
+            with autocast():
+                loss = loss_fn(model(x), y)
+            loss.backward()
+            grads = [p.grad for p in params if p.grad is not None]
+        except Exception as exc:
+            log.info("no rehearsal of the first step (%s: %s)", type(exc).__name__, exc)
+        finally:
+            model.train(was_training)
+            for p in params:
+                p.grad = None
+    return grads
+
+
+def _right_answers(out: torch.Tensor, y: Any) -> torch.Tensor | float:
+    """How many samples a classifier's output gets right, on the device, unread (nan for
+    other outputs)."""
+    if out.dim() == 2 and out.shape[1] > 1 and isinstance(y, torch.Tensor) and y.dim() == 1:
+        return (out.argmax(dim=1) == y).sum()
+    return math.nan
+
+
+def _share(loss: torch.Tensor, n: int, batch: int) -> torch.Tensor:
+    """A micro-batch's mean loss as its share of the global batch's."""
+    return loss if n == batch else loss * (n / batch)
+
+
+def _as_value(value: torch.Tensor | float, device: torch.device) -> torch.Tensor:
+    """A float32 scalar on ``device`` (a tensor stays where it is, unread)."""
+    if isinstance(value, torch.Tensor):
+        return value.to(torch.float32)
+    return torch.tensor(value, dtype=torch.float32, device=device)
+
+
+def _correct(out: torch.Tensor, y: Any) -> float:
+    """How many samples a classifier's output gets right, read (nan for other outputs)."""
+    return float(_right_answers(out, y))
+
+
+def _accuracy(out: torch.Tensor, y: Any) -> float:
+    """WMLA's ``eva`` for fn_step_train: a batch's accuracy in percent."""
+    return 100.0 * _correct(out.detach(), y) / max(len(y), 1)
