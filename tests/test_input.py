@@ -217,7 +217,10 @@ def test_a_lazy_job_loses_a_killed_then_a_frozen_learner_and_no_step(
                     "--kill", "30:STOP", "--timeout", "5", model=PACED_TWIN)  # fmt: skip
     faults = [e for e in events(workdir) if e["kind"] == "fault"]
     assert [f["signal"] for f in faults] == ["SIGKILL", "SIGSTOP"]
-    assert sizes(workdir)[:3] == [3, 2, 1]
+    # Each learner hit was dropped, the killed one and then the frozen one (the sizes
+    # between depend on how soon the replacement for the first is READY).
+    failures = [e for e in events(workdir) if e["kind"] == "failure"]
+    assert [f["lost"] for f in failures] == [f["slots"] for f in faults], failures
     losses, params = plain_training(folder, steps)
     assert_same_training(workdir, steps, losses, params)
 
