@@ -19,7 +19,8 @@ pair, in turn (interleaved, the order alternating):
   ``T'``, from its submit to its first evaluation at ``A - 1`` point or better (then it is
   stopped). A run that never gets there counts its whole run and is marked.
 
-The goal: ``T' / T <= 1.0`` (median of the pairs), and no goodput run shrinks and then
+The goal: ``T' / T_A <= 1.0`` (median of the pairs; ``T_A`` the fixed run's time to its
+first evaluation at ``A - 1`` point), and no goodput run shrinks and then
 grows again in its first minute (an unsettled fit); the earlier ``<= 0.8`` is reported too.
 Writes bench/results/goodput-live.md, with the load average before and after (the machine
 is shared).
@@ -190,7 +191,10 @@ def write(rows: list[dict[str, dict[str, Any]]], before: tuple[float, ...],
     mode_t = [r["goodput"]["seconds"] for r in rows]
     missed = sum(not r["goodput"]["reached"] for r in rows)
     dips = sum(bool(r["goodput"]["dip"]) for r in rows)
-    median = statistics.median(ratios)
+    # Judged on time to the same accuracy: a fixed run's wall time to its last evaluation
+    # counts epochs after it has stopped improving (the demo data saturate), which a
+    # goodput run, stopped at A - 1 point, never pays.
+    median = statistics.median(own)
     lines = [
         "# Goodput mode on a live EDT: time to the fixed-batch run's accuracy",
         "",
@@ -233,8 +237,8 @@ def write(rows: list[dict[str, dict[str, Any]]], before: tuple[float, ...],
         f"| ratio goodput / fixed | {spread(ratios)} |",
         f"| ratio goodput / fixed's time to A - 1 point | {spread(own)} |",
         "",
-        f"Goal (median ratio <= 1.0, the accuracy reached in every pair, no shrink then grow "
-        f"in a goodput run's first minute): "
+        f"Goal (median ratio to fixed's time to A - 1 point <= 1.0, the accuracy reached in "
+        f"every pair, no shrink then grow in a goodput run's first minute): "
         f"{'met' if median <= 1.0 and not missed and not dips else 'NOT met'} (median "
         f"{median:.2f}{f', {missed} run(s) never reached it' if missed else ''}"
         f"{f', {dips} run(s) shrank then grew in their first minute' if dips else ''}). "
