@@ -149,9 +149,8 @@ class Membership:
         except PermissionError:  # sandboxed: it runs as another user, and it is there
             return False
         except ProcessLookupError:
-            pass
-        log.warning("%s: the process that started this learner is gone; leaving", self.slot)
-        return True
+            log.warning("%s: the process that started this learner is gone; leaving", self.slot)
+            return True
 
     def form_group(self, gen: int) -> None:
         """Take generation ``gen``: its rank and size, its process group; as its rank 0,
