@@ -309,6 +309,7 @@ PAGE_PARAMS = {
     "compare/curves": ["ids"],
     "compare.csv": ["ids"],
     "teams/": ["team"],
+    "shares/": ["team"],
     "usage/": ["by", "period", "since", "until", "team", "user"],
     "usage.csv": ["by", "period", "since", "until", "team", "user"],
     "train/": sorted(TrainForm.base_fields),
