@@ -64,13 +64,17 @@ TWO = be.Setup("host-bound (bench/deep_mlp.py, 42 Linear layers of width 64)", D
                50, 600, 1.0)  # fmt: skip
 
 
-def engine_learner(url: str, model: Path, batch: int, data: Path, tmp: Path) -> Learner:
+def engine_learner(
+    url: str, model: Path, batch: int, data: Path, tmp: Path, **extra: Any
+) -> Learner:
     """A learner in this process, prepared and formed as the one member of a generation
-    (the driver's way), its watch and record writer running; ``train_step`` steps it."""
+    (the driver's way), its watch and record writer running; ``train_step`` steps it.
+    ``extra``: more of its job's fields (a goodput-mode batch range, say)."""
     job = f"engine-{uuid.uuid4().hex[:8]}"
     jobs = JobStore(connect(url), job)
+    fields = {"batch_size": batch, "epochs": 1000, "checkpoint_every": 100000, **extra}
     spec = JobSpec(job_id=job, model=str(model), data=str(data), workdir=str(tmp / job),
-                   batch_size=batch, epochs=1000, checkpoint_every=100000)  # fmt: skip
+                   **fields)  # fmt: skip
     learner = Learner(spec, "s0", jobs, url)
     learner.prepare()
     learner.membership.watch.start()

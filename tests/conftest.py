@@ -24,7 +24,7 @@ from tests.harness.redis import (
     store_redis,
 )
 from tests.harness.scheduling import LongestFirst, longest_first
-from tests.harness.stack import live
+from tests.harness.stack import live, live_left_idle
 from tests.harness.waiting import scale_test_timeout
 
 __all__ = [
@@ -32,6 +32,7 @@ __all__ = [
     "control_worker",
     "durable_redis",
     "live",
+    "live_left_idle",
     "private_redis",
     "processes",
     "redis_server",
@@ -73,6 +74,14 @@ def pytest_runtest_protocol(item: pytest.Item) -> Iterator[None]:
     if base > 0:
         item.add_marker(pytest.mark.timeout(scale_test_timeout(base)), append=False)
     yield
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    """The test's own outcome, kept on it for its fixtures' teardown (``live_left_idle``)."""
+    outcome = yield
+    if call.when == "call":
+        item.edt_call_report = outcome.get_result()  # type: ignore[attr-defined]
 
 
 @pytest.fixture

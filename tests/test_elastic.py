@@ -26,9 +26,11 @@ from tests.harness import driven
 from tests.harness.processes import PROJECT_DIR, subprocess_env
 from tests.harness.waiting import bound, wait_for
 from workers.learner import statecast
+from workers.learner import step as step_module
 from workers.learner.contract import load_definition
 from workers.learner.datasets import write_cifar10
 from workers.learner.engine import Learner
+from workers.learner.goodput import MEASURE_EVERY
 from workers.learner.inputs import INLINE_SECONDS, Prefetcher
 from workers.learner.membership import ControlWatch
 from workers.learner.overlap import GradBuckets, gloo_or_nccl_allreduce
@@ -140,16 +142,17 @@ def test_a_parameter_left_without_a_gradient_sends_the_job_to_the_engines_own_bu
         torch.testing.assert_close(final[f"body.{name}"], value, rtol=1e-4, atol=1e-6)
 
 
+@pytest.mark.parametrize("learners", [3, 4])
 def test_a_learner_killed_with_sigkill_costs_no_iteration(
-    redis_server: RedisServer, tmp_path: Path, dataset: Path
+    redis_server: RedisServer, tmp_path: Path, dataset: Path, learners: int
 ) -> None:
-    workdir = drive(redis_server, tmp_path, dataset, "0:3", "--kill", "50:KILL",
+    workdir = drive(redis_server, tmp_path, dataset, f"0:{learners}", "--kill", "50:KILL",
                     model=PACED_TWIN)  # fmt: skip
     events = [json.loads(line) for line in (workdir / "events.jsonl").read_text().splitlines()]
     fault = next(e for e in events if e["kind"] == "fault")
     assert fault["signal"] == "SIGKILL"
     records = train_records(workdir)
-    resumed = next(r for r in records if r["time"] > fault["time"] and r["workers"] < 3)
+    resumed = next(r for r in records if r["time"] > fault["time"] and r["workers"] < learners)
     assert resumed["time"] - fault["time"] < bound(2.0)  # the others go on within 2 s
     losses, params = reference_run(dataset)
     assert_same_training(workdir, losses, params)
@@ -548,6 +551,47 @@ def test_a_learner_holds_its_rehearsal_gradients_until_its_first_step(
         learner.train_step()
         assert alive_at_forward == [0]  # all given back before the first step's forward
         assert stepper.held == [] and learner.counters["step"] == 1
+    finally:
+        learner.inputs.prefetch.pool.shutdown()
+        learner.membership.pg = None
+
+
+def test_a_lone_goodput_learner_measures_with_no_bucket_and_no_collective(
+    redis_server: RedisServer, tmp_path: Path, dataset: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Goodput mode with one learner pays for nothing it does not need: its noise scale
+    comes from two consecutive steps' gradients where autograd put them (no step cut in
+    two; goodput.py), no step launches an all-reduce (each
+    launch the step makes is counted, then made) and no Python hook copies a gradient
+    into a bucket (the buckets are made for a later resize, unhooked)."""
+    launched: list[int] = []
+
+    def counting(pg: Any) -> Any:
+        launch = gloo_or_nccl_allreduce(pg)
+
+        def counted(tensor: torch.Tensor) -> Any:
+            launched.append(tensor.numel())
+            return launch(tensor)
+
+        return counted
+
+    monkeypatch.setattr(step_module, "gloo_or_nccl_allreduce", counting)
+    job = f"lone-{uuid.uuid4().hex[:8]}"
+    jobs = JobStore(connect(redis_server.url), job)
+    spec = JobSpec(job_id=job, model=str(MLP), data=str(dataset), workdir=str(tmp_path),
+                   batch_size=BATCH, batch_min=BATCH, batch_max=4 * BATCH)  # fmt: skip
+    learner = Learner(spec, "g0", jobs, redis_server.url)
+    try:
+        learner.adopt(load_definition(MLP))
+        gen = jobs.publish_generation(["g0"])
+        learner.form_group(gen)
+        learner.take_batch(gen)
+        for _ in range(2 * MEASURE_EVERY):
+            learner.train_step()
+        goodput, buckets = learner.goodput, learner.stepper.buckets
+        assert goodput is not None and goodput.noise.observed == 2  # its measuring steps
+        assert launched == []
+        assert buckets is not None and not buckets.hooked_now()
     finally:
         learner.inputs.prefetch.pool.shutdown()
         learner.membership.pg = None

@@ -88,6 +88,20 @@ def test_the_moving_averages_forget_faster_at_larger_batches() -> None:
     assert moved[1] / moved[0] == pytest.approx(16, rel=0.05)
 
 
+def test_a_measurement_every_few_steps_decays_the_averages_by_the_steps_between() -> None:
+    """Measured on every 4th step only (goodput.MEASURE_EVERY), each estimate decays the
+    averages by the 4 steps since the last: after a change of the true values the estimate
+    moves 4 times as far per measurement as one measured every step."""
+    moved = []
+    for steps in (1, 4):
+        noise = NoiseScale(base=64)
+        for _ in range(12_000):
+            noise.observe(expected(1.0, 100.0, 32), 32, expected(1.0, 100.0, 64), 64, steps)
+        noise.observe(expected(3.0, 100.0, 32), 32, expected(3.0, 100.0, 64), 64, steps)
+        moved.append(noise.grad_sqr - 1.0)
+    assert moved[1] / moved[0] == pytest.approx(4, rel=0.05)
+
+
 def test_the_state_round_trips_and_keeps_the_base() -> None:
     noise = NoiseScale(base=64)
     noise.observe(expected(2.0, 150.0, 32), 32, expected(2.0, 150.0, 64), 64)
@@ -262,14 +276,17 @@ def direct_noise_scale(data: Path) -> tuple[float, float, float]:
 
 
 @pytest.mark.parametrize(
-    ("schedule", "micro"), [("0:2", "0"), ("0:1", "64")], ids=["two-learners", "micro-batches"]
+    ("schedule", "micro"),
+    [("0:2", "0"), ("0:1", "64"), ("0:1", "0")],
+    ids=["two-learners", "micro-batches", "one-learner-two-steps"],
 )
 def test_the_engines_noise_scale_is_within_20_percent_of_a_direct_estimate(
     redis_server: RedisServer, tmp_path: Path, big_data: Path, schedule: str, micro: str
 ) -> None:
     """The model held still (a learning rate of 1e-8): the engine's smoothed estimate from
     its small and big batches (two learners' local batches of 128 against the global 256;
-    one learner's micro-batches of 64 against its 256) against the direct one."""
+    one learner's micro-batches of 64 against its 256; one learner's two consecutive steps
+    of 256 against their mean) against the direct one."""
     records = first_of_each_step(drive(
         redis_server, tmp_path / "run", big_data, schedule, "--batch-size", "256",
         "--batch-min", "64", "--batch-max", "1024", "--max-micro-batch", micro,
@@ -326,7 +343,8 @@ def test_a_goodput_job_resized_with_new_batches_trains_on_from_the_same_state(
         if (before["workers"], before["batch"]) != (after["workers"], after["batch"]):
             assert after["loss"] < before["loss"] + 0.3, (before, after)  # no jump back
             assert after["grad_sqr"] == pytest.approx(before["grad_sqr"], rel=0.5)
-    assert all("gns" in r for r in records)
+    # from the first estimate on: a lone learner's first comes from its first two steps
+    assert "gns" not in records[0] and all("gns" in r for r in records[1:])
     # every member of each generation holds the same statistics once it formed
     held: dict[int, set[tuple[str, str]]] = {}
     said = re.compile(r"generation (\d+) trains at a global batch of (\d+; progress \S+ "

@@ -472,8 +472,12 @@ def test_slots_and_batches_stay_within_every_bound(snapshot: Snapshot) -> None:
         if j.batch_range is None or not n:
             assert j.id not in decision.batches
             continue
-        # Never beyond where goodput stops rising.
-        assert n <= max(j.min_workers, useful(j, snapshot.capacity))
+        # Never beyond where goodput stops rising, but for hysteresis: the slots the job
+        # holds now, kept rather than left idle, within the hosts its useful size fills.
+        most = useful(j, snapshot.capacity)
+        per_host = snapshot.slots_per_host
+        held = min(j.current, j.max_workers, -(-most // per_host) * per_host)
+        assert n <= max(j.min_workers, most, held)
         low, high = j.batch_range
         assert max(low, n) <= decision.batches[j.id] <= high
 

@@ -25,8 +25,13 @@ from tests.harness.driven import (
 )
 from workers.learner import loader
 from workers.learner.datasets import describe, detect_format, load_dataset, write_imagefolder
-from workers.learner.goodput import micro_cap
-from workers.learner.partition import permutation, rank_indices, rank_slice, slice_bounds
+from workers.learner.partition import (
+    micro_batches,
+    permutation,
+    rank_indices,
+    rank_slice,
+    slice_bounds,
+)
 from workers.learner.shards import write_shards
 from workers.learner.spec import JobSpec
 
@@ -76,8 +81,8 @@ def test_the_goodput_order_feeds_each_ranks_slice_from_the_samples_done(
 ) -> None:
     """Through one Feed per rank (workers 0: the same DataLoader path in this process), at
     each size and batch in turn, each iteration is the rank's slice of the next ``batch``
-    samples of perm(seed, epoch), cut at goodput mode's cap (a lone learner's in two at
-    least); an epoch ends where no whole batch is left."""
+    samples of perm(seed, epoch), cut at the job's cap (a lone learner's too: its noise
+    scale needs no cut); an epoch ends where no whole batch is left."""
     samples, epochs = 100, 4
     data = TensorDataset(torch.arange(samples), torch.zeros(samples))
     spec = JobSpec(job_id="j", model="m", data="d", workdir="w", seed=SEED, epochs=epochs,
@@ -95,8 +100,9 @@ def test_the_goodput_order_feeds_each_ranks_slice_from_the_samples_done(
                 fed = feeds[rank].take(feeds[rank].place(counters, batch, size, rank))
                 assert [int(i) for x, _ in fed for i in x] == rank_slice(
                     perm, counters["sample"], batch, size, rank)  # fmt: skip
-                assert all(len(x) <= (micro_cap(cap, batch, size) or batch) for x, _ in fed)
-                assert size > 1 or batch < 2 or len(fed) >= 2
+                lo, hi = slice_bounds(batch, size, rank)
+                assert [len(x) for x, _ in fed] == [
+                    b - a for a, b in micro_batches(0, hi - lo, cap)]  # fmt: skip
             counters["sample"] += batch
     # the workers restart where the size or the batch changes, never within a run of them
     assert [f.restarts for f in feeds] == [sum(r < size for size, _, _ in places) for r in range(4)]

@@ -19,9 +19,11 @@ from tests.harness.waiting import wait_for
 from workers.learner.bookkeeping import Bookkeeping
 from workers.learner.contract import load_definition
 from workers.learner.datasets import write_cifar10
-from workers.learner.goodput import GoodputMode
+from workers.learner.goodput import MEASURE_EVERY, GoodputMode
 from workers.learner.inputs import Inputs
+from workers.learner.overlap import squared_norm
 from workers.learner.partition import permutation, rank_indices, rank_slice
+from workers.learner.reducer import TorchReducer, _kept
 from workers.learner.spec import JobSpec
 
 MLP = PROJECT_DIR / "examples" / "mlp.py"
@@ -190,7 +192,69 @@ def test_goodput_mode_trains_at_the_batch_a_generation_names_within_its_range() 
     for asked, trained in ((64, 64), (4, 16), (500, 100), (0, 100)):  # 0: none named
         goodput.take_batch(2, asked, counters)
         assert goodput.batch == counters["batch"] == trained
-    assert goodput.micro_cap(size=1) == 50  # alone: two micro-batches to measure from
-    assert goodput.micro_cap(size=2) == 0  # with peers: the job's cap (none)
+    goodput.begin({"step": 8})  # a measuring step (every MEASURE_EVERY-th)
+    assert goodput.measuring and not goodput.pairing
+    goodput.begin({"step": 9})  # alone, the step that pairs with it
+    assert goodput.pairing and not goodput.measuring
+    for step in range(10, 8 + MEASURE_EVERY):
+        goodput.begin({"step": step})
+        assert not goodput.measuring and not goodput.pairing
+    goodput.begin({"step": 8 + MEASURE_EVERY})
+    assert goodput.measuring
     goodput.advance(counters)
     assert counters["sample"] == 100 and goodput.epoch_over(counters)
+
+
+def test_torch_reducer_after_a_failed_step_reduces_again_and_records_nothing() -> None:
+    """A step whose all-reduce failed leaves torch's reducer reset (workers/learner/
+    reducer.py): it sums the next steps' gradients as before, holds nothing of the failed
+    launch (it would keep the generation's group open), and does not go back to recording
+    every gradient's order, which would grow for the rest of the job."""
+    torch.manual_seed(SEED)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 4), torch.nn.ReLU(), torch.nn.Linear(4, 2))
+    params = list(model.parameters())
+    reducer = TorchReducer(params)
+    x, y = torch.randn(6, 8), torch.tensor([0, 1, 0, 1, 1, 0])
+
+    def step(launch: Any) -> list[torch.Tensor]:
+        for p in params:
+            p.grad = None  # as the step's zero_grad(set_to_none=True)
+        reducer.arm(launch, torch.zeros(1))
+        torch.nn.functional.cross_entropy(model(x), y).backward()  # type: ignore[no-untyped-call]
+        reducer.finish()
+        return [p.grad.clone() for p in params if p.grad is not None]
+
+    def broken(tensor: torch.Tensor) -> Any:
+        raise RuntimeError("Connection closed by peer")
+
+    expected = step(_kept)
+    with pytest.raises(RuntimeError):
+        step(broken)
+    assert reducer.armed and reducer.error is not None
+    reducer.failed()
+    assert not reducer.armed and reducer.error is None
+    for _ in range(3):
+        got = step(_kept)
+        assert len(got) == len(params)
+        for a, b in zip(got, expected, strict=True):
+            torch.testing.assert_close(a, b)
+    assert reducer._reducer._rebuild_buckets() is False  # nothing recorded to rebuild from
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
+def test_a_squared_norm_is_the_float64_sum_of_squares_to_float32_precision(
+    dtype: torch.dtype,
+) -> None:
+    """Goodput mode's squared norms (a gradient, a bucket, a micro-batch's): one dot
+    product, as a float64 scalar, within float32's rounding of the exact sum of squares; a
+    tensor of any shape, a half-precision one taken as float32, zeros exactly 0."""
+    generator = torch.Generator().manual_seed(0)
+    grad = (torch.randn(3072, 64, generator=generator) * 1e-3).to(dtype)
+    exact = float(grad.double().pow(2).sum())
+    got = squared_norm(grad)
+    assert got.dtype == torch.float64 and got.dim() == 0
+    assert abs(float(got) - exact) <= 1e-5 * exact
+    assert float(squared_norm(grad[:, 5])) == pytest.approx(
+        float(grad[:, 5].double().pow(2).sum()), rel=1e-5
+    )
+    assert float(squared_norm(torch.zeros(7, 3, dtype=dtype))) == 0.0

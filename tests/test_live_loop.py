@@ -359,7 +359,7 @@ def a_goodput_jobs_batch_goes_with_its_generations(w: World) -> None:
     than BATCH_CHANGE_GAIN, starts no generation."""
     w.live = LiveScheduler(w.ports, goodput.POLICY)
     assert w.live.measures.goodputs is not None
-    w.live.measures.goodputs.seen.ttl = w.live.records.cache.ttl = 0.0  # read at every step
+    w.live.measures.goodputs.measurements.ttl = w.live.records.cache.ttl = 0.0  # read at every step
     w.book.submit(1, max_workers=2, batch=64, batch_range=(64, 4096))
     w.book.submit(2, max_workers=2, batch=64)
     w.settle()

@@ -196,7 +196,7 @@ def test_the_runner_stores_no_metric_and_completes_once_the_consumer_stored_them
         assert runner.tick(set()) is None
     assert not Metric.objects.filter(job=job).exists(), "the decision loop stored metrics"
     assert runner.state.step == 5 and not runner.state.done
-    assert not runner.pending(), "an idle job must not keep the decision loop busy"
+    assert not runner.soon(), "an idle job must not keep the decision loop busy"
 
     MetricsConsumer(store).round(block=0)
     assert f"finished {job.pk}" in store.r.lrange(WAKE_KEY, 0, -1)  # the scheduler is woken

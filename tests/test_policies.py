@@ -6,7 +6,7 @@ from __future__ import annotations
 import random
 import subprocess
 import sys
-from typing import Any
+from dataclasses import replace
 
 import pytest
 from hypothesis import given, settings
@@ -373,12 +373,8 @@ def test_speedup_aware_shares_keep_the_seeds_numbers_when_both_jobs_scale(
 ) -> None:
     """With measured curves that keep scaling (even sublinearly), nothing changes."""
     curve = tuple(n**0.8 for n in range(1, 9))
-    jobs = [JobView(**{**_fields(j), "speedup": curve}) for j in jobs]
+    jobs = [replace(j, speedup=curve) for j in jobs]
     assert run("fairshare-speedup", 8, jobs, reverse).targets == expected
-
-
-def _fields(job: JobView) -> dict[str, Any]:
-    return {name: getattr(job, name) for name in JobView.__slots__}
 
 
 LAS = {
@@ -479,7 +475,7 @@ def curves(draw: st.DrawFn, top: int) -> tuple[float, ...]:
 @st.composite
 def snapshots_with_curves(draw: st.DrawFn) -> Snapshot:
     base = draw(snapshots())
-    jobs = [JobView(**{**_fields(j), "speedup": draw(curves(j.max_workers))}) for j in base.jobs]
+    jobs = [replace(j, speedup=draw(curves(j.max_workers))) for j in base.jobs]
     return Snapshot(base.capacity, jobs)
 
 

@@ -128,13 +128,21 @@ def test_a_lost_slot_shrinks_the_job_which_grows_back_when_it_returns(
     cluster.start_slots(3, "--restart-delay", "3")
     cluster.start_scheduler()
     data = write_cifar10(tmp_path / "data", train=1024, test=64)
-    job = submit(alice, "resilient", data, epochs=40, max_workers=3)
+    # Enough epochs that it cannot end while its slot comes back on a loaded machine (at 40
+    # it did once, after a 7-minute wait for a slot whose worker was still starting).
+    job = submit(alice, "resilient", data, epochs=4000, max_workers=3)
     reach("the job on 3", {job: 3}, 30)
     members = services.job_store(job.pk).members(services.job_store(job.pk).generation())
     victim = next(s for s in store.list_slots() if s.slot_id == members[-1])
     os.kill(victim.pid, signal.SIGKILL)  # the slot's worker dies, and its learner with it
     reach("the job on the 2 others", {job: 2}, 15)
-    reach("the job back on 3", {job: 3}, 90)
+
+    def back_on_3() -> bool:
+        state = Job.objects.get(pk=job.pk).state
+        assert state == Job.State.RUNNING, f"the job is {state} before its slot came back"
+        return workers_of(job) == 3
+
+    wait_for(back_on_3, 90, "the job back on 3", 0.05)
     steps = [m.step for m in train_steps(job)]
     assert steps == list(range(1, len(steps) + 1)), f"an iteration was lost: {steps}"
     # The iteration in flight when the slot died may be trained again; no more than it.

@@ -136,9 +136,12 @@ def test_jobs_compare_side_by_side_with_their_differences(
     owned: dict[str, Any], alice: Any, bob: Any
 ) -> None:
     api = token_client(alice)
-    api.post(API + "sweeps/", body(owned, max_parallel=2, lr=0.05), format="json")
+    # seeded: its first two trials' widths differ (8 widths: unseeded, 1 run in 8 drew one
+    # width twice)
+    api.post(API + "sweeps/", body(owned, max_parallel=2, lr=0.05, seed=3), format="json")
     SweepDriver(owned["store"]).round()
     first, second = Job.objects.filter(owner=alice).order_by("trial_number")
+    assert first.hparams["width"] != second.hparams["width"]
     answer = api.get(f"{API}jobs/compare/?ids={first.pk},{second.pk}")
     assert answer.status_code == 200, answer.content
     compared = answer.json()

@@ -227,3 +227,38 @@ def test_an_admin_makes_a_resource_group_on_its_page_and_sees_a_refusal_in_words
         expect(page.locator("#new-group-error")).to_contain_text("already exists")
     names = off_loop(lambda: sorted(g.name for g in ResourceGroup.objects.all()))
     assert names == ["a100", "default"]
+
+
+@pytest.mark.browser
+def test_the_teams_forms_send_nothing_until_their_script_handles_them(
+    live_server: Any, django_user_model: Any
+) -> None:
+    """The Teams page's forms are the script's (they go through the REST API): before it
+    has run (a slow load, or a failed one) their buttons are disabled, so a click or Enter
+    in a field sends nothing (a native submit put the new user's password in the URL, and
+    a quick click made no team). Once the script runs they work."""
+    django_user_model.objects.create_user("root", password="root-pass-1", is_staff=True)
+    ResourceGroup.objects.default()  # its migration's, emptied by an earlier test's flush
+    base = live_server.url
+    with browser_page() as page:
+        log_in_as(page, base, "root", "root-pass-1")
+        page.route("**/edt/js/teams.js*", lambda route: route.abort())
+        page.goto(base + "/teams/")
+        for button in ("#new-team-create", "#new-user-create"):
+            expect(page.locator(button)).to_be_disabled()
+        page.fill("#user-name", "mallory")
+        page.fill("#user-password", "a-secret-pass-1")
+        page.press("#user-password", "Enter")
+        page.fill("#new-name", "robotics")
+        page.press("#new-name", "Enter")
+        # Nothing went anywhere: not into a URL, not into the database.
+        page.wait_for_load_state("load")
+        assert page.url == base + "/teams/"
+        page.unroute("**/edt/js/teams.js*")
+        page.reload()
+        expect(page.locator("#new-team-create")).to_be_enabled()
+        page.fill("#new-name", "robotics")
+        page.click("#new-team-create")
+        page.wait_for_url(base + "/teams/?team=robotics")
+    assert not off_loop(lambda: django_user_model.objects.filter(username="mallory").exists())
+    assert off_loop(lambda: list(Team.objects.values_list("name", flat=True))) == ["robotics"]

@@ -4,7 +4,7 @@ the jobs and the teams in reverse order, and hypothesis properties. Pure code.""
 from __future__ import annotations
 
 import random
-from typing import Any
+from dataclasses import replace
 
 import pytest
 from hypothesis import assume, given, settings
@@ -216,13 +216,9 @@ SEEDS = [
 def test_one_user_still_gets_the_seeds_numbers(
     jobs: list[JobView], expected: dict[str, int], team: str, reverse: bool
 ) -> None:
-    mine = [JobView(**{**fields(j), "owner": "alice", "team": team}) for j in jobs]
+    mine = [replace(j, owner="alice", team=team) for j in jobs]
     teams = [Team("t")] if team else []
     assert run(8, teams, mine, reverse).targets == expected
-
-
-def fields(job: JobView) -> dict[str, Any]:
-    return {name: getattr(job, name) for name in JobView.__slots__}
 
 
 def test_a_reclaimed_guarantee_comes_back_at_once_and_in_place() -> None:
@@ -231,13 +227,13 @@ def test_a_reclaimed_guarantee_comes_back_at_once_and_in_place() -> None:
     nlp = job("n1", team="nlp")
     alone = decide(Snapshot(8, [nlp], tuple(VISION_NLP)))
     assert alone.targets == {"n1": 8}
-    held = JobView(**{**fields(nlp), "current": 8, "state": RUNNING})
+    held = replace(nlp, current=8, state=RUNNING)
     back = decide(Snapshot(8, [held, job("v1", 8, 1, team="vision")], tuple(VISION_NLP)))
     assert back.targets == {"n1": 2, "v1": 6}
     assert back.reasons["n1"].startswith("8→2: team nlp at its guarantee 2 of 8 slots")
     assert back.reasons["v1"].startswith("0→6: team vision at its guarantee 6 of 8 slots")
     done = job("v1", 8, 1, team="vision", current=6, state="COMPLETED")
-    shrunk = JobView(**{**fields(held), "current": 2})
+    shrunk = replace(held, current=2)
     assert decide(Snapshot(8, [shrunk, done], tuple(VISION_NLP))).targets == {"n1": 8}
 
 
@@ -500,11 +496,11 @@ def test_the_same_answer_for_any_order_of_jobs_and_teams(
 def test_one_user_in_no_team_or_one_team_is_flat_fair_share(snapshot: Snapshot) -> None:
     """The hierarchy's own path (not the shortcut decide takes) gives flat fair share's
     slots and shares for one user, whether in no team or alone in one team."""
-    mine = [JobView(**{**fields(j), "owner": "alice", "team": ""}) for j in snapshot.jobs]
+    mine = [replace(j, owner="alice", team="") for j in snapshot.jobs]
     flat = fairshare.flat(Snapshot(snapshot.capacity, mine))
     tree = fairshare.hierarchical(Snapshot(snapshot.capacity, mine))
     assert (tree.targets, tree.shares) == (flat.targets, flat.shares)
-    theirs = [JobView(**{**fields(j), "team": "t"}) for j in mine]
+    theirs = [replace(j, team="t") for j in mine]
     team = decide(Snapshot(snapshot.capacity, theirs, (Team("t"),)))
     assert (team.targets, team.shares) == (flat.targets, flat.shares)
 

@@ -32,8 +32,8 @@ def test_a_queued_job_shows_its_place_reason_and_start_and_the_cli_agrees(live: 
     with browser_page() as page:
         log_in(page, live.url, live.data_dir)
         first = start_job(
-            page, live.url, "idle-first", epochs=40, max_workers=2
-        )  # long enough to queue the second behind it on a quiet machine
+            page, live.url, "idle-first", epochs=100, max_workers=2
+        )  # long enough to queue the second behind it, and to read why, on a quiet machine
         said: list[str] = []
 
         def running() -> bool:
@@ -54,8 +54,11 @@ def test_a_queued_job_shows_its_place_reason_and_start_and_the_cli_agrees(live: 
         assert "2 slots" in page.inner_text("#why") or "its max" in page.inner_text("#why")
         wait_for(lambda: state(page, first)["eta"] is not None, 120, "a pace for the first job")
 
+        # Below the first's priority it waits for the first whatever their remaining work
+        # (at the same priority an unmeasured job goes first, to be measured, and takes the
+        # first's slots as soon as the scheduler has read the first's pace).
         second = start_job(page, live.url, "queued-second", epochs=1, min_workers=2,
-                           max_workers=2)  # fmt: skip
+                           max_workers=2, priority=1000)  # fmt: skip
         job = second.rstrip("/").rsplit("/", 1)[1]
         submitted = time.time()
         page.wait_for_function("document.getElementById('waiting').textContent.includes('queue;')")

@@ -20,7 +20,7 @@ from scheduler.policies.throughput_fit import Measured, fit, measured
 REFRESH = 5.0  # seconds between two readings of a job's records
 
 
-class Goodput(NamedTuple):
+class GoodputInput(NamedTuple):
     """A goodput-mode job's measured inputs (``JobView.gns``, ``throughput`` and, where the
     scheduler asked none yet, ``batch``)."""
 
@@ -34,20 +34,20 @@ class GoodputFits:
 
     def __init__(self, records: Records, refresh: float = REFRESH) -> None:
         self.records = records
-        self.seen: Timed[int, Measured] = Timed(refresh)  # job -> its measurements
+        self.measurements: Timed[int, Measured] = Timed(refresh)  # job -> its measurements
         # job -> the last fit's inputs (measurements, micro-batch cap, host size) and answer:
         # fitted again only when one of them changed
-        self.fits: dict[int, tuple[tuple[Measured, int, int], Goodput]] = {}
+        self.fits: dict[int, tuple[tuple[Measured, int, int], GoodputInput]] = {}
 
-    def of(self, job_id: int, max_micro: int, per_host: int) -> Goodput:
-        seen = self.seen.get(job_id, lambda: measured(self.records(job_id)))
-        inputs = (seen, max_micro, per_host)
+    def of(self, job_id: int, max_micro: int, per_host: int) -> GoodputInput:
+        m = self.measurements.get(job_id, lambda: measured(self.records(job_id)))
+        inputs = (m, max_micro, per_host)
         hit = self.fits.get(job_id)
         if hit is None or hit[0] != inputs:
-            hit = (inputs, Goodput(seen.gns, fit(seen.timings, max_micro, per_host), seen.batch))
+            hit = (inputs, GoodputInput(m.gns, fit(m.timings, max_micro, per_host), m.batch))
             self.fits[job_id] = hit
         return hit[1]
 
     def forget(self, keep: set[int]) -> None:
-        self.seen.forget(keep)
+        self.measurements.forget(keep)
         self.fits = {job_id: hit for job_id, hit in self.fits.items() if job_id in keep}

@@ -184,9 +184,10 @@ class JobRunner:
         j = self.jobs
         return elastic.movable(self.state, Seen(generation=j.generation(), adopted=j.adopted()))
 
-    def pending(self) -> bool:
+    def soon(self) -> bool:
         """A step soon would move the job on (it just changed phase, or a failure's grace
-        runs)."""
+        runs): ``elastic.soon``. (Not ``pending``: that is the slots whose learner has not
+        ended, ``pending_slots``.)"""
         return elastic.soon(self.state)
 
     def restless(self) -> bool:

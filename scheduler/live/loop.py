@@ -438,7 +438,7 @@ class LiveScheduler:
                 self._drop(pk)
                 soon = True
                 continue
-            soon = soon or runner.pending()
+            soon = soon or runner.soon()
             if runner.state == before and not runner.restless():
                 self.dirty.discard(pk)
         return soon

@@ -17,7 +17,7 @@ from typing import Any, Protocol
 
 from protocol.slots import SlotInfo
 from scheduler.live.cache import Timed
-from scheduler.live.goodputs import Goodput, GoodputFits
+from scheduler.live.goodputs import GoodputFits, GoodputInput
 from scheduler.live.speedups import (
     RECORDS_TTL,
     Curves,
@@ -34,9 +34,9 @@ BY_SERVICE = {las.POLICY, las.SPEEDUP_POLICY, tiresias.POLICY, goodput.POLICY}
 BY_SPEEDUP = {las.SPEEDUP_POLICY, goodput.POLICY}
 
 Speedups = dict[int, tuple[float, ...]]  # job -> its speedup curve
-GoodputInputs = dict[int, Goodput]  # goodput-mode job -> its measured inputs
-# row, held, speedup, served, priority, measured (goodput mode), remaining work
-ViewInputs = tuple[Any, int, tuple[float, ...], float, int, Goodput | None, float]
+GoodputInputs = dict[int, GoodputInput]  # goodput-mode job -> its measured inputs
+# row, held, speedup, served, priority, goodput inputs (goodput mode), remaining work
+ViewInputs = tuple[Any, int, tuple[float, ...], float, int, GoodputInput | None, float]
 
 
 class Schedulable(Protocol):
@@ -147,15 +147,15 @@ class Measures:
         """The inputs for ``jobs``; ``asked``: the batch each goodput-mode job's controller
         last asked (else its newest record's)."""
         jobs = list(jobs)
-        curves, measured = self.curves, self.goodputs
+        curves, fits = self.curves, self.goodputs
         speedups = {j.pk: curves.curve(j.pk, j.max_workers) for j in jobs} if curves else {}
         served = {pk: attained[pk] for pk in (j.pk for j in jobs) if pk in attained}
         goodputs = {}
-        if measured is not None:
+        if fits is not None:
             for job in jobs:
                 if job.batch_max:
-                    seen = measured.of(job.pk, job.max_micro_batch, slots_per_host)
-                    goodputs[job.pk] = seen._replace(batch=(asked or {}).get(job.pk) or seen.batch)
+                    got = fits.of(job.pk, job.max_micro_batch, slots_per_host)
+                    goodputs[job.pk] = got._replace(batch=(asked or {}).get(job.pk) or got.batch)
         remaining = {j.pk: self.remaining.get(j.pk, partial(self._work_left, j)) for j in jobs}
         return Inputs(speedups, served if self.policy in BY_SERVICE else {}, goodputs,
                       slots_per_host, {pk: w for pk, w in remaining.items() if w > 0})  # fmt: skip
@@ -168,10 +168,11 @@ class Teams(Protocol):
 
 
 def job_view(job: Schedulable, current: int, priority: int, speedup: tuple[float, ...],
-             attained: float, measured: Goodput | None = None,
+             attained: float, goodput: GoodputInput | None = None,
              remaining: float = 0.0) -> JobView:  # fmt: skip
     """One job as the policy sees it; a goodput-mode one (``batch_max`` set) with its
-    ``measured`` inputs (none: its noise scale unknown, no model, at its base batch)."""
+    measured ``goodput`` inputs (none: its noise scale unknown, no model, at its base
+    batch)."""
     view = JobView(
         id=str(job.pk),
         max_workers=job.max_workers,
@@ -190,10 +191,10 @@ def job_view(job: Schedulable, current: int, priority: int, speedup: tuple[float
     low, high = job.batch_min, job.batch_max
     if not high or not 1 <= low <= high or high < view.min_workers:
         return view  # a fixed batch (or a range no submit rule lets through)
-    seen = measured or Goodput()
+    got = goodput or GoodputInput()
     return replace(view, batch_range=(low, high), max_micro_batch=job.max_micro_batch,
-                   base_batch=job.batch_size, gns=seen.gns, throughput=seen.throughput,
-                   batch=seen.batch or job.batch_size)  # fmt: skip
+                   base_batch=job.batch_size, gns=got.gns, throughput=got.throughput,
+                   batch=got.batch or job.batch_size)  # fmt: skip
 
 
 class SnapshotBuilder:
@@ -239,13 +240,13 @@ class SnapshotBuilder:
             pk = job.pk
             current, speedup = held.get(pk, 0), speedups.get(pk, ())
             served, priority = attained.get(pk, 0.0), priorities.get(pk, job.priority)
-            seen, left = goodputs.get(pk), remaining.get(pk, 0.0)
-            made_of: ViewInputs = (job, current, speedup, served, priority, seen, left)
+            goodput, left = goodputs.get(pk), remaining.get(pk, 0.0)
+            made_of: ViewInputs = (job, current, speedup, served, priority, goodput, left)
             last = self.views.get(pk)
             if last is not None and last[0] == made_of:
                 view = last[1]
             else:
-                view = job_view(job, current, priority, speedup, served, seen, left)
+                view = job_view(job, current, priority, speedup, served, goodput, left)
             kept[pk] = (made_of, view)
             views.append(view)
         self.views = kept

@@ -31,8 +31,9 @@ goodput that greedy is the optimum; the envelope bridges the dip where a job sta
 span hosts. Slots no step wants go, up to their max, to the fixed-batch jobs (work
 conserving), then back to goodput jobs up to the slots they hold now (hysteresis: no job
 shrinks only to leave slots idle, as an unsettled fit of its throughput would make it, to
-grow again once the fit settles); a goodput job is never given more than its useful size
-beyond those.
+grow again once the fit settles; never onto more hosts than its useful size fills: spanning
+another host is the placement's cost, not the fit's noise); a goodput job is never given
+more than its useful size beyond those.
 
 **Teams are hard constraints.** With teams, every team's subtree gets exactly the whole
 slots hierarchical fair share gives it over its jobs (useful sizes as their max), so never
@@ -56,6 +57,7 @@ from bisect import bisect_right
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
+from typing import cast
 
 from scheduler.policies import fairshare, las, reasons, speedup, teams
 from scheduler.policies.model import (
@@ -374,7 +376,7 @@ def decide(snapshot: Snapshot, fairness: float = FAIRNESS) -> Decision:
                 more = min(left, entry.job.max_workers - targets[entry.job.id])
                 targets[entry.job.id] += more
                 left -= more
-        left = _keep(members, original, profiles, targets, left)
+        left = _keep(members, original, profiles, targets, left, per_host)
     batches = {
         job.id: profiles[job.id].batch[targets[job.id]]
         for job in jobs
@@ -394,16 +396,18 @@ def decide(snapshot: Snapshot, fairness: float = FAIRNESS) -> Decision:
 
 
 def _keep(members: Sequence[JobView], original: dict[str, JobView],
-          profiles: dict[str, Profile], targets: dict[str, int], left: int) -> int:  # fmt: skip
+          profiles: dict[str, Profile], targets: dict[str, int], left: int,
+          per_host: int) -> int:  # fmt: skip
     """Hysteresis: what no step wanted goes back, in the pool's order, to goodput jobs
     below the count they hold now (never above their max), so that no job shrinks only to
     leave slots idle (a fit that is not settled yet would otherwise shrink a job and grow
-    it back). Returns the slots left."""
+    it back). Never onto more hosts than its useful size needs (:func:`kept`): spanning one
+    more host is a cost of the placement, not of an unsettled fit. Returns the slots left."""
     for view in members:
         if not left:
             break
         job = original[view.id]
-        keep = min(job.current, job.max_workers, profiles[job.id].top)
+        keep = kept(job, profiles[job.id], per_host)
         if job.goodput_mode and targets[job.id] < keep:
             more = min(left, keep - targets[job.id])
             targets[job.id] += more
@@ -411,34 +415,34 @@ def _keep(members: Sequence[JobView], original: dict[str, JobView],
     return left
 
 
-# Recent decisions' profiles and capped views, by the identity of the job's view: a
-# scheduler that keeps a job's view while nothing about it changes (the live snapshot
-# builder does) finds them here. Views are immutable, so the same object has the same
-# answer; each entry holds its view, so its id is not reused while it is here. Kept for
-# every group a scheduler decides, and pruned to the last decision's when it grows.
-_SEEN: dict[int, tuple[JobView, int, int, Profile, JobView]] = {}
-_SEEN_MAX = 50_000
+def kept(job: JobView, prof: Profile, per_host: int) -> int:
+    """The most slots hysteresis keeps a job on: those it holds now, up to its max, and,
+    beyond its useful size, no more than the hosts of ``per_host`` slots that its useful
+    size fills (``per_host`` 0: hosts unknown, no such bound)."""
+    keep = min(job.current, job.max_workers, prof.top)
+    if per_host > 0 and keep > prof.useful:
+        keep = min(keep, -(-prof.useful // per_host) * per_host)  # whole hosts: >= useful
+    return keep
 
 
 def _profiles(
     jobs: list[JobView], capacity: int, per_host: int
 ) -> tuple[dict[str, Profile], list[JobView]]:
-    global _SEEN
-    seen = _SEEN
-    fresh: dict[int, tuple[JobView, int, int, Profile, JobView]] = {}
-    profiles, capped = {}, []
+    """Each job's profile and the view fair share sees (``_capped``), for ``capacity`` and
+    ``per_host``. Both are kept on the job's view (``JobView.derived``: a view never
+    changes), so a scheduler that keeps a job's view while nothing about it changes works
+    them out once; 10,000 of them took most of a decision."""
+    profiles: dict[str, Profile] = {}
+    capped: list[JobView] = []
+    key = (POLICY, capacity, per_host)
     for job in jobs:
-        known = seen.get(id(job))
-        if known is None or known[0] is not job or known[1] != capacity or known[2] != per_host:
+        known = cast("tuple[Profile, JobView] | None", job.derived.get(key))
+        if known is None:
             prof = profile(job, capacity, per_host)
-            known = fresh[id(job)] = (job, capacity, per_host, prof, _capped(job, prof))
-        profiles[job.id] = known[3]
-        capped.append(known[4])
-    if len(seen) + len(fresh) > _SEEN_MAX:  # start again from this decision's jobs
-        _SEEN = {id(job): (job, capacity, per_host, profiles[job.id], view)
-                 for job, view in zip(jobs, capped, strict=True)}  # fmt: skip
-    else:
-        seen.update(fresh)
+            known = (prof, _capped(job, prof))
+            job.derived[key] = known
+        profiles[job.id] = known[0]
+        capped.append(known[1])
     return profiles, capped
 
 

@@ -72,6 +72,14 @@ class JobView:
     throughput: ThroughputModel | None = None
     batch: int = 0
     remaining: float = 0.0
+    # What a policy worked out from this view, kept with it: a view never changes, so the
+    # same view gives the same answer for as long as it lives (the live snapshot builder
+    # keeps a job's view while nothing about it changes). Not a field of the job: neither
+    # compared, nor hashed, nor copied by ``replace`` (a new view starts empty). Today the
+    # goodput policy's profile (``goodput._profiles``).
+    derived: dict[object, object] = field(
+        default_factory=dict, init=False, compare=False, hash=False, repr=False
+    )
 
     @property
     def label(self) -> str:

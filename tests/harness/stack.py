@@ -6,6 +6,7 @@ crash loop) starts one of its own with ``edt_of_its_own``, stopped at its end.""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import secrets
@@ -21,7 +22,9 @@ from typing import Any
 
 import pytest
 
+from edtcli.client import Client, CliError
 from edtweb.redis_server import RedisServer, free_port
+from scheduler.policies.model import ACTIVE
 from tests.harness.processes import PROJECT_DIR, Processes, alive_pids, subprocess_env
 from tests.harness.waiting import wait_for
 from workers import sandbox
@@ -77,6 +80,21 @@ class LiveEdt:
         done = self.edt(user, "--json", *args, timeout=timeout)
         assert done.returncode == 0, done.stderr
         return json.loads(done.stdout)
+
+    def stop_everything(self) -> list[str]:
+        """As staff, stop every sweep and job still going (what a failed test left: it
+        would hold the slots of the tests after it on this EDT). What it stopped."""
+        login = {"username": STAFF[0], "password": f"{STAFF[0]}-pass-1"}
+        api = Client(self.url, Client(self.url).call("POST", "auth/token/", login)["token"])
+        stopped = []
+        for kind, path, going in (("sweep", "sweeps/", ("QUEUED", "RUNNING")),
+                                  ("job", "jobs/", ACTIVE)):  # fmt: skip
+            for item in list(api.pages(path)):
+                if item["state"] in going:
+                    with contextlib.suppress(CliError):  # it ended meanwhile
+                        api.call("POST", f"{path}{item['id']}/stop/")
+                    stopped.append(f"{kind} {item['id']} ({item['state']})")
+        return stopped
 
     def stop(self) -> None:
         """Ctrl-C to the launcher, as a user stops `make run`; then whatever it left (none
@@ -193,6 +211,20 @@ def edt_of_its_own(tmp: Path, env: dict[str, str], **options: Any) -> Iterator[L
         yield live
     finally:
         live.stop()
+
+
+@pytest.fixture(autouse=True)
+def live_left_idle(request: pytest.FixtureRequest) -> Iterator[None]:
+    """After a test on the run's live EDT that failed, whatever it left going is stopped,
+    so that its failure is not also that of the tests after it (a passing test cleans up
+    after itself)."""
+    yield
+    report = getattr(request.node, "edt_call_report", None)
+    if _live is not None and "live" in request.fixturenames and report is not None \
+            and report.failed:  # fmt: skip
+        stopped = _live.stop_everything()
+        if stopped:
+            print(f"stopped what the failed test left going: {', '.join(stopped)}")
 
 
 @pytest.fixture(scope="module")

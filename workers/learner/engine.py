@@ -228,17 +228,23 @@ class Learner:
                 self.sync_state()
                 self.take_batch(gen)
                 gen = self.train_until_change()
+                continue
             except CollectiveFailure as exc:
-                log.warning("%s: generation %d failed at step %d: %s",
-                            self.slot, membership.gen, self.counters["step"], exc)  # fmt: skip
-                if self._torn and not self._untear():
-                    return Exit.TORN
-                self.jobs.report_failure(self.slot, membership.gen, self.counters["step"],
-                                         str(exc))  # fmt: skip
-                membership.pg = None
-                # the next state may come into new buffers: memory for them
-                self.stepper.held.clear()
-                gen = membership.wait_for_generation(after=membership.gen, member=True)
+                why = str(exc)
+            # Out of the handler, whose traceback held the failed step's frames: reported,
+            # then the group freed, so that peers' waits on this learner raise now.
+            log.warning("%s: generation %d failed at step %d: %s",
+                        self.slot, membership.gen, self.counters["step"], why)  # fmt: skip
+            self.stepper.let_go()
+            if self._torn and not self._untear():
+                return Exit.TORN
+            self.jobs.report_failure(self.slot, membership.gen, self.counters["step"], why)
+            if not membership.leave_group():
+                log.warning("%s: generation %d's group is still held: peers waiting on it "
+                            "go on at their timeout", self.slot, membership.gen)  # fmt: skip
+            # the next state may come into new buffers: memory for them
+            self.stepper.held.clear()
+            gen = membership.wait_for_generation(after=membership.gen, member=True)
         return Exit.FINISHED
 
     def _untear(self) -> bool:
@@ -406,6 +412,8 @@ class Learner:
             self.counters["begun"] = epoch + 1
             self._every_rank("on_epoch_begin", epoch)
         stepper, batch = self.stepper, self.batch
+        if self.goodput is not None:
+            self.goodput.begin(self.counters)
         batches = self._batches_for(epoch, iteration)
         try:
             values, host = stepper.accumulate(batches, batch)
@@ -415,6 +423,7 @@ class Learner:
             self._settle()
             raise CollectiveFailure(str(exc)) from exc
         if self.goodput is not None:
+            assert isinstance(values, torch.Tensor)  # goodput mode's are stacked, alone too
             tail = values.tolist()
             if not math.isfinite(tail[1]):
                 raise UserCodeError(
@@ -436,8 +445,8 @@ class Learner:
             return self.inputs.fed(self.counters, self.batch, size, rank)
         if self.goodput is None:
             return self.inputs.batches_for(epoch, iteration, size, rank)
-        goodput = self.goodput
-        start, cap = self.counters["sample"], goodput.micro_cap(size)
+        goodput, start = self.goodput, self.counters["sample"]
+        cap = self.spec.max_micro_batch
         return self.inputs.goodput_batches(epoch, start, goodput.batch, size, rank, cap)
 
     def _settle(self) -> Agreement | None:

@@ -1,9 +1,15 @@
 """Goodput mode's statistics: the gradient noise scale, measured as training goes, with no
 extra pass, and what it says of a batch (docs/architecture.md, "Goodput mode").
 
-Each step gives two views of the same gradient: the mean gradient of a *small* batch
-(each learner's local batch before the all-reduce; with one learner, each of its
-micro-batches) and of the *big* one (the global batch, after it). Their squared norms
+Each measuring step gives two views of the same gradient: the mean gradient of a *small*
+batch (each learner's local batch before the all-reduce) and of the *big* one (the global
+batch, after it). A lone learner has no peer to compare with: where its step is cut into
+micro-batches (the job's cap) those are its small batches; else its small batches are two
+consecutive steps' gradients and the big one their mean (AdaptDL's *difference*
+estimator, biased by the one update between them: negligible at the learning rates that
+train). It keeps a copy of the measuring step's gradient and takes the estimate in the step
+after, with no pass of its own: cutting a lone step in two to measure it cost a whole extra
+pass at half the batch. Their squared norms
 estimate, without bias (McCandlish et al., "An Empirical Model of Large-Batch Training",
 appendix A.1, as Pollux and AdaptDL use them), the true gradient's squared norm |G|² and
 the trace of the per-sample gradients' covariance tr(Σ):
@@ -28,8 +34,8 @@ The learning rate is the base one times the gain, and progress is counted in bas
 steps (the sum of the gains): a schedule that reads it means the same at any batch.
 
 :class:`GoodputMode` is a learner's side of it: the global batch it trains at (adopted
-from each generation, within the job's range), what each step measured (``observe``), the
-micro-batch cap of a learner alone, and the statistics a train record adds. The step
+from each generation, within the job's range), what each step measured (``observe``, and
+alone ``observe_pair``), which steps measure, and the statistics a train record adds. The step
 measures the squared norms (overlap.py) and hands their values here. Pure Python: no
 torch, no Redis.
 """
@@ -47,6 +53,11 @@ from workers.learner.spec import JobSpec
 log = logging.getLogger("edt.learner")
 
 SMOOTHING = 0.999  # AdaptDL's: the moving averages' decay per base batch of samples
+# The noise scale is measured on every MEASURE_EVERY-th step (the first included), the same
+# steps at any size, so that a resize changes no statistic (a lone learner's estimate comes
+# one step later, from that step and the next). Measuring costs norms (and, alone, a copy of
+# the gradient), so not every step pays them (bench/results/goodput-step.md).
+MEASURE_EVERY = 4
 
 
 @dataclass
@@ -62,17 +73,27 @@ class NoiseScale:
     progress: float = 0.0  # steps at the base batch that training is worth so far
     observed: int = 0  # steps that gave an estimate
 
-    def observe(self, small_sqr: float, small: float, big_sqr: float, big: float) -> bool:
-        """One step's two squared norms: ``small_sqr`` the mean of |g_b|² over the small
-        batches (their effective size ``small``: the harmonic mean of theirs), ``big_sqr``
-        the global batch's |g_B|² (size ``big``). False, and nothing kept, where they give
+    def observe(
+        self,
+        small_sqr: float,
+        small: float,
+        big_sqr: float,
+        big: float,
+        steps: int = 1,
+        batch: float = 0.0,
+    ) -> bool:
+        """One measurement's two squared norms: ``small_sqr`` the mean of |g_b|² over the
+        small batches (their effective size ``small``: the harmonic mean of theirs),
+        ``big_sqr`` the big batch's |g_B|² (size ``big``); the averages decay by the
+        ``steps`` of the global ``batch`` (``big`` unless given: two steps' mean is a big
+        batch of two) since the last measurement. False, and nothing kept, where they give
         no estimate (one small batch only, a gradient not finite)."""
         values = (small_sqr, small, big_sqr, big)
         if not big > small > 0 or not all(math.isfinite(v) for v in values):
             return False
         sqr = (big * big_sqr - small * small_sqr) / (big - small)
         var = (small_sqr - big_sqr) / (1.0 / small - 1.0 / big)
-        theta = SMOOTHING ** (big / self.base)
+        theta = SMOOTHING ** (steps * (batch or big) / self.base)
         self.sqr_sum = theta * self.sqr_sum + (1.0 - theta) * sqr
         self.sqr_weight = theta * self.sqr_weight + (1.0 - theta)
         self.var_sum = theta * self.var_sum + (1.0 - theta) * var
@@ -134,16 +155,6 @@ def small_batch(sizes: list[int]) -> tuple[int, float]:
     return len(held), (len(held) / sum(1.0 / n for n in held) if held else 0.0)
 
 
-def micro_cap(cap: int, batch: int, size: int) -> int:
-    """The micro-batch cap of a goodput-mode step (``cap`` the job's, 0: none): a lone
-    learner cuts its batch in two at least, so that it has two small batches to measure
-    the noise scale from (as AdaptDL does)."""
-    if size == 1 and batch >= 2:
-        half = -(-batch // 2)
-        return min(cap, half) if cap > 0 else half
-    return cap
-
-
 Counters = dict[str, int]  # a learner's: epoch, iteration, step, and here sample and batch
 
 
@@ -157,6 +168,17 @@ class GoodputMode:
         self.batch = spec.batch_size  # the global batch of this iteration
         self.gain = 1.0  # the learning rate's factor in the last step
         self.micro_sqr: list[tuple[float, int]] = []  # alone: this step's micro-batches' norms
+        self.step = 0  # this step's index: the steps taken before it
+        self.measuring = True  # this step measures the noise scale (``begin``)
+        self.pairing = False  # alone: this step's gradient pairs with the measuring one's
+
+    def begin(self, counters: Counters) -> None:
+        """A step begins (``counters``: the steps taken before it): whether it measures the
+        noise scale (``MEASURE_EVERY``), or, alone, completes the measuring step's pair."""
+        self.step = step = counters["step"]
+        self.measuring = step % MEASURE_EVERY == 0
+        self.pairing = step % MEASURE_EVERY == 1
+        self.micro_sqr.clear()
 
     def start(self, counters: Counters) -> None:
         """A new run's counters: no sample done, the base batch."""
@@ -212,12 +234,15 @@ class GoodputMode:
             count, small = small_batch([n for _, n in self.micro_sqr])
             total = sum(sqr for sqr, _ in self.micro_sqr)
             small_sqr = total / count * unscale if count else math.nan
-        self.noise.observe(small_sqr, small, big_sqr, B)
+        self.noise.observe(small_sqr, small, big_sqr, B, MEASURE_EVERY)
 
-    def micro_cap(self, size: int) -> int:
-        """The micro-batch cap; with one learner at most half its batch, so that it has two
-        micro-batches to measure the noise scale from (as AdaptDL does)."""
-        return micro_cap(self.spec.max_micro_batch, self.batch, size)
+    def observe_pair(self, kept_sqr: float, sqr: float, mean_sqr: float) -> None:
+        """Alone, one micro-batch a step: the measuring step's gradient (``kept_sqr``, its
+        squared norm) and this step's (``sqr``) as two small batches of the global batch,
+        their mean (``mean_sqr``) as the big one of twice it; all unscaled."""
+        B = self.batch
+        small_sqr = (kept_sqr + sqr) / 2.0
+        self.noise.observe(small_sqr, B, mean_sqr, 2 * B, MEASURE_EVERY, batch=B)
 
     def take_gain(self) -> float:
         """This step's gain at its batch (AdaScale): its learning rate's factor."""

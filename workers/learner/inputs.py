@@ -192,7 +192,7 @@ class Inputs:
         epoch's order from ``start`` (the samples done), at the global batch ``B``
         (prefetched when the key matches), and the next iteration's started."""
         n = len(self)
-        key = (epoch, start, B, size, rank)
+        key = (epoch, start, B, size, rank, cap)
         batches = self.prefetch.take(key)
         if batches is None:
             indices = rank_slice(self.order(epoch), start, B, size, rank)
@@ -200,7 +200,7 @@ class Inputs:
         nxt = (epoch, start + B) if start + 2 * B <= n else (epoch + 1, 0)
         if nxt[0] < self.spec.epochs and self.prefetch.wanted():
             indices = rank_slice(self.order(nxt[0]), nxt[1], B, size, rank)
-            self.prefetch.ahead((*nxt, B, size, rank), self.build, indices, cap)
+            self.prefetch.ahead((*nxt, B, size, rank, cap), self.build, indices, cap)
         if self.device.type == "cpu":
             return batches
         return [(self.to_device(x), self.to_device(y)) for x, y in batches]

@@ -32,7 +32,6 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset, Sampler, TensorDataset
 
-from workers.learner.goodput import micro_cap
 from workers.learner.partition import micro_batches, permutation, slice_bounds
 from workers.learner.spec import JobSpec
 
@@ -120,8 +119,8 @@ class ElasticOrder(Sampler[list[Any]]):
 class GoodputOrder(Sampler[list[Any]]):
     """A goodput-mode job's micro-batches from a place (epoch, samples done in the epoch,
     global batch, group size, rank) on: each iteration the rank's slice of the next
-    ``batch`` samples of ``perm(seed, epoch)`` (partition.rank_slice), cut at the step's
-    cap (goodput.micro_cap); an epoch ends when no whole batch is left. The batch changes
+    ``batch`` samples of ``perm(seed, epoch)`` (partition.rank_slice), cut at the job's
+    micro-batch cap; an epoch ends when no whole batch is left. The batch changes
     only with a new generation, and a new place, so it is fixed from a place on."""
 
     def __init__(self, samples: int, seed: int, epochs: int, cap: int,
@@ -136,7 +135,7 @@ class GoodputOrder(Sampler[list[Any]]):
     def count(self, place: Place) -> int:
         _epoch, _start, batch, size, rank = place
         lo, hi = slice_bounds(batch, size, rank)
-        return len(micro_batches(lo, hi, micro_cap(self.cap, batch, size)))
+        return len(micro_batches(lo, hi, self.cap))
 
     def after(self, place: Place) -> Place:
         epoch, start, batch, size, rank = place
@@ -147,7 +146,7 @@ class GoodputOrder(Sampler[list[Any]]):
     def __iter__(self) -> Iterator[list[Any]]:
         epoch, start, batch, size, rank = self.place
         lo, hi = slice_bounds(batch, size, rank)
-        cap = micro_cap(self.cap, batch, size)
+        cap = self.cap
         while epoch < self.epochs:
             order = permutation(self.samples, self.seed, epoch)
             while start + batch <= self.samples:

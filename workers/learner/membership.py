@@ -12,10 +12,12 @@ from __future__ import annotations
 
 import contextlib
 import datetime
+import gc
 import logging
 import os
 import threading
 import time
+import weakref
 from typing import Any
 
 import torch
@@ -177,6 +179,20 @@ class Membership:
             self.jobs.adopt(gen)
         else:
             self.watch.active.clear()
+
+    def leave_group(self) -> bool:
+        """Free the failed generation's group now (the caller has let go of everything
+        else that held it): its connections close, so that a peer still waiting on this
+        learner in a collective raises at once rather than at its timeout
+        (docs/architecture.md, "Elastic training protocol"). False when something still
+        holds it."""
+        pg, self.pg = self.pg, None
+        if pg is None:
+            return True
+        held = weakref.ref(pg)
+        del pg
+        gc.collect()  # a cycle through a failed step's frames, or its works'
+        return held() is None
 
     def collective(self, op: str, tensor: torch.Tensor, **kw: Any) -> None:
         try:

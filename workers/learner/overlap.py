@@ -125,10 +125,18 @@ class GradBuckets:
         elif not on:
             self.remove()
 
+    def hooked_now(self) -> bool:
+        """Whether backward runs a hook of these buckets' on any parameter."""
+        return bool(self._hooks)
+
     def remove(self) -> None:
         for handle in self._hooks:
             handle.remove()
         self._hooks = []
+
+    def failed(self) -> None:
+        """The generation failed: drop the step's launch and works, which hold its group."""
+        self._works, self._launch, self._error = [], None, None
 
     def begin(self) -> None:
         """Start a step with no ``.grad``: backward's first gradient becomes ``.grad`` as
@@ -200,15 +208,15 @@ class GradBuckets:
         last bucket goes, put the sum in the tail."""
         grads = self._grads(b)
         if grads.numel():
-            self._local_sqr += grads.pow(2).sum(dtype=torch.float64)
+            self._local_sqr += squared_norm(grads)
         if b == len(self.buffers) - 1 and self.measure_at is not None:
             self.tail[self.measure_at].copy_(self._local_sqr * self.local_weight)
 
     def sqnorm(self) -> float:
         """The squared norm of the gradients in the buckets (after ``finish``: the
         all-reduced sum), in float64."""
-        return float(sum(self._grads(b).pow(2).sum(dtype=torch.float64)
-                         for b in range(len(self.buffers))))  # fmt: skip
+        grads = [self._grads(b) for b in range(len(self.buffers))]
+        return inner_sum(grads, grads)
 
     def finish(self) -> None:
         """After the last backward: launch what is left (a parameter without a gradient
@@ -240,6 +248,33 @@ class GradBuckets:
             p.grad = self.views[i]
 
 
+def _flat(tensor: torch.Tensor) -> torch.Tensor:
+    """``tensor`` as one dense vector of float32 or float64 (a sparse gradient densified)."""
+    tensor = tensor.detach()
+    flat = (tensor.to_dense() if tensor.is_sparse else tensor).reshape(-1)
+    return flat if flat.dtype in (torch.float32, torch.float64) else flat.float()
+
+
+def squared_norm(tensor: torch.Tensor) -> torch.Tensor:
+    """``tensor``'s squared L2 norm, a float64 scalar on its device, unread: one BLAS dot
+    product of it with itself (accumulated in float32, or its own float64; half precision
+    taken as float32). ``pow(2).sum(dtype=float64)`` made two full-size temporaries: on the
+    example MLP's 3072 x 64 weight, 0.65-1.5 ms against 0.14 ms
+    (bench/results/goodput-step.md)."""
+    flat = _flat(tensor)
+    return torch.dot(flat, flat).to(torch.float64)
+
+
+def inner_sum(a: Sequence[torch.Tensor], b: Sequence[torch.Tensor]) -> float:
+    """The sum of the inner products of ``a`` and ``b``, pairwise (the inner product of two
+    gradients; ``a`` with itself, its squared norm), read: one dot product each, one
+    float64 sum and one read for them all."""
+    if not a:
+        return 0.0
+    dots = [torch.dot(_flat(x), _flat(y)).to(torch.float64) for x, y in zip(a, b, strict=True)]
+    return float(torch.stack(dots).sum())
+
+
 class MicroNorms:
     """Goodput mode with one learner: the squared norm of each micro-batch's own gradient,
     summed by a hook on each parameter as backward makes its gradient, before autograd adds
@@ -255,7 +290,7 @@ class MicroNorms:
 
     def _add(self, grad: torch.Tensor) -> None:
         if self.on:
-            self.total += grad.detach().pow(2).sum(dtype=torch.float64)
+            self.total += squared_norm(grad)
 
     def take(self) -> float:
         """The squared norm summed since the last take."""

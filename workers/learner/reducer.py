@@ -140,7 +140,9 @@ class TorchReducer:
         except Exception as exc:
             self.error = self.error or exc
             failed: torch.futures.Future[torch.Tensor] = torch.futures.Future()
-            failed.set_exception(exc)  # type: ignore[arg-type]
+            # without its traceback: the reducer keeps the future, and the launch's frame
+            # in it would keep the generation's group open (Membership.leave_group)
+            failed.set_exception(RuntimeError(str(exc)))  # type: ignore[arg-type]
             return failed
         return work.get_future().then(self._summed)  # type: ignore[no-any-return]
 
@@ -153,9 +155,25 @@ class TorchReducer:
 
     def failed(self) -> None:
         """The last backward raised (a bucket's all-reduce failed): make the reducer ready
-        for the next step; no gradient of this one is used."""
-        self._launch, self._agreement, self._agreed = None, None, None
+        for the next step; no gradient of this one is used. Its launch and error go too:
+        they hold the generation's group (the caller has read the error). Resetting it
+        also sets it recording every gradient's order again, for good: its buckets are
+        rebuilt at once from the order it holds, as at its start, so that it records
+        nothing (their memory is made anew, once)."""
+        self.let_go()
         self._reducer._reset_state()
+        self._reducer._push_all_rebuilt_params()
+        self._reducer._rebuild_buckets()
+
+    def let_go(self) -> None:
+        """Drop what the step holds of the generation's group (its launch, works, error)."""
+        self._launch, self._agreement, self._agreed = None, None, None
+        self.error = None
+
+    @property
+    def armed(self) -> bool:
+        """A step was armed and has not finished (its backward raised, say)."""
+        return self._launch is not None
 
     def finish(self) -> torch.Tensor:
         """After the last backward (which waited for every bucket, in the reducer): the

@@ -26,7 +26,13 @@ import torch
 from workers.learner.contract import ModelDefinition, UserCodeError
 from workers.learner.goodput import GoodputMode
 from workers.learner.membership import Membership
-from workers.learner.overlap import BucketFailure, GradBuckets, MicroNorms, gloo_or_nccl_allreduce
+from workers.learner.overlap import (
+    BucketFailure,
+    GradBuckets,
+    MicroNorms,
+    gloo_or_nccl_allreduce,
+    inner_sum,
+)
 from workers.learner.reducer import TorchReducer, UnusedParameters
 from workers.learner.spec import JobSpec
 
@@ -35,6 +41,7 @@ AGREED = 5  # values the all-reduce carries after the gradients (Stepper.agreeme
 LOCAL_SQR = AGREED  # goodput mode: then the sum of the ranks' local squared norms
 
 Batches = list[tuple[Any, Any]]
+_NO_AUTOCAST: AbstractContextManager[Any] = nullcontext()  # fp32 (reusable: it holds nothing)
 HostPart = tuple[float, float, float]  # rank 0's generation, stop flag, records written
 
 
@@ -48,7 +55,9 @@ class Agreement:
 class InFlight:
     """A step taken whose agreement the host has not read yet (Learner.train_step)."""
 
-    values: torch.Tensor  # on the device: right answers, loss (+ rank 0's part, all-reduced)
+    # on the device: right answers, loss (+ rank 0's part, all-reduced); alone on a CPU,
+    # the two as they came (a stack would cost more than the two reads)
+    values: torch.Tensor | tuple[Any, Any]
     host: HostPart | None  # alone: generation, stop, records written
     record: dict[str, Any]  # its train record but for loss, accuracy and rate
     epoch: int
@@ -69,8 +78,12 @@ class Read:
 
 def read(step: InFlight) -> Read:
     """A step's agreement, read by the host: the only read of the step's values."""
-    values = step.values.tolist()
-    correct, loss = values[0], values[1]
+    if isinstance(step.values, tuple):
+        correct, loss = (float(v) for v in step.values)
+        values: list[float] = []
+    else:
+        values = step.values.tolist()
+        correct, loss = values[0], values[1]
     gen, stop, written = step.host if step.host is not None else values[2:AGREED]
     if not math.isfinite(loss):
         raise UserCodeError(f"the loss is {loss} at epoch {step.epoch}, "
@@ -107,6 +120,9 @@ class Stepper:
         self.held: list[torch.Tensor] = []  # the rehearsal's gradients, until the first step
         self.goodput: GoodputMode | None = None  # goodput mode (measure)
         self.micro: MicroNorms | None = None  # goodput mode, one learner
+        # goodput mode, one learner, one micro-batch a step: the measuring step's gradients
+        # (unscaled, of the parameters that had one), for the step after (``observe``)
+        self.kept: tuple[int, int, list[int], list[torch.Tensor]] | None = None
 
     def measure(self, goodput: GoodputMode) -> None:
         """Goodput mode: measure the noise scale's squared norms for ``goodput`` (the sum of
@@ -123,7 +139,7 @@ class Stepper:
 
     def autocast(self) -> AbstractContextManager[Any]:
         if self.precision == "fp32":
-            return nullcontext()
+            return _NO_AUTOCAST
         dtype = torch.bfloat16 if self.precision == "bf16" else torch.float16
         return torch.autocast(self.device.type, dtype=dtype)
 
@@ -138,11 +154,25 @@ class Stepper:
         self.held = held if self.device.type == "cpu" else []
 
     def formed(self) -> None:
-        """A generation formed: its members all-reduce alike (see ``own_buckets``)."""
+        """A generation formed: its members all-reduce alike (see ``own_buckets``); a lone
+        learner's kept gradient pairs with nothing in another generation."""
+        self.kept = None
         if self.reducer is not None and self.membership.jobs.unused_parameters():
             self.own_buckets()  # a parameter went without a gradient in an earlier step
         if self.buckets is not None:
             self.buckets.hooked(not self.alone())  # alone, backward runs no hook of ours
+
+    def let_go(self) -> None:
+        """The generation failed: nothing of this learner's step holds its group any more
+        (the failed step's launches, works and error), so that the group can close."""
+        self.kept = None
+        if self.reducer is not None:
+            if self.reducer.armed:  # a step never finished: ready the reducer again
+                self.reducer.failed()
+            else:
+                self.reducer.let_go()
+        if self.buckets is not None:
+            self.buckets.failed()
 
     def own_buckets(self) -> GradBuckets:
         """The engine's own buckets, made on first need: torch's reducer, if any, gives
@@ -161,10 +191,14 @@ class Stepper:
         return self.buckets
 
     def alone(self) -> bool:
-        """A native model's fixed-batch step with no peer: no bucket and no collective."""
-        return self.membership.size == 1 and self.goodput is None and self.defn.train_step is None
+        """A native model's step with no peer: no bucket copy and no collective (goodput
+        mode's too: its noise scale then comes from the micro-batches and the gradients
+        where autograd puts them)."""
+        return self.membership.size == 1 and self.defn.train_step is None
 
-    def accumulate(self, batches: Batches, batch: int) -> tuple[torch.Tensor, HostPart | None]:
+    def accumulate(
+        self, batches: Batches, batch: int
+    ) -> tuple[torch.Tensor | tuple[Any, Any], HostPart | None]:
         """Forward and backward over micro-batches of a global batch of ``batch``; with
         peers, the gradient all-reduce launched in buckets during the last backward (after
         it, for a WMLA script's own step) and waited for. Returns the step's agreement on
@@ -173,9 +207,16 @@ class Stepper:
         written; alone, those three come from this host (the second value)."""
         if not self.model.training:  # after an evaluation (every module: 0.05 ms a step)
             self.model.train()
-        self.held.clear()  # just before the step's forward and backward need as much (rehearse)
+        if self.held:  # just before the step's forward and backward need as much (rehearse)
+            self.held.clear()
         if self.alone():
-            return self._accumulate_alone(batches, batch), self.host()
+            goodput = self.goodput
+            if goodput is not None and goodput.measuring and len(batches) > 1:
+                return self._accumulate_measured_alone(goodput, batches, batch), self.host()
+            values = self._accumulate_alone(batches, batch)
+            if goodput is not None and isinstance(values, tuple):  # read at once: stacked
+                values = torch.stack([_as_value(v, self.device) for v in values])
+            return values, self.host()
         if self.reducer is not None:
             return self._accumulate_reduced(self.reducer, batches, batch), None
         buckets = self.own_buckets()
@@ -214,13 +255,42 @@ class Stepper:
         buckets.finish()
         return buckets.tail.clone(), None  # the next step's arm writes the tail again
 
-    def _accumulate_alone(self, batches: Batches, batch: int) -> torch.Tensor:
+    def _accumulate_alone(self, batches: Batches, batch: int) -> torch.Tensor | tuple[Any, Any]:
         """One learner: forward and backward as a plain loop does them, gradients where
         autograd puts them (no bucket, no copy, no collective); right answers and loss
-        summed on the device."""
+        summed on the device. On a CPU the two stay apart: stacking them took 6.5 µs a
+        step against about 1 µs for reading each (bench/results/step-overhead.md, Notes);
+        on a GPU one stack makes one copy to the host."""
         if not batches:
             return torch.zeros(2, device=self.device)
         correct, loss_part = self._forward_backward(batches, batch)
+        if self.device.type == "cpu":
+            return correct, loss_part
+        return torch.stack([_as_value(correct, self.device), _as_value(loss_part, self.device)])
+
+    def _accumulate_measured_alone(
+        self, goodput: GoodputMode, batches: Batches, batch: int
+    ) -> torch.Tensor:
+        """Goodput mode, one learner, a measuring step cut into micro-batches (the job's
+        cap): forward and backward as alone (no bucket copy, no collective), each
+        micro-batch's own gradient's squared norm measured on the way (``MicroNorms``, as
+        its mean gradient's: backward's is n/B of it). Returns right answers and loss on
+        the device, unread. The engine's buckets are made (unhooked) all the same, so that
+        a resize to more learners does not pay for their memory."""
+        self.own_buckets()
+        goodput.micro_sqr.clear()
+        micro = self.micro
+        assert micro is not None
+        micro.take()
+        micro.on = True
+
+        def measured(n: int) -> None:
+            goodput.micro_sqr.append((micro.take() * (batch / n) ** 2, n))
+
+        try:
+            correct, loss_part = self._forward_backward(batches, batch, after=measured)
+        finally:
+            micro.on = False
         return torch.stack([_as_value(correct, self.device), _as_value(loss_part, self.device)])
 
     def _accumulate_reduced(
@@ -262,11 +332,12 @@ class Stepper:
         batches: Batches,
         batch: int,
         arm: Callable[[Any, Any], None] | None = None,
+        after: Callable[[int], None] | None = None,
     ) -> tuple[Any, Any]:
         """A native model's forward and backward over the step's micro-batches, gradients
         accumulated in ``.grad``; ``arm`` gets the right answers and loss share so far
-        before the last backward. Returns the step's right answers and loss on the
-        device, unread."""
+        before the last backward, ``after`` each micro-batch's sample count after its
+        backward. Returns the step's right answers and loss on the device, unread."""
         self.optimizer.zero_grad(set_to_none=True)
         B = batch
         loss_part: Any = None
@@ -285,6 +356,8 @@ class Stepper:
             if self.scaler is not None:
                 scaled = self.scaler.scale(scaled)
             scaled.backward()  # type: ignore[no-untyped-call]
+            if after is not None:
+                after(n)
         return correct, loss_part
 
     def agreement(self, correct: Any, loss_part: Any) -> torch.Tensor:
@@ -313,6 +386,10 @@ class Stepper:
         if self.goodput is None:
             return None
         self.goodput.micro_sqr.clear()
+        if not self.goodput.measuring:
+            if self.buckets is not None:
+                self.buckets.measure_at = None
+            return None
         if self.membership.size > 1:
             local = sum(len(y) for _, y in batches)
             buckets = self.own_buckets()
@@ -327,12 +404,47 @@ class Stepper:
 
     def observe(self, tail: list[float]) -> None:
         """Goodput mode: this step's squared norms (the all-reduced ``tail`` of its
-        agreement, read) into the noise scale."""
-        assert self.goodput is not None
+        agreement, read) into the noise scale; alone, from its micro-batches, else from the
+        measuring step's gradient and the next one's (goodput.py)."""
+        goodput = self.goodput
+        assert goodput is not None
+        if self.membership.size == 1:
+            self._observe_alone(goodput)
+            return
+        self.kept = None
+        if not goodput.measuring:
+            return
         unscale = self.scaler.get_scale() ** -2 if self.scaler is not None else 1.0
         big_sqr = self.own_buckets().sqnorm()
-        size = self.membership.size
-        self.goodput.observe(size, tail[LOCAL_SQR] if size > 1 else math.nan, big_sqr, unscale)
+        goodput.observe(self.membership.size, tail[LOCAL_SQR], big_sqr, unscale)
+
+    def _observe_alone(self, goodput: GoodputMode) -> None:
+        """One learner, its gradients in ``.grad`` (a script's too): a measuring step cut into
+        micro-batches measures from them; one of a single micro-batch keeps a copy of its
+        gradient, unscaled, which the next step pairs with its own, at the same batch."""
+        if not goodput.measuring and not goodput.pairing:
+            return
+        scale = self.scaler.get_scale() if self.scaler is not None else 1.0
+        held = [i for i, p in enumerate(self.params) if p.grad is not None]
+        grads = [g for p in self.params if (g := p.grad) is not None]
+        grads = [g.to_dense() if g.is_sparse else g for g in grads]
+        if goodput.measuring:
+            self.kept = None
+            if len(goodput.micro_sqr) > 1:
+                goodput.observe(1, math.nan, inner_sum(grads, grads), scale**-2)
+            elif grads:
+                copies = list(torch._foreach_mul(grads, 1.0 / scale))
+                self.kept = (goodput.step, goodput.batch, held, copies)
+            return
+        kept, self.kept = self.kept, None
+        if kept is None or kept[:3] != (goodput.step - 1, goodput.batch, held):
+            return  # no measuring step just before, at this batch, with these gradients
+        before = kept[3]
+        kept_sqr = inner_sum(before, before)
+        sqr = inner_sum(grads, grads) / scale**2
+        cross = inner_sum(before, grads) / scale
+        # |(a + b) / 2|² from the three products: no sum made
+        goodput.observe_pair(kept_sqr, sqr, (kept_sqr + sqr + 2.0 * cross) / 4.0)
 
     def _script_step(self, x: Any, y: Any, share: float) -> tuple[float, float]:
         """A WMLA script's ``fn_step_train`` on one micro-batch: it clears the gradients,

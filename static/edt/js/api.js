@@ -2,7 +2,10 @@
 // EDT.csrf(), the session's CSRF token; EDT.api(method, url, body), a same-origin request
 // (JSON in when body is given, JSON out), answering { ok, status, data } and saying in
 // words when the server does not answer; EDT.live(path, handlers), the page's WebSocket
-// to the live process, opened again after a close with a delay doubling from 0.5 s to 10 s.
+// to the live process, opened again after a close with a delay doubling from 0.5 s to 10 s;
+// EDT.ready(form), called once a form's script handles its submit: its buttons marked
+// data-until-script are enabled (until then a click, or Enter in a field, sends nothing:
+// such a form has no server-side handler, and a password must never go into a URL).
 (function () {
   "use strict";
   function csrf() {
@@ -42,5 +45,11 @@
     }
     connect();
   }
-  window.EDT = Object.assign(window.EDT || {}, { csrf, api, live });
+  function ready(form) {
+    for (const b of form.querySelectorAll("[data-until-script]")) {
+      b.removeAttribute("data-until-script");
+      b.disabled = false;
+    }
+  }
+  window.EDT = Object.assign(window.EDT || {}, { csrf, api, live, ready });
 })();

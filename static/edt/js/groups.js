@@ -34,6 +34,7 @@
       if (!r.ok) { fail(form, r.data.error); return; }
       done("Group " + name + " saved: " + (r.data.rule_texts.length || "no") + " rule(s).");
     });
+    EDT.ready(form);
   }
   for (const button of document.querySelectorAll(".delete-group")) {
     button.addEventListener("click", async () => {
@@ -54,4 +55,5 @@
     if (!r.ok) { fail(create, r.data.error); return; }
     done("Group " + r.data.name + " created.");
   });
+  EDT.ready(create);
 })();

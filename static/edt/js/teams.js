@@ -44,6 +44,7 @@
     done("Team " + r.data.name + " created: set its members, and its guarantee with the preview.",
       "?team=" + encodeURIComponent(r.data.name));
   });
+  if (newTeam) EDT.ready(newTeam);
 
   // A new user -------------------------------------------------------------------------
   const newUser = document.getElementById("new-user-form");
@@ -55,6 +56,7 @@
     if (!r.ok) { showError("new-user-error", r.data.error); return; }
     done("User " + r.data.username + " added: add them to a team.");
   });
+  if (newUser) EDT.ready(newUser);
 
   // The chosen team ----------------------------------------------------------------------
   const editor = document.getElementById("team-editor");
@@ -149,6 +151,7 @@
     if (!r.ok) { showError("team-form-error", r.data.error); return; }
     done("Team " + team + " saved.");
   });
+  EDT.ready(form);
   document.getElementById("team-reset").addEventListener("click", () => {
     form.reset();
     showError("team-form-error", "");
@@ -186,4 +189,5 @@
     if (!r.ok) { showError("member-form-error", r.data.error); return; }
     done(f.username.value + " added to " + team + (f.lead.checked ? " as a lead." : "."));
   });
+  EDT.ready(memberForm);
 })();
