@@ -16,6 +16,7 @@ import sys
 import threading
 import time
 import urllib.request
+from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -50,10 +51,13 @@ class Options:
     live_port: int | None = None  # WebSockets from a Daphne of their own (None: a free port)
 
 
-def resolve_redis(data_dir: Path, probe: str) -> tuple[str, RedisServer | None]:
+def resolve_redis(
+    data_dir: Path, probe: str, avoid: Collection[int] = ()
+) -> tuple[str, RedisServer | None]:
     """REDIS_URL if set (it must answer); else ``probe`` if it answers and asks for a
-    password; else our own, which does. A Redis that lets anyone in is not used unless the
-    admin names it: worker hosts would refuse user code on it (``workers/deployment.py``)."""
+    password; else our own, which does, on a port not in ``avoid`` (the web's). A Redis
+    that lets anyone in is not used unless the admin names it: worker hosts would refuse
+    user code on it (``workers/deployment.py``)."""
     configured = os.environ.get("REDIS_URL", "").strip()
     if configured:
         error = ping_error(configured)
@@ -74,7 +78,9 @@ def resolve_redis(data_dir: Path, probe: str) -> tuple[str, RedisServer | None]:
         )
     try:
         password = redis_password(data_dir)  # learners get a per-job ACL user instead
-        server = RedisServer(data_dir / "redis", appendonly=True, password=password).start()
+        server = RedisServer(
+            data_dir / "redis", appendonly=True, password=password, avoid=avoid
+        ).start()
     except RedisUnavailable as exc:
         raise LaunchError(str(exc)) from None
     return server.url, server
@@ -188,7 +194,7 @@ def announce_missing(redis_url: str) -> None:
 
 def run(opts: Options) -> int:
     data_dir = Path(settings.EDT_DATA_DIR)
-    redis_url, own_redis = resolve_redis(data_dir, opts.redis_probe)
+    redis_url, own_redis = resolve_redis(data_dir, opts.redis_probe, avoid={opts.port})
     try:
         where = "started by EDT, append-only under " + str(own_redis.directory) if own_redis else ""
         print(f"EDT: Redis at {redacted(redis_url)} {where}".rstrip(), flush=True)
@@ -199,7 +205,10 @@ def run(opts: Options) -> int:
         # Hashed, compressed static files for the web (plotly.js goes out gzipped), collected
         # while the demo is seeded.
         collect = collect_static()
-        opts.live_port = opts.live_port or free_port()
+        # Neither the web's port nor our Redis's, which may not be bound yet: a pick from
+        # EDT_PORT_RANGE could hand either out again.
+        taken = {opts.port} | ({own_redis.port} if own_redis else set())
+        opts.live_port = opts.live_port or free_port(avoid=taken)
         os.environ["EDT_LIVE_PORT"] = str(opts.live_port)
         password = ensure_admin(data_dir)
         seed_demo()

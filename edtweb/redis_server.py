@@ -16,6 +16,7 @@ import shutil
 import socket
 import subprocess
 import time
+from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -95,14 +96,20 @@ def port_range() -> tuple[int, int] | None:
     return low, high
 
 
-def free_port(host: str = "127.0.0.1") -> int:
-    """A port on ``host`` that nothing listens on now, from ``EDT_PORT_RANGE`` if set."""
+def free_port(host: str = "127.0.0.1", avoid: Collection[int] = ()) -> int:
+    """A port on ``host`` that nothing listens on now, from ``EDT_PORT_RANGE`` if set.
+    ``avoid``: ports already handed out and perhaps not bound yet (the web's, when the
+    launcher picks its Redis's), never returned."""
     span = port_range()
     if span is None:
-        with socket.socket() as s:
-            s.bind((host, 0))
-            return int(s.getsockname()[1])
-    ports = list(range(span[0], span[1] + 1))
+        for _ in range(64):
+            with socket.socket() as s:
+                s.bind((host, 0))
+                port = int(s.getsockname()[1])
+            if port not in avoid:
+                return port
+        raise OSError(f"no free port on {host} outside {sorted(avoid)}")
+    ports = [p for p in range(span[0], span[1] + 1) if p not in avoid]
     random.shuffle(ports)  # not the port that was just handed out and may not be bound yet
     for port in ports:
         with socket.socket() as s:
@@ -130,7 +137,8 @@ class RedisServer:
     ``unixsocket``: on that socket alone (``unix://``, anyone on this machine may connect,
     the password still asked). ``binary``: another ``redis-server`` (another version).
     ``dies_with_parent``: the kernel stops it when the thread that started it dies, even by
-    ``kill -9`` (the tests' servers: none outlives a killed test run)."""
+    ``kill -9`` (the tests' servers: none outlives a killed test run). ``avoid``: ports not
+    to pick when none is given (see ``free_port``)."""
 
     def __init__(
         self,
@@ -143,10 +151,11 @@ class RedisServer:
         unixsocket: Path | None = None,
         binary: str | None = None,
         dies_with_parent: bool = False,
+        avoid: Collection[int] = (),
     ) -> None:
         self.directory = directory
         self.host = host
-        self.port = port or free_port(host)
+        self.port = port or free_port(host, avoid)
         self.appendonly = appendonly
         self.password = password
         self.tls, self.unixsocket, self.binary = tls, unixsocket, binary

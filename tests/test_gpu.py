@@ -49,6 +49,7 @@ def test_a_one_member_generation_forms_an_nccl_group(
     jobs = JobStore(connect(redis_server.url), job)
     spec = JobSpec(job_id=job, model=str(MLP), data=str(dataset), workdir=str(tmp_path))
     learner = Learner(spec, "g0", jobs, redis_server.url)
+    learner.prepare()  # the step's part joins each group formed: it exists from here
     gen = jobs.publish_generation(["g0"])
     learner.form_group(gen)
     assert learner.device.type == "cuda"

@@ -142,8 +142,8 @@ def test_a_child_that_dies_is_restarted_and_the_others_go_on(
 def test_listening_ports_come_from_edt_port_range_when_it_is_set(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """A port in the range that something holds is skipped; a full range says so; a
-    malformed one is refused by name."""
+    """A port in the range that something holds, or that the caller says to avoid, is
+    skipped; a full range says so; a malformed one is refused by name."""
     for _ in range(20):  # three consecutive ports that nothing holds now
         monkeypatch.delenv("EDT_PORT_RANGE", raising=False)
         low = free_port()
@@ -158,6 +158,10 @@ def test_listening_ports_come_from_edt_port_range_when_it_is_set(
             except OSError:
                 continue
             assert free_port() == low + 2
+            # A port handed out but not bound yet (the web's, as the launcher picks its
+            # Redis's) is never handed out again.
+            with pytest.raises(OSError, match=f"EDT_PORT_RANGE={low}-{low + 2}"):
+                free_port(avoid={low + 2})
             s = held.enter_context(socket.socket())
             s.bind(("127.0.0.1", low + 2))
             with pytest.raises(OSError, match=f"EDT_PORT_RANGE={low}-{low + 2}"):
