@@ -24,8 +24,16 @@ fi
     nproc
 } >"$out/machine.txt" 2>&1
 cat "$out/machine.txt"
-timeout "${BENCH_S:-330}" python3 bench/bench_gpu.py --pairs 5 2>&1 | tee "$out/bench_gpu.log"
+# TESTS_FIRST=1: the tests before the bench (a short session that must see them green)
+tests() {
+    timeout "${TESTS_S:-150}" python3 -m pytest -v -rA -p no:cacheprovider --timeout 120 \
+        tests/test_gpu.py 2>&1 | tee "$out/test_gpu.log"
+}
+[ -n "${TESTS_FIRST:-}" ] && tests
+# BENCH_ARGS: bench_gpu.py's arguments (default: both models, 5 pairs; about 340 s on an H200)
+# shellcheck disable=SC2086
+timeout "${BENCH_S:-360}" python3 bench/bench_gpu.py ${BENCH_ARGS:---pairs 5} 2>&1 |
+    tee "$out/bench_gpu.log"
 cp bench/results/gpu.md "$out/gpu.md" 2>/dev/null
-timeout "${TESTS_S:-150}" python3 -m pytest -v -rA -p no:cacheprovider --timeout 120 \
-    tests/test_gpu.py 2>&1 | tee "$out/test_gpu.log"
+[ -z "${TESTS_FIRST:-}" ] && tests
 timeout "${PROFILE_S:-80}" python3 bench/profile_gpu_step.py 2>&1 | tee "$out/profile.log"

@@ -21,6 +21,7 @@ from protocol.connection import connect
 from protocol.jobstore import JobStore
 from tests.harness.processes import PROJECT_DIR, subprocess_env
 from workers.learner.datasets import write_cifar10
+from workers.learner.inputs import on_device
 from workers.learner.spec import JobSpec
 
 pytestmark = pytest.mark.skipif(
@@ -50,6 +51,8 @@ def test_a_one_member_generation_forms_an_nccl_group(
     spec = JobSpec(job_id=job, model=str(MLP), data=str(dataset), workdir=str(tmp_path))
     learner = Learner(spec, "g0", jobs, redis_server.url)
     learner.prepare()  # the step's part joins each group formed: it exists from here
+    # the dataset fits: it lives on the GPU, each batch gathered there in the step
+    assert on_device(learner.inputs.train_set) and not learner.inputs.prefetch.always
     gen = jobs.publish_generation(["g0"])
     learner.form_group(gen)
     assert learner.device.type == "cuda"

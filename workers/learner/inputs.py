@@ -49,8 +49,10 @@ class Prefetcher:
     CPU: about 0.1 ms) are built in the step instead: handing them to a thread cost more
     than that, about 0.25 ms of CPU a step on the small CNN (by the profile, partly its
     first layers reading a batch from another core's cache; bench/results/engine.md,
-    section 10). With ``always`` (a CUDA device: pinned memory, copies that overlap) every
-    batch goes ahead. ``clock`` times the builds (a test's own, to decide on known times).
+    section 10). With ``always`` (a CUDA device fed from the host: pinned memory, copies
+    that overlap) every batch goes ahead; a dataset resident on the GPU is gathered there
+    in the step, as a plain loop does. ``clock`` times the builds (a test's own, to decide
+    on known times).
     """
 
     def __init__(
@@ -107,6 +109,9 @@ class Inputs:
         """The definition's datasets (or the job's data), where they will be read from."""
         spec = self.spec
         self.train_set, self.test_set = (self.resident(d) for d in self._datasets(defn))
+        # Batches gathered on the device (a resident dataset) need no copy to overlap: two
+        # gathers in the step cost less than handing them to a thread and taking them back
+        self.prefetch.always = self.device.type == "cuda" and not on_device(self.train_set)
         # through DataLoader workers unless gathered in memory (loader.py)
         self.train_set, self.feed = loader.feed_for(
             self.train_set, spec, self.device.type == "cuda", spec.goodput
@@ -253,6 +258,13 @@ def gather(dataset: Dataset[Any], indices: list[int] | torch.Tensor) -> tuple[An
     if isinstance(indices, torch.Tensor):
         indices = indices.tolist()  # a user's dataset is indexed with Python ints
     return torch.utils.data.default_collate([dataset[i] for i in indices])  # type: ignore[no-any-return]
+
+
+def on_device(dataset: Dataset[Any]) -> bool:
+    """Whether ``dataset`` is a tensor dataset held in a GPU's memory (``resident``)."""
+    return isinstance(dataset, TensorDataset) and all(
+        t.device.type != "cpu" for t in dataset.tensors
+    )
 
 
 def _pin(value: Any) -> Any:

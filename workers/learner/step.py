@@ -582,9 +582,10 @@ def rehearse(
 
 def _right_answers(out: torch.Tensor, y: Any) -> torch.Tensor | float:
     """How many samples a classifier's output gets right, on the device, unread (nan for
-    other outputs)."""
+    other outputs): a float32 count (exact to 2**24), so that stacking it with the loss
+    launches no conversion."""
     if out.dim() == 2 and out.shape[1] > 1 and isinstance(y, torch.Tensor) and y.dim() == 1:
-        return (out.argmax(dim=1) == y).sum()
+        return (out.argmax(dim=1) == y).sum(dtype=torch.float32)
     return math.nan
 
 
