@@ -9,6 +9,7 @@ import signal
 import stat
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import psutil
@@ -158,6 +159,36 @@ def test_user_code_runs_as_another_user_when_edt_is_root(tmp_path: Path) -> None
     cmd = sandbox.command(policy, listing, env)
     done = subprocess.run(cmd, env=env, cwd=PROJECT_DIR, capture_output=True, text=True)
     assert done.stdout.strip() == "[]", done.stderr
+
+
+MAKE_ACCOUNT = """
+import sys, time
+from workers import sandbox
+start = float(sys.argv[2])
+while time.time() < start:  # every process asks at the same moment
+    pass
+print(*sandbox.account(sys.argv[1]))
+"""
+
+
+def test_slot_workers_that_make_the_learner_account_at_once_all_get_the_same_one() -> None:
+    """The first learners of a fresh host's slot workers start together and each makes the
+    system user if it is not there: two ``useradd`` at once lost one's entry (a CI run's
+    first job failed: its files belonged to a uid that was gone)."""
+    name = f"edt-race-{os.getpid() % 100000}"
+    start = time.time() + 3.0
+    procs = [subprocess.Popen([sys.executable, "-c", MAKE_ACCOUNT, name, str(start)],
+                              cwd=PROJECT_DIR, stdout=subprocess.PIPE, text=True)
+             for _ in range(6)]  # fmt: skip
+    try:
+        got = {p.communicate(timeout=120)[0].strip() for p in procs}
+        entries = [line for line in Path("/etc/passwd").read_text().splitlines()
+                   if line.startswith(f"{name}:")]  # fmt: skip
+        assert len(entries) == 1, entries
+        uid = int(entries[0].split(":")[2])
+        assert got == {f"{uid} {int(entries[0].split(':')[3])}"}, got
+    finally:
+        subprocess.run(["userdel", name], capture_output=True, check=False)
 
 
 THREADS_UNTIL_REFUSED = """

@@ -30,6 +30,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import errno
+import fcntl
 import json
 import logging
 import os
@@ -39,8 +40,9 @@ import signal
 import stat
 import subprocess
 import sys
+import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -251,8 +253,27 @@ def account(name: str) -> tuple[int, int]:
     try:
         entry = pwd.getpwnam(name)
     except KeyError:
-        entry = _create_account(name)
+        with _accounts_lock():
+            try:  # another slot worker may have made it while this one waited
+                entry = pwd.getpwnam(name)
+            except KeyError:
+                entry = _create_account(name)
     return entry.pw_uid, entry.pw_gid
+
+
+@contextlib.contextmanager
+def _accounts_lock() -> Iterator[None]:
+    """One account made at a time on this host. Two ``useradd`` at once (two slot workers
+    starting their first learners together) were seen to lose one's entry: both reported
+    the user made, with different uids, and the job's files belonged to the one that was
+    gone (its learner then could not write its checkpoints)."""
+    folder = Path("/run") if os.access("/run", os.W_OK) else Path(tempfile.gettempdir())
+    fd = os.open(folder / "edt-accounts.lock", os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # the lock goes with it
 
 
 def _resolve_account() -> tuple[int, int] | None:
