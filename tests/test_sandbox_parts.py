@@ -164,9 +164,7 @@ def test_user_code_runs_as_another_user_when_edt_is_root(tmp_path: Path) -> None
 MAKE_ACCOUNT = """
 import sys, time
 from workers import sandbox
-start = float(sys.argv[2])
-while time.time() < start:  # every process asks at the same moment
-    pass
+time.sleep(max(0.0, float(sys.argv[2]) - time.time()))  # every process asks at once
 print(*sandbox.account(sys.argv[1]))
 """
 
