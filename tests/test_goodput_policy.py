@@ -211,6 +211,29 @@ def test_a_job_not_measured_yet_runs_at_its_base_batch_taken_as_linear() -> None
     assert decision.targets == {"a": 4, "b": 4} and decision.batches == {"a": 128}
 
 
+def test_a_fitted_model_is_trusted_up_to_explore_times_the_largest_batch_it_timed() -> None:
+    # The fit's best batch lies far past what was timed; the policy goes EXPLORE times the
+    # largest timed batch at most (the best batch there on the slots it picks), and once
+    # timed at the fit's best, it goes where an unbounded fit goes.
+    free = run(64, [gjob("a", 8)])
+    assert free.batches["a"] > policy.EXPLORE * 64
+    timed = gjob("a", 8, timed_batch=64)
+    bounded = run(64, [timed])
+    n = bounded.targets["a"]
+    ok = replace(timed, batch_range=(64, policy.EXPLORE * 64))
+    assert bounded.batches["a"] == brute(ok, n)[0] <= policy.EXPLORE * 64
+    assert all(b <= policy.EXPLORE * 64 for b in policy.profile(timed, 64, PER_HOST).batch)
+    there = run(64, [replace(timed, timed_batch=free.batches["a"])])
+    assert (there.targets, there.batches) == (free.targets, free.batches)
+    # No model yet: the base batch, the bound not consulted; and never below a sample a
+    # learner, however small the batch timed.
+    assert run(8, [gjob("b", 8, throughput=None, timed_batch=64)]).batches == {"b": 64}
+    tiny = gjob("c", 8, batch_range=(1, 4096), base_batch=1, timed_batch=1)
+    assert policy.profile(tiny, 8, PER_HOST).top == 8
+    with pytest.raises(ValueError, match="timed_batch"):
+        gjob("d", timed_batch=-1)
+
+
 # Many jobs: the objective ------------------------------------------------------------------
 
 

@@ -354,9 +354,10 @@ def a_goodput_jobs_batch_goes_with_its_generations(w: World) -> None:
     """A goodput-mode job (base batch 64, range 64..4096) beside a fixed-batch one, each of
     max 2 on 8 slots. Not measured yet: its base batch, named by its first generation.
     Measured (a large noise scale): the policy's batch on the same 2 slots is published
-    with a new generation of the same members; the fixed-batch job's generations stay as
-    they were and name no batch. A noise scale that moves the best batch a little, for less
-    than BATCH_CHANGE_GAIN, starts no generation."""
+    with a new generation of the same members, no further than goodput.EXPLORE times the
+    largest batch timed (the fit's best lies beyond it); the fixed-batch job's generations
+    stay as they were and name no batch. Timed there, a best batch beyond it that is less
+    than BATCH_CHANGE_GAIN better starts no generation."""
     w.live = LiveScheduler(w.ports, goodput.POLICY)
     assert w.live.measures.goodputs is not None
     w.live.measures.goodputs.measurements.ttl = w.live.records.cache.ttl = 0.0  # read at every step
@@ -370,19 +371,22 @@ def a_goodput_jobs_batch_goes_with_its_generations(w: World) -> None:
     members = goodput_job.members(gen)
     timings = [(1, 64), (2, 64), (4, 64), (2, 256)]
     w.book.records[1] = goodput_records(2000.0, timings, 64)
-    chosen, _ = best_batch(TRUE_MODEL, 2, 64, 4096, rounded_gns(2000.0), 64)
-    assert chosen > 64
+    chosen = goodput.EXPLORE * 256
+    unbounded, _ = best_batch(TRUE_MODEL, 2, 64, 4096, rounded_gns(2000.0), 64)
+    assert unbounded > chosen and best_batch(TRUE_MODEL, 2, 64, chosen, rounded_gns(2000.0),
+                                             64)[0] == chosen  # fmt: skip
     w.settle()
     assert w.members() == {1: 2, 2: 2}
     assert goodput_job.generation() == gen + 1 and goodput_job.members(gen + 1) == members
     assert goodput_job.generation_batch(gen + 1) == chosen
     assert ("global batch " + str(chosen)) in " ".join(e[2] for e in w.book.events if e[0] == 1)
-    # A little more noise: another best batch, not 5 % better than the present one.
-    nearby, _ = best_batch(TRUE_MODEL, 2, 64, 4096, rounded_gns(2200.0), 64)
+    # Timed at it, with a little more noise: the best batch within the new bound, not 5 %
+    # better than the present one.
     gns = rounded_gns(2200.0)
+    nearby, _ = best_batch(TRUE_MODEL, 2, 64, goodput.EXPLORE * chosen, gns, 64)
     ratio = goodput_of(TRUE_MODEL, 2, nearby, gns, 64) / goodput_of(TRUE_MODEL, 2, chosen, gns, 64)
     assert nearby != chosen and 1 < ratio < BATCH_CHANGE_GAIN, (nearby, chosen, ratio)
-    w.book.records[1] = goodput_records(2200.0, timings, chosen)
+    w.book.records[1] = goodput_records(2200.0, [*timings, (2, chosen)], chosen)
     w.settle()
     assert goodput_job.generation() == gen + 1
     assert fixed.generation() == fixed_gen and fixed.generation_batch(fixed_gen) == 0

@@ -21,12 +21,14 @@ REFRESH = 5.0  # seconds between two readings of a job's records
 
 
 class GoodputInput(NamedTuple):
-    """A goodput-mode job's measured inputs (``JobView.gns``, ``throughput`` and, where the
-    scheduler asked none yet, ``batch``)."""
+    """A goodput-mode job's measured inputs (``JobView.gns``, ``throughput``, where the
+    scheduler asked none yet, ``batch``, and ``timed_batch``: the largest batch of the
+    timings the model was fitted on, 0 without a model)."""
 
     gns: float = 0.0
     throughput: ThroughputModel | None = None
     batch: int = 0
+    timed_batch: int = 0
 
 
 class GoodputFits:
@@ -44,7 +46,9 @@ class GoodputFits:
         inputs = (m, max_micro, per_host)
         hit = self.fits.get(job_id)
         if hit is None or hit[0] != inputs:
-            hit = (inputs, GoodputInput(m.gns, fit(m.timings, max_micro, per_host), m.batch))
+            model = fit(m.timings, max_micro, per_host)
+            timed = max((t.batch for t in m.timings), default=0) if model is not None else 0
+            hit = (inputs, GoodputInput(m.gns, model, m.batch, timed))
             self.fits[job_id] = hit
         return hit[1]
 

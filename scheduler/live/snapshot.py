@@ -194,7 +194,7 @@ def job_view(job: Schedulable, current: int, priority: int, speedup: tuple[float
     got = goodput or GoodputInput()
     return replace(view, batch_range=(low, high), max_micro_batch=job.max_micro_batch,
                    base_batch=job.batch_size, gns=got.gns, throughput=got.throughput,
-                   batch=got.batch or job.batch_size)  # fmt: skip
+                   batch=got.batch or job.batch_size, timed_batch=got.timed_batch)  # fmt: skip
 
 
 class SnapshotBuilder:

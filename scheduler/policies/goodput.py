@@ -7,7 +7,9 @@ decides, for every job, its slots, and for every goodput-mode job given slots, i
 **One job's value.** A goodput-mode job's rate on n slots, ``G(n)``, is the best goodput
 (throughput x statistical efficiency, :mod:`scheduler.policies.throughput`) over the batches
 in its range, its micro-batch cap and its throughput model, taken packed on hosts of
-``Snapshot.slots_per_host``; the batch that reaches it is the batch it gets. Its *useful
+``Snapshot.slots_per_host``; the batch that reaches it is the batch it gets. A fitted
+model is not trusted beyond :data:`EXPLORE` times the largest batch it was timed at
+(``JobView.timed_batch``): the range ends there until a timing there moves it on. Its *useful
 size* is the smallest n of the highest G (more slots would lower its goodput). A job without
 a throughput model yet is taken as linear in slots, at its base batch. A fixed-batch job's
 rate is its speedup curve (linear when unknown), as fairshare-speedup sees it.
@@ -83,6 +85,12 @@ REMAINING_UNIT = 3600.0
 REMAINING_BOUNDS = (60.0, 36000.0)
 PROGRESS = 1.0
 GNS_STEP = 1.02  # noise scales are rounded to this ratio before a table is built
+# A fitted throughput model is trusted up to this many times the largest global batch it
+# was timed at (``JobView.timed_batch``): two timings at one batch on 1 and 4 learners put
+# all of the 4 learners' extra time in the all-reduce, which a larger batch would amortise,
+# where the cost per sample grew too (learners sharing cores, memory bandwidth). The job
+# moves there, is timed, and the next fit goes on from what it saw.
+EXPLORE = 2
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -168,8 +176,11 @@ def profile(job: JobView, capacity: int, per_host: int = 0) -> Profile:
     if job.batch_range is None:
         return _curve(job.speedup, top) if job.speedup else _linear(top)
     low, high = job.batch_range
-    top = min(top, high)
     base = job.base_batch or low
+    top = min(top, high)
+    if job.throughput is not None and job.timed_batch:
+        # a sample for each learner at least, as ``top`` allows
+        high = max(low, top, min(high, EXPLORE * job.timed_batch))
     if job.throughput is None:
         return _untimed(base, low, high, top)
     return _goodput(

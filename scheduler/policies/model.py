@@ -44,7 +44,10 @@ class JobView:
     computes at once (0: no cap; more accumulate), ``gns`` is its smoothed gradient noise
     scale in samples (0: unknown), ``base_batch`` the batch its learning rate was given for
     (0: the range's min), ``throughput`` its fitted time per iteration (None: not measured
-    yet, taken as linear in slots), ``batch`` the global batch it runs at now (0: unknown).
+    yet, taken as linear in slots), ``batch`` the global batch it runs at now (0: unknown),
+    ``timed_batch`` the largest global batch that model was fitted on (0: no bound, as for
+    a model known beforehand): the policy moves it at most ``goodput.EXPLORE`` times past
+    that, since a fit extrapolates badly to batches it has not timed.
     Fixed-batch jobs leave them all at their defaults.
 
     ``remaining`` is the work the job has left, in slot-seconds (its remaining iterations
@@ -71,6 +74,7 @@ class JobView:
     base_batch: int = 0
     throughput: ThroughputModel | None = None
     batch: int = 0
+    timed_batch: int = 0
     remaining: float = 0.0
     # What a policy worked out from this view, kept with it: a view never changes, so the
     # same view gives the same answer for as long as it lives (the live snapshot builder
@@ -105,8 +109,10 @@ class JobView:
                     f"job {self.id}: batch_range max {high} gives its {self.min_workers} "
                     "minimum learners less than a sample each"
                 )
-        if self.max_micro_batch < 0 or self.base_batch < 0 or self.batch < 0:
-            raise ValueError(f"job {self.id}: max_micro_batch, base_batch and batch must be >= 0")
+        if min(self.max_micro_batch, self.base_batch, self.batch, self.timed_batch) < 0:
+            raise ValueError(
+                f"job {self.id}: max_micro_batch, base_batch, batch and timed_batch must be >= 0"
+            )
         if not (math.isfinite(self.gns) and self.gns >= 0):
             raise ValueError(f"job {self.id}: gns must be a finite number >= 0")
         if not (math.isfinite(self.remaining) and self.remaining >= 0):
