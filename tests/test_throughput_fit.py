@@ -32,24 +32,7 @@ HOSTS = ThroughputModel(0.01, 0.0005, 0.02, 0.005, 0.2, 0.05)
 # name, timings, max_micro, per_host, the coefficients fitted (None: no model yet)
 FITS: list[tuple[str, list[Timing], int, int, tuple[float | None, ...] | None]] = [
     ("nothing measured", [], 0, 0, None),
-    (
-        # one micro-batch size: its seconds taken half fixed, half per sample
-        "one timing on one learner: half fixed, half per sample",
-        [Timing(1, 64, 0.1)],
-        0,
-        0,
-        (0.05, 0.05 / 64, 0.0, 0.0, None, None),
-    ),
-    ("one timing on two learners is not enough", timed(ONE_HOST, [(2, 64)]), 0, 0, None),
-    (
-        # two micro-batches of 32 on each learner (0.1 s of compute); the all-reduce is what
-        # 2 and 4 learners took beyond it
-        "one micro-batch size on 1, 2 and 4 learners: the all-reduce beyond the compute",
-        [Timing(1, 64, 0.1), Timing(2, 128, 0.13), Timing(4, 256, 0.15)],
-        32,
-        0,
-        (0.025, 0.025 / 32, 0.03, 0.01, None, None),
-    ),
+    ("one timing is not enough", timed(ONE_HOST, [(1, 64)]), 0, 0, None),
     (
         "one timing measured twice is still one",
         [Timing(2, 64, 0.1, 3), Timing(2, 64, 0.1, 5)],

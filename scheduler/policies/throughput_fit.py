@@ -24,17 +24,9 @@ learners give a cost per sample and an all-reduce; a third on 4 learners, the al
 growth (what a job grown at its base batch, as the fallback below runs it, measures first);
 a fourth at another batch, the fixed cost of a micro-batch.
 
-**One micro-batch size.** Timings that all compute micro-batches of one size cannot tell
-the fixed cost of a micro-batch from its cost per sample. Where one of them ran on one
-learner (no all-reduce), the fit takes half of that micro-batch's seconds as fixed and half
-as per sample, as AdaptDL's fit does with one local batch size: optimistic about a larger
-batch, so the policy tries one (at most ``goodput.EXPLORE`` times the batch timed), and the
-timing there determines both. The all-reduce is then fitted to what the other timings took
-beyond their compute. So one timing on one learner is a model already.
-
-**Until then** (fewer than :data:`MIN_TIMINGS` timings and none on one learner, or none
-that costs anything) the fit is None, and the policy's fallback holds: a job not measured
-yet is taken as linear in slots at its base batch (:mod:`scheduler.policies.goodput`).
+**Until then** (fewer than :data:`MIN_TIMINGS` timings, or none that costs anything) the fit
+is None, and the policy's fallback holds: a job not measured yet is taken as linear in slots
+at its base batch (:mod:`scheduler.policies.goodput`).
 
 Both are pure functions of their input's contents, not its order (records are ordered by
 their ``step``; timings are sorted before the fit).
@@ -139,60 +131,15 @@ def fit(timings: Iterable[Timing], max_micro: int = 0, per_host: int = 0) -> Thr
     slots of one host (0: every learner on one host)."""
     points = sorted(set(timings))
     points = [t for t in points if t.learners >= 1 and t.batch >= 1 and t.seconds > 0]
-    micros = {split(t.learners, t.batch, max_micro)[0] for t in points}
-    if len(micros) == 1 and any(t.learners == 1 for t in points):
-        return _one_micro(points, micros.pop(), max_micro, per_host)
     if len({(t.learners, t.batch) for t in points}) < MIN_TIMINGS:
         return None
     rows = [_features(t, max_micro, per_host) for t in points]
-    c = _least(rows, points, [1.0] * len(points), _ORDER)
-    if c is None or c.get("fixed", 0.0) + c.get("per_sample", 0.0) <= 0:
-        return None
-    across = any("net" in name for name in c)
-    return ThroughputModel(
-        compute_s=c.get("fixed", 0.0),
-        compute_per_sample_s=c.get("per_sample", 0.0),
-        sync_s=c.get("sync", 0.0),
-        sync_per_learner_s=c.get("sync_slope", 0.0),
-        net_sync_s=c.get("net", 0.0) if across else None,
-        net_sync_per_learner_s=c.get("net_slope", 0.0) if across else None,
-    )
-
-
-def _one_micro(points: list[Timing], micro: int, max_micro: int, per_host: int) -> ThroughputModel:
-    """The model of timings of one micro-batch size, one at least on one learner: that
-    micro-batch's seconds half fixed, half per sample; the all-reduce from the rest."""
-    each = statistics.median(
-        t.seconds / (split(1, t.batch, max_micro)[1] + 1) for t in points if t.learners == 1
-    )
-    fixed, per_sample = each / 2, each / (2 * micro)
-    others = [t for t in points if t.learners >= 2]
-    rows = [_features(t, max_micro, per_host) for t in others]
-    left = [1.0 - row["fixed"] * each / t.seconds for row, t in zip(rows, others, strict=True)]
-    c = _least(rows, others, left, _ORDER[1:3] + _ORDER[4:]) if others else None
-    c = c or {}
-    across = any("net" in name for name in c)
-    return ThroughputModel(
-        compute_s=fixed,
-        compute_per_sample_s=per_sample,
-        sync_s=c.get("sync", 0.0),
-        sync_per_learner_s=c.get("sync_slope", 0.0),
-        net_sync_s=c.get("net", 0.0) if across else None,
-        net_sync_per_learner_s=c.get("net_slope", 0.0) if across else None,
-    )
-
-
-def _least(rows: list[dict[str, float]], points: list[Timing], target: list[float],
-           names: Iterable[str]) -> dict[str, float] | None:  # fmt: skip
-    """The coefficients among ``names`` (in that order, each kept while the design stays of
-    full rank with no more coefficients than timings) that fit ``rows`` to ``target`` with
-    the least error, none below 0 (every subset tried; ties to the fewer), the others
-    chosen at 0. Each row is divided by its timing's seconds, so the relative error is what
-    is minimised."""
+    # Each row divided by its seconds: the relative error is what is minimised.
     matrix = {name: [row.get(name, 0.0) / t.seconds for row, t in zip(rows, points, strict=True)]
-              for name in names}  # fmt: skip
+              for name in _ORDER}  # fmt: skip
+    target = [1.0] * len(points)
     chosen: list[str] = []
-    for name in matrix:
+    for name in _ORDER:
         if not any(matrix[name]) or len(chosen) >= len(points):
             continue
         if _solve([matrix[c] for c in [*chosen, name]], target) is not None:
@@ -204,14 +151,25 @@ def _least(rows: list[dict[str, float]], points: list[Timing], target: list[floa
             if coef is None or min(coef) < 0:
                 continue
             error = sum(
-                (sum(c * matrix[name][i] for c, name in zip(coef, subset, strict=True)) - goal)
-                ** 2
-                for i, goal in enumerate(target)
+                (sum(c * matrix[name][i] for c, name in zip(coef, subset, strict=True)) - 1) ** 2
+                for i in range(len(points))
             )
             if best is None or error < best[0] * (1 - 1e-9):
                 best = (error, size, dict(zip(subset, coef, strict=True)))
-    # the names chosen but left out of the best subset count as fitted at 0
-    return None if best is None else {name: 0.0 for name in chosen} | best[2]
+    if best is None:
+        return None
+    c = best[2]
+    if c.get("fixed", 0.0) + c.get("per_sample", 0.0) <= 0:
+        return None
+    across = any("net" in name for name in chosen)
+    return ThroughputModel(
+        compute_s=c.get("fixed", 0.0),
+        compute_per_sample_s=c.get("per_sample", 0.0),
+        sync_s=c.get("sync", 0.0),
+        sync_per_learner_s=c.get("sync_slope", 0.0),
+        net_sync_s=c.get("net", 0.0) if across else None,
+        net_sync_per_learner_s=c.get("net_slope", 0.0) if across else None,
+    )
 
 
 def _solve(columns: list[list[float]], target: list[float]) -> list[float] | None:
