@@ -2,18 +2,19 @@
 
     python bench/bench_step_overhead.py [--pairs 5] [--steps 300] [--only one|two]
 
-**One learner** (``one``): the engine's ``Learner`` in this process, a one-member generation
-formed as the driver forms it (its watch and record-writer threads running, a Redis of its
-own), stepped through ``train_step``, against an idiomatic plain loop in the same process:
-the same model definition, optimizer, global batch, sample order (the epoch's permutation,
-indexed as tensors) and one torch thread. The plain loop computes the loss and steps; it
-records nothing (the engine also counts right answers and writes a train record each step:
-that is its own cost). Interleaved pairs, the order swapped within each pair, and within a
-pair the two sides alternate every 25 steps (a change in the machine's load falls on
-both); a pair's ratio is plain's seconds per step over the engine's (the engine's step
-rate over plain's: 1.0 is parity). Two models: a host-bound one (bench/deep_mlp.py, 42
-Linear layers of width 64, batch 16), where the step is mostly per-operation framework
-work, and the wide MLP (bench/wide_mlp.py, 21.0 M parameters, batch 64).
+**One learner** (``one``): the engine's ``Learner`` in this process, a one-member
+generation formed as the driver forms it (its watch and record-writer threads running, a
+Redis of its own), stepped through ``train_step``, against an idiomatic plain loop in the
+same process: the same model definition, optimizer, global batch, sample order (the epoch's
+permutation, indexed as tensors) and one torch thread. The plain loop computes the loss and
+steps; it records nothing (the engine also counts right answers and writes a train record
+each step: that is its own cost). Interleaved pairs, the order swapped within each pair,
+and within a pair the two sides alternate every 25 steps, every 2 on the wide MLP, whose
+step is ~50 times longer (a change in the machine's load falls on both); a pair's ratio is
+plain's seconds per step over the engine's (the engine's step rate over plain's: 1.0 is
+parity). Two models: a host-bound one (bench/deep_mlp.py, 42 Linear layers of width 64,
+batch 16), where the step is mostly per-operation framework work, and the wide MLP
+(bench/wide_mlp.py, 21.0 M parameters, batch 64).
 
 **Two learners** (``two``): the engine through ``workers.learner.drive`` against plain
 DistributedDataParallel over gloo in two processes (bench/ddp_baseline.py), as
@@ -52,7 +53,8 @@ from workers.learner.partition import permutation  # noqa: E402
 from workers.learner.spec import JobSpec  # noqa: E402
 
 DEEP = PROJECT / "bench" / "deep_mlp.py"
-CHUNK = 25  # steps of one side before the other's, within a pair
+CHUNK = 25  # steps of one side before the other's, within a pair (times the model's share:
+# a wide MLP step is ~50 host-bound ones, so its sides alternate every 2 steps, ~0.3 s)
 RESULTS = PROJECT / "bench" / "results" / "step-overhead.md"
 # (label, model file, global batch, goal: engine rate / plain rate, steps a window per
 # --steps: the wide MLP's step is ~50 times the host-bound one's)
@@ -121,9 +123,9 @@ def seconds_per_step(step: Callable[[], Any], n: int) -> float:
 
 
 def interleaved(engine: Callable[[], Any], plain: Callable[[], Any], n: int,
-                first_engine: bool) -> tuple[float, float]:  # fmt: skip
+                first_engine: bool, chunk: int = CHUNK) -> tuple[float, float]:  # fmt: skip
     """Seconds per step of each side over ``n`` steps, taken in alternating chunks of
-    CHUNK steps (the first side alternating between pairs), so that a change in the
+    ``chunk`` steps (the first side alternating between pairs), so that a change in the
     machine's load falls on both sides alike."""
     spent = {"engine": 0.0, "plain": 0.0}
     sides = [("engine", engine), ("plain", plain)]
@@ -131,7 +133,7 @@ def interleaved(engine: Callable[[], Any], plain: Callable[[], Any], n: int,
         sides.reverse()
     done = 0
     while done < n:
-        k = min(CHUNK, n - done)
+        k = min(chunk, n - done)
         for name, step in sides:
             spent[name] += seconds_per_step(step, k) * k
         done += k
@@ -153,7 +155,8 @@ def one_learner(url: str, tmp: Path, pairs: int, steps: int) -> list[dict[str, A
         runs = []
         for i in range(pairs):
             load = os.getloadavg()[0]
-            eng, pl = interleaved(learner.train_step, plain.step, n, first_engine=i % 2 == 0)
+            eng, pl = interleaved(learner.train_step, plain.step, n, first_engine=i % 2 == 0,
+                                  chunk=max(2, round(CHUNK * share)))  # fmt: skip
             runs.append({"engine_ms": eng * 1e3, "plain_ms": pl * 1e3, "ratio": pl / eng,
                          "load": load})  # fmt: skip
             print(f"{label}, pair {i + 1}: engine {eng * 1e3:.3f} ms/step, plain "
