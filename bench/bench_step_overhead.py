@@ -53,8 +53,8 @@ from workers.learner.partition import permutation  # noqa: E402
 from workers.learner.spec import JobSpec  # noqa: E402
 
 DEEP = PROJECT / "bench" / "deep_mlp.py"
-CHUNK = 25  # steps of one side before the other's, within a pair (times the model's share:
-# a wide MLP step is ~50 host-bound ones, so its sides alternate every 2 steps, ~0.3 s)
+CHUNK = 25  # steps of one side before the other's, within a pair, times the model's share of
+# --steps (at least 2): the wide MLP's (0.1, its step ~50 host-bound ones) alternate every 2
 RESULTS = PROJECT / "bench" / "results" / "step-overhead.md"
 # (label, model file, global batch, goal: engine rate / plain rate, steps a window per
 # --steps: the wide MLP's step is ~50 times the host-bound one's)

@@ -212,26 +212,57 @@ def test_a_job_not_measured_yet_runs_at_its_base_batch_taken_as_linear() -> None
 
 
 def test_a_fitted_model_is_trusted_up_to_explore_times_the_largest_batch_it_timed() -> None:
-    # The fit's best batch lies far past what was timed; the policy goes EXPLORE times the
-    # largest timed batch at most (the best batch there on the slots it picks), and once
-    # timed at the fit's best, it goes where an unbounded fit goes.
+    # The fit's best batch lies far past what was timed: the job is sent EXPLORE times the
+    # largest timed batch at most (the best batch there, on the slots it gets), and its
+    # slots are the whole fit's, as without the bound. Once timed at the fit's best, it
+    # goes where an unbounded fit goes.
     free = run(64, [gjob("a", 8)])
     assert free.batches["a"] > policy.EXPLORE * 64
     timed = gjob("a", 8, timed_batch=64)
     bounded = run(64, [timed])
     n = bounded.targets["a"]
     ok = replace(timed, batch_range=(64, policy.EXPLORE * 64))
+    assert bounded.targets == free.targets
     assert bounded.batches["a"] == brute(ok, n)[0] <= policy.EXPLORE * 64
-    assert all(b <= policy.EXPLORE * 64 for b in policy.profile(timed, 64, PER_HOST).batch)
+    prof = policy.profile(timed, 64, PER_HOST)
+    assert all(b <= policy.EXPLORE * 64 for b in prof.batch)
+    assert prof.rate == policy.profile(gjob("a", 8), 64, PER_HOST).rate
     there = run(64, [replace(timed, timed_batch=free.batches["a"])])
     assert (there.targets, there.batches) == (free.targets, free.batches)
     # No model yet: the base batch, the bound not consulted; and never below a sample a
     # learner, however small the batch timed.
-    assert run(8, [gjob("b", 8, throughput=None, timed_batch=64)]).batches == {"b": 64}
+    untimed = gjob("b", 8, throughput=None, base_batch=512, timed_batch=64)
+    assert run(8, [untimed]).batches == {"b": 512}
     tiny = gjob("c", 8, batch_range=(1, 4096), base_batch=1, timed_batch=1)
     assert policy.profile(tiny, 8, PER_HOST).top == 8
     with pytest.raises(ValueError, match="timed_batch"):
         gjob("d", timed_batch=-1)
+
+
+@ORDERS
+def test_the_bound_on_the_batch_neither_shrinks_a_job_nor_holds_it_small(reverse: bool) -> None:
+    # Alone on 64 slots, holding 8 on two hosts: it keeps its 8 at a batch within the
+    # bound, as it keeps them at the fit's best without one (a first fit timed only at the
+    # batch it grew at must not send it back to 4 slots with 60 idle).
+    held = gjob("a", 8, current=8, batch=64)
+    free = run(64, [held], reverse)
+    bounded = run(64, [replace(held, timed_batch=64)], reverse)
+    assert free.targets == bounded.targets == {"a": 8}
+    assert bounded.batches["a"] <= policy.EXPLORE * 64 < free.batches["a"]
+    # Beside a waiting fixed-batch job on 4 slots: the slots the whole fit gives (2, to
+    # time a batch past 64), not the 1 slot that batch 64 alone would be worth.
+    fit = ThroughputModel(0.0, 0.001, 0.028)  # timed at 64 on 1 and 4 learners only
+    both = [gjob("g", 4, batch_range=(64, 1024), gns=1000.0, throughput=fit), job("f", 4)]
+    timed = [replace(both[0], timed_batch=64), both[1]]
+    assert run(4, timed, reverse).targets == run(4, both, reverse).targets
+    assert run(4, timed, reverse).targets["g"] >= 2
+    # The reason names the goodput at the batch given, not the fit's best beyond the bound.
+    moving = gjob("a", 8, current=2, batch=64, timed_batch=64)
+    d = run(64, [moving], reverse)
+    target, batch = d.targets["a"], d.batches["a"]
+    gain = rate(moving, target, batch) / rate(moving, 2, 64)
+    assert d.reasons["a"].startswith(f"2→{target}: batch {batch} on {target} slots: goodput "
+                                     f"{gain:.2f}x of 64 on 2; ")  # fmt: skip
 
 
 # Many jobs: the objective ------------------------------------------------------------------

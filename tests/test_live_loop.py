@@ -386,8 +386,9 @@ def a_goodput_jobs_batch_goes_with_its_generations(w: World) -> None:
     nearby, _ = best_batch(TRUE_MODEL, 2, 64, goodput.EXPLORE * chosen, gns, 64)
     ratio = goodput_of(TRUE_MODEL, 2, nearby, gns, 64) / goodput_of(TRUE_MODEL, 2, chosen, gns, 64)
     assert nearby != chosen and 1 < ratio < BATCH_CHANGE_GAIN, (nearby, chosen, ratio)
-    w.book.records[1] = goodput_records(2200.0, [*timings, (2, chosen)], chosen)
+    w.book.records[1] = goodput_records(2200.0, timings, chosen)
     w.settle()
+    assert w.live.measures.goodputs.of(1, 0, 0).timed_batch == chosen  # the bound moved on
     assert goodput_job.generation() == gen + 1
     assert fixed.generation() == fixed_gen and fixed.generation_batch(fixed_gen) == 0
     assert w.live.runners[2].state.batch == 0

@@ -5,14 +5,15 @@ range; the others keep theirs (docs/architecture.md, "Scheduling contract"). Thi
 decides, for every job, its slots, and for every goodput-mode job given slots, its batch.
 
 **One job's value.** A goodput-mode job's rate on n slots, ``G(n)``, is the best goodput
-(throughput x statistical efficiency, :mod:`scheduler.policies.throughput`) over the batches
-in its range, its micro-batch cap and its throughput model, taken packed on hosts of
-``Snapshot.slots_per_host``; the batch that reaches it is the batch it gets. A fitted
-model is not trusted beyond :data:`EXPLORE` times the largest batch it was timed at
-(``JobView.timed_batch``): the range ends there until a timing there moves it on. Its *useful
-size* is the smallest n of the highest G (more slots would lower its goodput). A job without
-a throughput model yet is taken as linear in slots, at its base batch. A fixed-batch job's
-rate is its speedup curve (linear when unknown), as fairshare-speedup sees it.
+(throughput x statistical efficiency, :mod:`scheduler.policies.throughput`) over the
+batches in its range, its micro-batch cap and its throughput model, taken packed on hosts
+of ``Snapshot.slots_per_host``; the batch that reaches it is the batch it gets, though
+never more than :data:`EXPLORE` times the largest batch its fit was timed at
+(``JobView.timed_batch``): there the best batch within that bound (``G`` and the slots stay
+the whole fit's). Its *useful size* is the smallest n of the highest G (more slots would
+lower its goodput). A job without a throughput model yet is taken as linear in slots, at
+its base batch. A fixed-batch job's rate is its speedup curve (linear when unknown), as
+fairshare-speedup sees it.
 
 **Fair shares.** Each job's fair share ``f`` is what fair share gives it with every goodput
 job's max lowered to its useful size: with no teams and one owner, fairshare-las' (priority,
@@ -85,11 +86,12 @@ REMAINING_UNIT = 3600.0
 REMAINING_BOUNDS = (60.0, 36000.0)
 PROGRESS = 1.0
 GNS_STEP = 1.02  # noise scales are rounded to this ratio before a table is built
-# A fitted throughput model is trusted up to this many times the largest global batch it
-# was timed at (``JobView.timed_batch``): two timings at one batch on 1 and 4 learners put
-# all of the 4 learners' extra time in the all-reduce, which a larger batch would amortise,
-# where the cost per sample grew too (learners sharing cores, memory bandwidth). The job
-# moves there, is timed, and the next fit goes on from what it saw.
+# A job is sent to a batch at most this many times the largest global batch its fitted
+# throughput model was timed at (``JobView.timed_batch``): two timings at one batch on 1 and
+# 4 learners put all of the 4 learners' extra time in the all-reduce, which a larger batch
+# would amortise, where the cost per sample grew too (learners sharing cores, memory
+# bandwidth). The job's slots are decided on the whole fit, as before, so it goes on
+# growing; timed at its new batch, its next fit goes on from what it saw.
 EXPLORE = 2
 
 
@@ -176,23 +178,25 @@ def profile(job: JobView, capacity: int, per_host: int = 0) -> Profile:
     if job.batch_range is None:
         return _curve(job.speedup, top) if job.speedup else _linear(top)
     low, high = job.batch_range
-    base = job.base_batch or low
     top = min(top, high)
-    if job.throughput is not None and job.timed_batch:
-        # a sample for each learner at least, as ``top`` allows
-        high = max(low, top, min(high, EXPLORE * job.timed_batch))
+    base = job.base_batch or low
     if job.throughput is None:
         return _untimed(base, low, high, top)
-    return _goodput(
-        job.throughput,
-        rounded_gns(job.gns),
-        base,
-        low,
-        high,
-        job.max_micro_batch,
-        per_host,
-        top,
-    )
+    gns, micro = rounded_gns(job.gns), job.max_micro_batch
+    full = _goodput(job.throughput, gns, base, low, high, micro, per_host, top)
+    # a sample for each learner at least, as ``top`` allows
+    bound = max(low, top, EXPLORE * job.timed_batch)
+    if not job.timed_batch or bound >= high:
+        return full
+    return _bounded(full, _goodput(job.throughput, gns, base, low, bound, micro, per_host, top))
+
+
+@lru_cache(maxsize=65536)
+def _bounded(full: Profile, within: Profile) -> Profile:
+    """``full``'s rates and useful size (the slots the job is worth, as its fit says) with
+    ``within``'s batches (those the fit is trusted at): the bound moves the batch, never the
+    slots, so no job shrinks, or is held small, for it."""
+    return Profile(full.rate, within.batch, full.useful)
 
 
 # A batch change without a change of slots costs a generation (the learners stop between
@@ -513,19 +517,26 @@ class GoodputExplainer:
         here = f"batch {self.batches[job.id]} on {target} slot{'s' if target != 1 else ''}"
         now = min(job.current, prof.top)
         if now and job.batch >= now and job.throughput is not None and job.batch_range:
-            was = goodput(
-                job.throughput,
-                now,
-                job.batch,
-                rounded_gns(job.gns),
-                job.base_batch or job.batch_range[0],
-                job.max_micro_batch,
-                self.per_host,
-            )
-            ref = f"{job.batch} on {now}"
+            was, ref = self._at(job, now, job.batch), f"{job.batch} on {now}"
         elif now:
-            was, ref = prof.rate[now], f"{prof.batch[now]} on {now}"
+            was, ref = self._at(job, now, prof.batch[now]), f"{prof.batch[now]} on {now}"
         else:
-            was, ref = prof.rate[1], f"{prof.batch[1]} on 1 slot"
-        ratio = prof.rate[target] / was if was > 0 else math.inf
+            was, ref = self._at(job, 1, prof.batch[1]), f"{prof.batch[1]} on 1 slot"
+        gets = self._at(job, target, self.batches[job.id])
+        ratio = gets / was if was > 0 else math.inf
         return f"{here}: goodput {ratio:.2f}x of {ref}; {line}"
+
+    def _at(self, job: JobView, learners: int, batch: int) -> float:
+        """The job's goodput on ``learners`` at ``batch`` (its profile's where it has no
+        model: linear, at its base batch)."""
+        if job.throughput is None or job.batch_range is None:
+            return self.profiles[job.id].rate[learners]
+        return goodput(
+            job.throughput,
+            learners,
+            batch,
+            rounded_gns(job.gns),
+            job.base_batch or job.batch_range[0],
+            job.max_micro_batch,
+            self.per_host,
+        )
