@@ -78,9 +78,13 @@ def resolve_redis(
         )
     try:
         password = redis_password(data_dir)  # learners get a per-job ACL user instead
+        # It goes with the launcher however the launcher ends (kill -9, or SIGTERM while
+        # Django still starts, before the supervisor's handlers are in): SIGTERM, which
+        # writes the append-only file out; no Redis of ours is left holding a port.
         server = RedisServer(
-            data_dir / "redis", appendonly=True, password=password, avoid=avoid
-        ).start()
+            data_dir / "redis", appendonly=True, password=password, avoid=avoid,
+            dies_with_parent=True,
+        ).start()  # fmt: skip
     except RedisUnavailable as exc:
         raise LaunchError(str(exc)) from None
     return server.url, server

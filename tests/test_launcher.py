@@ -94,6 +94,27 @@ def test_launcher_starts_its_own_redis_when_none_answers(
     assert ping_error(own_url, timeout=0.5) is not None  # our Redis stopped with us
 
 
+def test_a_launcher_killed_while_it_starts_takes_its_own_redis_with_it(
+    processes: Processes, tmp_path: Path
+) -> None:
+    # kill -9 while Django migrates: no handler runs, yet neither EDT's own Redis nor
+    # anything else the launcher started outlives it.
+    log = tmp_path / "run.log"
+    env = subprocess_env(tmp_path)
+    env.pop("REDIS_URL", None)
+    dead = f"redis://127.0.0.1:{free_port()}/0"
+    proc = processes.manage("edt_run", "--port", str(free_port()), "--cpu-slots", "1",
+                            "--redis-probe", dead, env=env, log=log)  # fmt: skip
+    wait_for(lambda: "started by EDT" in log.read_text(), 120, "EDT's own Redis")
+    url = log.read_text().splitlines()[0].split()[3].replace("***", redis_password(tmp_path))
+    assert ping_error(url) is None
+    children = processes.remember_descendants(proc)
+    proc.kill()
+    proc.wait(timeout=30)
+    wait_for(lambda: ping_error(url, timeout=0.5) is not None, 30, "its Redis to stop")
+    wait_for(lambda: not alive_pids(children), 30, "every child process to exit")
+
+
 def test_a_dead_redis_url_gets_one_clear_line(processes: Processes, tmp_path: Path) -> None:
     log = tmp_path / "run.log"
     dead = f"redis://127.0.0.1:{free_port()}/0"
