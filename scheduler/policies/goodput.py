@@ -219,10 +219,17 @@ def batch_change_pays(job: JobView, learners: int, batch: int, per_host: int = 0
         return True
     if job.throughput is None:
         return False
-    base, gns = job.base_batch or low, rounded_gns(job.gns)
-    now = goodput(job.throughput, learners, job.batch, gns, base, job.max_micro_batch, per_host)
-    new = goodput(job.throughput, learners, batch, gns, base, job.max_micro_batch, per_host)
-    return new >= now * gain
+    now = job_goodput(job, learners, job.batch, per_host)
+    return job_goodput(job, learners, batch, per_host) >= now * gain
+
+
+def job_goodput(job: JobView, learners: int, batch: int, per_host: int = 0) -> float:
+    """A goodput-mode job's goodput on ``learners`` at global ``batch``, by its throughput
+    model (which it must have), at its noise scale rounded as the tables round it."""
+    assert job.throughput is not None and job.batch_range is not None
+    base = job.base_batch or job.batch_range[0]
+    return goodput(job.throughput, learners, batch, rounded_gns(job.gns), base,
+                   job.max_micro_batch, per_host)  # fmt: skip
 
 
 # The objective --------------------------------------------------------------------------
@@ -531,12 +538,4 @@ class GoodputExplainer:
         model: linear, at its base batch)."""
         if job.throughput is None or job.batch_range is None:
             return self.profiles[job.id].rate[learners]
-        return goodput(
-            job.throughput,
-            learners,
-            batch,
-            rounded_gns(job.gns),
-            job.base_batch or job.batch_range[0],
-            job.max_micro_batch,
-            self.per_host,
-        )
+        return job_goodput(job, learners, batch, self.per_host)
