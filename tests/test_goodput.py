@@ -31,6 +31,7 @@ from workers.learner.goodput import NoiseScale, small_batch
 from workers.learner.partition import rank_indices, rank_slice
 
 MLP = PROJECT_DIR / "examples" / "mlp.py"
+GRAD_WRITING = PROJECT_DIR / "tests" / "models" / "grad_writing_mlp.py"  # MLP, SGD + decay
 PACED_TWIN = PROJECT_DIR / "tests" / "models" / "paced_twin_mlp.py"  # MLP, 0.1 s a forward
 
 
@@ -276,21 +277,29 @@ def direct_noise_scale(data: Path) -> tuple[float, float, float]:
 
 
 @pytest.mark.parametrize(
-    ("schedule", "micro"),
-    [("0:2", "0"), ("0:1", "64"), ("0:1", "0")],
-    ids=["two-learners", "micro-batches", "one-learner-two-steps"],
-)
+    ("schedule", "micro", "model"),
+    [("0:2", "0", MLP), ("0:1", "64", MLP), ("0:1", "0", MLP), ("0:1", "0", GRAD_WRITING)],
+    ids=["two-learners", "micro-batches", "one-learner-two-steps",
+         "one-learner-two-steps-optimizer-writes-gradients"],
+)  # fmt: skip
 def test_the_engines_noise_scale_is_within_20_percent_of_a_direct_estimate(
-    redis_server: RedisServer, tmp_path: Path, big_data: Path, schedule: str, micro: str
+    redis_server: RedisServer,
+    tmp_path: Path,
+    big_data: Path,
+    schedule: str,
+    micro: str,
+    model: Path,
 ) -> None:
     """The model held still (a learning rate of 1e-8): the engine's smoothed estimate from
     its small and big batches (two learners' local batches of 128 against the global 256;
     one learner's micro-batches of 64 against its 256; one learner's two consecutive steps
-    of 256 against their mean) against the direct one."""
+    of 256 against their mean) against the direct one. A lone learner keeps the measuring
+    step's gradients for the next step as they are; an optimizer that writes into them
+    (weight decay added in place) makes it copy them instead."""
     records = first_of_each_step(drive(
         redis_server, tmp_path / "run", big_data, schedule, "--batch-size", "256",
         "--batch-min", "64", "--batch-max", "1024", "--max-micro-batch", micro,
-        "--max-steps", "100", "--lr", "1e-8",
+        "--max-steps", "100", "--lr", "1e-8", model=model,
     ))  # fmt: skip
     sqr, var, gns = direct_noise_scale(big_data)
     last = records[-1]

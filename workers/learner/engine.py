@@ -422,17 +422,19 @@ class Learner:
             # record is kept before this generation is given up
             self._settle()
             raise CollectiveFailure(str(exc)) from exc
-        if self.goodput is not None:
-            assert isinstance(values, torch.Tensor)  # goodput mode's are stacked, alone too
-            tail = values.tolist()
+        kept: torch.Tensor | tuple[Any, Any] | list[float] = values
+        if self.goodput is not None:  # read at once, and only once (the record's read too)
+            tail = values.tolist() if isinstance(values, torch.Tensor) else [
+                float(v) for v in values]  # fmt: skip
             if not math.isfinite(tail[1]):
                 raise UserCodeError(
                     f"the loss is {tail[1]} at epoch {epoch}, iteration {iteration}"
                 )
             stepper.observe(tail)
+            kept = tail
         stepper.apply(self.counters["step"])
         self._advance()
-        taken = InFlight(values, host, self._train_record(), epoch, iteration, started, batch)
+        taken = InFlight(kept, host, self._train_record(), epoch, iteration, started, batch)
         earlier, self._in_flight = self._in_flight, taken
         if self.goodput is not None or self.defn.train_step is not None:
             return self._settle()

@@ -7,7 +7,7 @@ batch, after it). A lone learner has no peer to compare with: where its step is 
 micro-batches (the job's cap) those are its small batches; else its small batches are two
 consecutive steps' gradients and the big one their mean (AdaptDL's *difference*
 estimator, biased by the one update between them: negligible at the learning rates that
-train). It keeps a copy of the measuring step's gradient and takes the estimate in the step
+train). It keeps the measuring step's gradient and takes the estimate in the step
 after, with no pass of its own: cutting a lone step in two to measure it cost a whole extra
 pass at half the batch. Their squared norms
 estimate, without bias (McCandlish et al., "An Empirical Model of Large-Batch Training",

@@ -29,7 +29,6 @@ from workers.learner.partition import (
     iterations_per_epoch,
     micro_batches,
     permutation,
-    rank_slice,
     slice_bounds,
 )
 from workers.learner.spec import JobSpec
@@ -160,12 +159,17 @@ class Inputs:
         """This rank's samples at ``iteration``: a slice of the epoch's order kept as a
         tensor (partition.rank_indices, without a list of Python ints a step)."""
         B = self.spec.batch_size
+        return self.my_slice(epoch, iteration * B, B, size, rank)
+
+    def my_slice(self, epoch: int, start: int, batch: int, size: int, rank: int) -> torch.Tensor:
+        """This rank's samples of the global ``batch`` that starts ``start`` samples into the
+        epoch's order (partition.rank_slice), a slice of the order kept as a tensor."""
         if self._order_tensor[0] != epoch:
             where = getattr(self.train_set, "tensors", (torch.empty(0),))[0].device
             order = torch.tensor(self.order(epoch), dtype=torch.long, device=where)
             self._order_tensor = (epoch, order)
-        lo, hi = slice_bounds(B, size, rank)
-        return self._order_tensor[1][iteration * B + lo : iteration * B + hi]
+        lo, hi = slice_bounds(batch, size, rank)
+        return self._order_tensor[1][start + lo : start + hi]
 
     def fed(self, counters: Mapping[str, int], batch: int, size: int, rank: int) -> Batches:
         """The next iteration's micro-batches from the DataLoader's workers, in the
@@ -200,11 +204,11 @@ class Inputs:
         key = (epoch, start, B, size, rank, cap)
         batches = self.prefetch.take(key)
         if batches is None:
-            indices = rank_slice(self.order(epoch), start, B, size, rank)
+            indices = self.my_slice(epoch, start, B, size, rank)
             batches = self.prefetch.build(self.build, indices, cap)
         nxt = (epoch, start + B) if start + 2 * B <= n else (epoch + 1, 0)
         if nxt[0] < self.spec.epochs and self.prefetch.wanted():
-            indices = rank_slice(self.order(nxt[0]), nxt[1], B, size, rank)
+            indices = self.my_slice(nxt[0], nxt[1], B, size, rank)
             self.prefetch.ahead((*nxt, B, size, rank, cap), self.build, indices, cap)
         if self.device.type == "cpu":
             return batches

@@ -216,7 +216,7 @@ class GradBuckets:
         """The squared norm of the gradients in the buckets (after ``finish``: the
         all-reduced sum), in float64."""
         grads = [self._grads(b) for b in range(len(self.buffers))]
-        return inner_sum(grads, grads)
+        return inner_sums((grads, grads))[0]
 
     def finish(self) -> None:
         """After the last backward: launch what is left (a parameter without a gradient
@@ -265,32 +265,48 @@ def squared_norm(tensor: torch.Tensor) -> torch.Tensor:
     return torch.dot(flat, flat).to(torch.float64)
 
 
-def inner_sum(a: Sequence[torch.Tensor], b: Sequence[torch.Tensor]) -> float:
-    """The sum of the inner products of ``a`` and ``b``, pairwise (the inner product of two
-    gradients; ``a`` with itself, its squared norm), read: one dot product each, one
-    float64 sum and one read for them all."""
-    if not a:
-        return 0.0
-    dots = [torch.dot(_flat(x), _flat(y)).to(torch.float64) for x, y in zip(a, b, strict=True)]
-    return float(torch.stack(dots).sum())
+def inner_sums(*pairs: tuple[Sequence[torch.Tensor], Sequence[torch.Tensor]]) -> list[float]:
+    """For each pair (``a``, ``b``), the sum of the inner products of ``a`` and ``b``
+    pairwise (the inner product of two gradients; ``a`` with itself, its squared norm),
+    read: one dot product each, their sums in float64, one read for them all."""
+    sums = []
+    for a, b in pairs:
+        dots = [torch.dot(_flat(x), _flat(y)) for x, y in zip(a, b, strict=True)]
+        sums.append(torch.stack(dots).to(torch.float64).sum() if dots else None)
+    held = [v for v in sums if v is not None]
+    values = iter(torch.stack(held).tolist() if held else [])
+    return [0.0 if v is None else next(values) for v in sums]
 
 
 class MicroNorms:
     """Goodput mode with one learner: the squared norm of each micro-batch's own gradient,
     summed by a hook on each parameter as backward makes its gradient, before autograd adds
     it to the micro-batches' before (the small batches of the noise scale when no other
-    learner's gradient is there to compare with). Hooked only in goodput mode; counts only
-    while ``on``."""
+    learner's gradient is there to compare with). Hooked only while ``on``: a hook on a
+    parameter costs a Python call in every backward, and most steps measure nothing
+    (bench/results/goodput-step.md)."""
 
     def __init__(self, params: Sequence[torch.Tensor]) -> None:
         device = params[0].device if params else torch.device("cpu")
+        self.params = list(params)
         self.total = torch.zeros((), dtype=torch.float64, device=device)
-        self.on = False
-        self.handles = [p.register_hook(self._add) for p in params]  # type: ignore[no-untyped-call]
+        self.handles: list[Any] = []
+
+    @property
+    def on(self) -> bool:
+        return bool(self.handles)
+
+    @on.setter
+    def on(self, value: bool) -> None:
+        if value and not self.handles:
+            self.handles = [p.register_hook(self._add) for p in self.params]  # type: ignore[no-untyped-call]
+        elif not value:
+            for handle in self.handles:
+                handle.remove()
+            self.handles = []
 
     def _add(self, grad: torch.Tensor) -> None:
-        if self.on:
-            self.total += squared_norm(grad)
+        self.total += squared_norm(grad)
 
     def take(self) -> float:
         """The squared norm summed since the last take."""

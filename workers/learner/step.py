@@ -31,7 +31,7 @@ from workers.learner.overlap import (
     GradBuckets,
     MicroNorms,
     gloo_or_nccl_allreduce,
-    inner_sum,
+    inner_sums,
 )
 from workers.learner.reducer import TorchReducer, UnusedParameters
 from workers.learner.spec import JobSpec
@@ -56,8 +56,9 @@ class InFlight:
     """A step taken whose agreement the host has not read yet (Learner.train_step)."""
 
     # on the device: right answers, loss (+ rank 0's part, all-reduced); alone on a CPU,
-    # the two as they came (a stack would cost more than the two reads)
-    values: torch.Tensor | tuple[Any, Any]
+    # the two as they came (a stack would cost more than the two reads); read already
+    # (goodput mode, which reads its step at once), a list of floats
+    values: torch.Tensor | tuple[Any, Any] | list[float]
     host: HostPart | None  # alone: generation, stop, records written
     record: dict[str, Any]  # its train record but for loss, accuracy and rate
     epoch: int
@@ -82,7 +83,7 @@ def read(step: InFlight) -> Read:
         correct, loss = (float(v) for v in step.values)
         values: list[float] = []
     else:
-        values = step.values.tolist()
+        values = step.values if isinstance(step.values, list) else step.values.tolist()
         correct, loss = values[0], values[1]
     gen, stop, written = step.host if step.host is not None else values[2:AGREED]
     if not math.isfinite(loss):
@@ -122,7 +123,8 @@ class Stepper:
         self.micro: MicroNorms | None = None  # goodput mode, one learner
         # goodput mode, one learner, one micro-batch a step: the measuring step's gradients
         # (unscaled, of the parameters that had one), for the step after (``observe``)
-        self.kept: tuple[int, int, list[int], list[torch.Tensor]] | None = None
+        self.kept: tuple[int, int, list[int], tuple[list[torch.Tensor], list[int]]] | None = None
+        self.copy_kept = False  # the optimizer writes into gradients: keep copies (_keep)
 
     def measure(self, goodput: GoodputMode) -> None:
         """Goodput mode: measure the noise scale's squared norms for ``goodput`` (the sum of
@@ -214,8 +216,6 @@ class Stepper:
             if goodput is not None and goodput.measuring and len(batches) > 1:
                 return self._accumulate_measured_alone(goodput, batches, batch), self.host()
             values = self._accumulate_alone(batches, batch)
-            if goodput is not None and isinstance(values, tuple):  # read at once: stacked
-                values = torch.stack([_as_value(v, self.device) for v in values])
             return values, self.host()
         if self.reducer is not None:
             return self._accumulate_reduced(self.reducer, batches, batch), None
@@ -420,8 +420,8 @@ class Stepper:
 
     def _observe_alone(self, goodput: GoodputMode) -> None:
         """One learner, its gradients in ``.grad`` (a script's too): a measuring step cut into
-        micro-batches measures from them; one of a single micro-batch keeps a copy of its
-        gradient, unscaled, which the next step pairs with its own, at the same batch."""
+        micro-batches measures from them; one of a single micro-batch keeps its gradient
+        (``_keep``), which the next step pairs with its own, at the same batch."""
         if not goodput.measuring and not goodput.pairing:
             return
         scale = self.scaler.get_scale() if self.scaler is not None else 1.0
@@ -431,20 +431,37 @@ class Stepper:
         if goodput.measuring:
             self.kept = None
             if len(goodput.micro_sqr) > 1:
-                goodput.observe(1, math.nan, inner_sum(grads, grads), scale**-2)
+                goodput.observe(1, math.nan, inner_sums((grads, grads))[0], scale**-2)
             elif grads:
-                copies = list(torch._foreach_mul(grads, 1.0 / scale))
-                self.kept = (goodput.step, goodput.batch, held, copies)
+                self.kept = (goodput.step, goodput.batch, held, self._keep(grads, scale))
             return
         kept, self.kept = self.kept, None
         if kept is None or kept[:3] != (goodput.step - 1, goodput.batch, held):
             return  # no measuring step just before, at this batch, with these gradients
-        before = kept[3]
-        kept_sqr = inner_sum(before, before)
-        sqr = inner_sum(grads, grads) / scale**2
-        cross = inner_sum(before, grads) / scale
+        before, versions = kept[3]
+        if versions and versions != [g._version for g in before]:
+            # something wrote into the gradients kept (an optimizer's step, a zero_grad
+            # that does not free them): copy them from now on
+            log.info("the optimizer writes into the gradients: goodput mode copies the "
+                     "measuring step's from now on")  # fmt: skip
+            self.copy_kept = True
+            return
+        kept_sqr, sqr, cross = inner_sums((before, before), (grads, grads), (before, grads))
+        sqr, cross = sqr / scale**2, cross / scale
         # |(a + b) / 2|² from the three products: no sum made
         goodput.observe_pair(kept_sqr, sqr, (kept_sqr + sqr + 2.0 * cross) / 4.0)
+
+    def _keep(
+        self, grads: list[torch.Tensor], scale: float
+    ) -> tuple[list[torch.Tensor], list[int]]:
+        """The measuring step's gradients for the next step, unscaled, and their versions
+        (empty: a copy). The step frees them (``zero_grad(set_to_none=True)``) and torch's
+        optimizers write nothing into them, so they are kept as they are, no copy made;
+        their versions show any write (then, and with a loss scaler, which unscales them
+        in place, they are copied)."""
+        if self.copy_kept or self.scaler is not None:
+            return list(torch._foreach_mul(grads, 1.0 / scale)), []
+        return grads, [g._version for g in grads]
 
     def _script_step(self, x: Any, y: Any, share: float) -> tuple[float, float]:
         """A WMLA script's ``fn_step_train`` on one micro-batch: it clears the gradients,
