@@ -157,8 +157,11 @@ class Stepper:
 
     def formed(self) -> None:
         """A generation formed: its members all-reduce alike (see ``own_buckets``); a lone
-        learner's kept gradient pairs with nothing in another generation."""
+        learner's kept gradient pairs with nothing in another generation, and no hook
+        of a step that failed while it measured stays on."""
         self.kept = None
+        if self.micro is not None:
+            self.micro.on = False
         if self.reducer is not None and self.membership.jobs.unused_parameters():
             self.own_buckets()  # a parameter went without a gradient in an earlier step
         if self.buckets is not None:
