@@ -111,7 +111,9 @@ class Bench(Slots):
                           str(self.epochs * (GOODPUT_EPOCHS if extra else 1)), *extra)  # fmt: skip
         wait(lambda: bool(self.records(job, "train")), 300, "the first training step")
         first = float(self.records(job, "train")[0]["time"])
-        wait(lambda: len(self.records(job, "test")) >= GROW_AFTER, 300, "the time to grow")
+        grow = min(GROW_AFTER, self.epochs)  # a run shorter than that: at its end
+        wait(lambda: len(self.records(job, "test")) >= grow or self.ended(job), 300,
+             "the time to grow")  # fmt: skip
         self.stop(blocker)
         reached: float | None = None
 

@@ -32,6 +32,7 @@ from workers.learner.partition import rank_indices, rank_slice
 
 MLP = PROJECT_DIR / "examples" / "mlp.py"
 GRAD_WRITING = PROJECT_DIR / "tests" / "models" / "grad_writing_mlp.py"  # MLP, SGD + decay
+GRAD_HOOKED = PROJECT_DIR / "tests" / "models" / "grad_hooked_mlp.py"  # its step's hook decays
 PACED_TWIN = PROJECT_DIR / "tests" / "models" / "paced_twin_mlp.py"  # MLP, 0.1 s a forward
 
 
@@ -278,9 +279,11 @@ def direct_noise_scale(data: Path) -> tuple[float, float, float]:
 
 @pytest.mark.parametrize(
     ("schedule", "micro", "model"),
-    [("0:2", "0", MLP), ("0:1", "64", MLP), ("0:1", "0", MLP), ("0:1", "0", GRAD_WRITING)],
+    [("0:2", "0", MLP), ("0:1", "64", MLP), ("0:1", "0", MLP), ("0:1", "0", GRAD_WRITING),
+     ("0:1", "0", GRAD_HOOKED)],
     ids=["two-learners", "micro-batches", "one-learner-two-steps",
-         "one-learner-two-steps-optimizer-writes-gradients"],
+         "one-learner-two-steps-own-optimizer-writes-gradients",
+         "one-learner-two-steps-torch-optimizer-hook-writes-gradients"],
 )  # fmt: skip
 def test_the_engines_noise_scale_is_within_20_percent_of_a_direct_estimate(
     redis_server: RedisServer,
@@ -293,9 +296,11 @@ def test_the_engines_noise_scale_is_within_20_percent_of_a_direct_estimate(
     """The model held still (a learning rate of 1e-8): the engine's smoothed estimate from
     its small and big batches (two learners' local batches of 128 against the global 256;
     one learner's micro-batches of 64 against its 256; one learner's two consecutive steps
-    of 256 against their mean) against the direct one. A lone learner keeps the measuring
-    step's gradients for the next step as they are; an optimizer that writes into them
-    (weight decay added in place) makes it copy them instead."""
+    of 256 against their mean) against the direct one. Under torch's own optimizer a lone
+    learner keeps the measuring step's gradients for the next step as they are; a
+    hand-written optimizer that writes into them (weight decay added through ``.data``,
+    which no tensor version counts) makes it copy them, and so does a write that their
+    versions count (a hook on torch's optimizer's step)."""
     records = first_of_each_step(drive(
         redis_server, tmp_path / "run", big_data, schedule, "--batch-size", "256",
         "--batch-min", "64", "--batch-max", "1024", "--max-micro-batch", micro,

@@ -1,7 +1,8 @@
-"""examples/mlp.py (the same parameters and initialisation) with an optimizer that writes
-into the gradients: its weight decay is added to each gradient in place before the step,
-as some hand-written optimizers do. Goodput mode must not take such a gradient, kept from
-one step for the next, as the gradient the step made."""
+"""examples/mlp.py (the same parameters and initialisation) with a hand-written optimizer
+that writes into the gradients: its weight decay is added to each gradient in place,
+through ``.data`` (which no tensor version counts), before SGD's step, as older
+hand-written optimizers do. Goodput mode must not take such a gradient, kept from one step
+for the next, as the gradient the step made."""
 
 import torch
 from torch import nn
@@ -18,7 +19,7 @@ class DecayIntoGrad(torch.optim.SGD):
         for group in self.param_groups:
             for p in group["params"]:
                 if p.grad is not None:
-                    p.grad.add_(p, alpha=DECAY)
+                    p.grad.data.add_(p.data, alpha=DECAY)
         return super().step(closure)
 
 

@@ -458,13 +458,24 @@ class Stepper:
         self, grads: list[torch.Tensor], scale: float
     ) -> tuple[list[torch.Tensor], list[int]]:
         """The measuring step's gradients for the next step, unscaled, and their versions
-        (empty: a copy). The step frees them (``zero_grad(set_to_none=True)``) and torch's
-        optimizers write nothing into them, so they are kept as they are, no copy made;
-        their versions show any write (then, and with a loss scaler, which unscales them
-        in place, they are copied)."""
-        if self.copy_kept or self.scaler is not None:
+        (empty: a copy). Under a step of torch's own optimizers (``_frees_gradients``)
+        they are kept as they are, no copy made: the next step frees them
+        (``zero_grad(set_to_none=True)``) and the optimizer reads them without writing
+        into them; their versions show a write all the same (a hook's, say). Else they
+        are copied: a hand-written optimizer may write into them (in place through
+        ``.data`` too, which no version counts), a loss scaler unscales them in place, a
+        script's are views of the buckets, which the next step fills."""
+        if self.copy_kept or self.scaler is not None or not self._frees_gradients():
             return list(torch._foreach_mul(grads, 1.0 / scale)), []
         return grads, [g._version for g in grads]
+
+    def _frees_gradients(self) -> bool:
+        """A native model's step whose optimizer's ``step`` is torch's own (torch.optim's,
+        not a subclass's): such gradients are the step's alone until the next one frees
+        them."""
+        step = getattr(type(self.optimizer), "step", None)
+        module = getattr(step, "__module__", "") or ""
+        return self.defn.train_step is None and module.startswith("torch.optim.")
 
     def _script_step(self, x: Any, y: Any, share: float) -> tuple[float, float]:
         """A WMLA script's ``fn_step_train`` on one micro-batch: it clears the gradients,
