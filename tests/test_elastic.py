@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import datetime
 import json
+import os
+import signal
 import subprocess
 import sys
 import threading
@@ -14,6 +17,7 @@ import weakref
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 import torch
 import torch.distributed as dist
@@ -23,7 +27,7 @@ from edtweb.redis_server import RedisServer
 from protocol.connection import connect
 from protocol.jobstore import JobStore
 from tests.harness import driven
-from tests.harness.processes import PROJECT_DIR, subprocess_env
+from tests.harness.processes import PROJECT_DIR, alive_pids, subprocess_env
 from tests.harness.waiting import bound, wait_for
 from workers.learner import statecast
 from workers.learner import step as step_module
@@ -661,3 +665,46 @@ def test_no_step_reads_its_own_values_before_the_next_step_is_queued(
         assert learner["early"] == [], (
             f"step values read before the next step was queued: {learner['early'][:5]}"
         )
+
+
+@pytest.mark.parametrize("when", ["starting", "training"])
+def test_a_killed_driver_takes_its_learners_with_it(
+    tmp_path: Path, dataset: Path, when: str
+) -> None:
+    """A driver and its Redis killed (a test run killed with SIGKILL: its Redis goes with it)
+    while its two learners start, or train: the kernel kills the learners too (their
+    parent-death signal). A learner that trains notices its parent gone and leaves; one
+    still starting up used to retry the Redis that would never come back, for good (one
+    outlived a killed test run by minutes)."""
+    redis = RedisServer(tmp_path / "redis", appendonly=False).start()
+    workdir = tmp_path / "run"
+    cmd = [sys.executable, "-m", "workers.learner.drive", "--model", str(driven.PACED_TWIN),
+           "--data", str(dataset), "--schedule", "0:2", "--batch-size", "64",
+           "--epochs", "1000", "--seed", "0", "--workdir", str(workdir),
+           "--deadline", "240"]  # fmt: skip
+    env = subprocess_env(tmp_path, REDIS_URL=redis.url)
+    driver = subprocess.Popen(cmd, cwd=PROJECT_DIR, env=env, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL)  # fmt: skip
+    learners: set[int] = set()
+    try:
+
+        def ready() -> bool:
+            learners.update(p.pid for p in psutil.Process(driver.pid).children(recursive=True)
+                            if "workers.learner" in " ".join(p.cmdline()))  # fmt: skip
+            if len(learners) < 2:
+                return False
+            metrics = workdir / "metrics.jsonl"
+            return when == "starting" or (metrics.exists() and '"train"' in metrics.read_text())
+
+        wait_for(ready, bound(120), f"two learners {when}", step=0.02)
+        driver.kill()
+        driver.wait(timeout=30)
+        redis.stop()
+        wait_for(lambda: not alive_pids(learners), bound(30),
+                 lambda: f"the killed driver's learners {alive_pids(learners)} gone")  # fmt: skip
+    finally:
+        driver.kill()
+        for pid in alive_pids(learners):
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(pid, signal.SIGKILL)
+        redis.stop()

@@ -37,6 +37,7 @@ from scheduler.store import Store
 from workers.learner.allocator import huge_pages
 from workers.learner.spec import JobSpec
 from workers.learner.submission import DEFAULTS, PRECISIONS, Refused, validated
+from workers.sandbox import dies_with_parent
 
 PROJECT_DIR = Path(__file__).resolve().parents[2]
 # How often the driver reads the job's progress and acts on it: TICK_SECONDS while a change
@@ -129,9 +130,11 @@ class LocalLauncher:
         cmd = [sys.executable, "-m", "workers.learner", "--spec", str(self.spec_path),
                "--slot", slot]  # fmt: skip
         with (self.logs / f"{slot}.log").open("ab") as log:
+            # a session of its own (a fault signals its group); killed with the driver
+            # (kill -9 included: a test run killed left its learners retrying for good)
             proc = subprocess.Popen(
                 cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=PROJECT_DIR,
-                start_new_session=True,
+                start_new_session=True, preexec_fn=dies_with_parent(signal.SIGKILL),
             )  # fmt: skip
         self.procs[slot] = (token, proc)
 
