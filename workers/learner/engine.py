@@ -415,6 +415,7 @@ class Learner:
         if self.goodput is not None:
             self.goodput.begin(self.counters)
         batches = self._batches_for(epoch, iteration)
+        values: torch.Tensor | tuple[Any, Any] | list[float]
         try:
             values, host = stepper.accumulate(batches, batch)
         except BucketFailure as exc:
@@ -422,19 +423,17 @@ class Learner:
             # record is kept before this generation is given up
             self._settle()
             raise CollectiveFailure(str(exc)) from exc
-        kept: torch.Tensor | tuple[Any, Any] | list[float] = values
         if self.goodput is not None:  # read at once, and only once (the record's read too)
-            tail = values.tolist() if isinstance(values, torch.Tensor) else [
+            values = values.tolist() if isinstance(values, torch.Tensor) else [
                 float(v) for v in values]  # fmt: skip
-            if not math.isfinite(tail[1]):
+            if not math.isfinite(values[1]):
                 raise UserCodeError(
-                    f"the loss is {tail[1]} at epoch {epoch}, iteration {iteration}"
+                    f"the loss is {values[1]} at epoch {epoch}, iteration {iteration}"
                 )
-            stepper.observe(tail)
-            kept = tail
+            stepper.observe(values)
         stepper.apply(self.counters["step"])
         self._advance()
-        taken = InFlight(kept, host, self._train_record(), epoch, iteration, started, batch)
+        taken = InFlight(values, host, self._train_record(), epoch, iteration, started, batch)
         earlier, self._in_flight = self._in_flight, taken
         if self.goodput is not None or self.defn.train_step is not None:
             return self._settle()
