@@ -52,8 +52,9 @@ SECURE_CONTENT_TYPE_NOSNIFF = True
 SECURE_REFERRER_POLICY = "same-origin"
 X_FRAME_OPTIONS = "DENY"
 
+# No "daphne" app: the launcher runs daphne itself (edtweb/launcher.py), and the app would
+# load Twisted and its reactor into every process that sets Django up (about 0.4 s each).
 INSTALLED_APPS = [
-    "daphne",
     "django.contrib.admin",
     "django.contrib.auth",
     "django.contrib.contenttypes",

@@ -59,6 +59,7 @@ def base_env(data_dir: Path, **extra: str) -> dict[str, str]:
     """A launcher's environment: its data directory, SQLite there unless ``extra`` names
     a database, and EDT's own Redis unless ``extra`` names one."""
     env = subprocess_env(data_dir, **extra)
+    env["DJANGO_SETTINGS_MODULE"] = "edtweb.settings"  # as admins run it: not the tests' own
     for name in ("REDIS_URL", "DATABASE_URL", "EDT_LEARNER_USER"):
         if name not in extra:
             env.pop(name, None)

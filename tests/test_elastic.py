@@ -689,9 +689,10 @@ def test_a_killed_driver_takes_its_learners_with_it(
     try:
 
         def ready() -> bool:
-            learners.update(p.pid for p in psutil.Process(driver.pid).children(recursive=True)
-                            if "workers.learner" in " ".join(p.cmdline()))  # fmt: skip
-            if len(learners) < 2:
+            below = psutil.Process(driver.pid).children(recursive=True)
+            # the fork server (the driver's child) and the learners it forked
+            learners.update(p.pid for p in below if "workers.learner" in " ".join(p.cmdline()))
+            if len([p for p in below if p.pid in learners and p.ppid() != driver.pid]) < 2:
                 return False
             metrics = workdir / "metrics.jsonl"
             return when == "starting" or (metrics.exists() and '"train"' in metrics.read_text())

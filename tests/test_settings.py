@@ -15,7 +15,7 @@ def check_deploy(tmp_path: Path, **variables: str) -> subprocess.CompletedProces
     return subprocess.run(
         [sys.executable, "manage.py", "check", "--deploy", "--fail-level", "WARNING"],
         cwd=PROJECT_DIR,
-        env=subprocess_env(tmp_path, **variables),
+        env=subprocess_env(tmp_path, DJANGO_SETTINGS_MODULE="edtweb.settings", **variables),
         capture_output=True,
         text=True,
         timeout=60,
@@ -43,6 +43,26 @@ def test_check_deploy_flags_plain_http_and_debug(tmp_path: Path) -> None:
     assert result.returncode != 0
     assert "security.W018" in result.stderr  # DEBUG on
     assert "security.W008" in result.stderr  # no SSL redirect
+
+
+def test_edts_own_settings_hash_passwords_with_djangos_slow_default(tmp_path: Path) -> None:
+    """The test run's settings (tests/settings.py) swap in a fast hash; EDT's own keep
+    Django's PBKDF2, and a password stored by them is not an MD5."""
+    code = (
+        "import django; django.setup(); "
+        "from django.contrib.auth.hashers import get_hasher, make_password; "
+        "print(get_hasher().algorithm, make_password('x').split('$')[0])"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=PROJECT_DIR,
+        env=subprocess_env(tmp_path, DJANGO_SETTINGS_MODULE="edtweb.settings"),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["pbkdf2_sha256", "pbkdf2_sha256"], done.stdout
 
 
 def test_default_database_is_sqlite_with_immediate_transactions(

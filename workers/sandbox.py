@@ -468,12 +468,13 @@ def become_subreaper() -> None:
     _call("prctl", PR_SET_CHILD_SUBREAPER, ctypes.c_ulong(1), 0, 0, 0)
 
 
-def dies_with_parent(sig: int = signal.SIGTERM) -> Callable[[], None]:
+def dies_with_parent(sig: int = signal.SIGTERM, parent: int | None = None) -> Callable[[], None]:
     """A ``preexec_fn`` for ``subprocess.Popen``: the kernel sends the child ``sig`` when the
     thread that started it dies, ``kill -9`` included, so that nothing it runs outlives it
     (a model check whose Celery process was killed). A parent already gone by the time the
-    child asks gets the signal at once."""
-    parent = os.getpid()
+    child asks gets the signal at once. ``parent``: the parent's pid where the child arms it
+    itself (a process forked from a fork server: ``os.getppid()`` on its first line)."""
+    parent = os.getpid() if parent is None else parent
 
     def arm() -> None:
         _call("prctl", PR_SET_PDEATHSIG, ctypes.c_ulong(sig), 0, 0, 0)

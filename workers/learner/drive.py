@@ -17,14 +17,15 @@ from __future__ import annotations
 
 import argparse
 import json
+import multiprocessing
 import os
 import signal
-import subprocess
 import sys
 import tempfile
 import time
 import uuid
 from dataclasses import dataclass
+from multiprocessing import forkserver
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +36,7 @@ from scheduler import elastic
 from scheduler.live.job import JobRunner
 from scheduler.store import Store
 from workers.learner.allocator import huge_pages
+from workers.learner.host import signal_learner
 from workers.learner.spec import JobSpec
 from workers.learner.submission import DEFAULTS, PRECISIONS, Refused, validated
 from workers.sandbox import dies_with_parent
@@ -107,12 +109,18 @@ def batch_at(batches: list[tuple[int, int]], step: int) -> int:
 
 class LocalLauncher:
     """Learners as local child processes, each in its own session, logging to a file.
-    With ``gpus``, each learner sees one GPU, in turn by start order, as a slot would."""
+    With ``gpus``, each learner sees one GPU, in turn by start order, as a slot would.
+
+    As on a slot (workers/learner/host.py), each learner is forked from a fork server that
+    imported torch and the learner once, with this environment (:meth:`env`): a resize
+    test starts a dozen learners, and each would otherwise pay torch's import (3-4 s of a
+    core on a busy 2-core host). Unlike a slot's, these learners run unsandboxed, as this
+    process's user."""
 
     def __init__(self, spec_path: Path, logs: Path, redis_url: str, gpus: int = 0) -> None:
         self.spec_path, self.logs, self.redis_url = spec_path, logs, redis_url
         self.gpus = gpus
-        self.procs: dict[str, tuple[str, subprocess.Popen[bytes]]] = {}  # slot -> token, process
+        self.procs: dict[str, tuple[str, Any]] = {}  # slot -> token, its multiprocessing.Process
 
     def env(self) -> dict[str, str]:
         """A learner's environment: this process's, with its Redis, one torch thread and
@@ -120,32 +128,30 @@ class LocalLauncher:
         env = dict(os.environ, REDIS_URL=self.redis_url, EDT_TORCH_THREADS="1",
                    OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")  # fmt: skip
         huge_pages(env)
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(PROJECT_DIR), env.get("PYTHONPATH")]))
         return env
 
     def start(self, slot: str, token: str) -> None:
         env = self.env()
         if self.gpus:
             env["CUDA_VISIBLE_DEVICES"] = str(len(self.procs) % self.gpus)
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(PROJECT_DIR), env.get("PYTHONPATH")]))
-        cmd = [sys.executable, "-m", "workers.learner", "--spec", str(self.spec_path),
-               "--slot", slot]  # fmt: skip
-        with (self.logs / f"{slot}.log").open("ab") as log:
-            # a session of its own (a fault signals its group); killed with the driver
-            # (kill -9 included: a test run killed left its learners retrying for good)
-            proc = subprocess.Popen(
-                cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=PROJECT_DIR,
-                start_new_session=True, preexec_fn=dies_with_parent(signal.SIGKILL),
-            )  # fmt: skip
+        if _forkserver_pid() is None:  # its first use starts it with this environment
+            os.environ.update({k: v for k, v in env.items() if k != "CUDA_VISIBLE_DEVICES"})
+            _FORKS.set_forkserver_preload(LOCAL_PRELOAD)
+        argv = ["--spec", str(self.spec_path), "--slot", slot]
+        proc = _FORKS.Process(target=_local_learner,
+                              args=(argv, env, str(self.logs / f"{slot}.log")))  # fmt: skip
+        proc.start()
         self.procs[slot] = (token, proc)
 
     def kill(self, slot: str, sig: int = signal.SIGKILL) -> None:
         _token, proc = self.procs.get(slot, ("", None))
-        if proc is not None and proc.poll() is None:
-            os.killpg(proc.pid, sig)
+        if proc is not None and proc.exitcode is None:
+            signal_learner(proc.pid, sig)
 
     def exits(self) -> dict[str, RunResult]:
         """How the learners that ended ended, by slot (the last one started there)."""
-        ended = {slot: (token, proc.poll()) for slot, (token, proc) in self.procs.items()}
+        ended = {slot: (token, proc.exitcode) for slot, (token, proc) in self.procs.items()}
         return {slot: RunResult(token, code) for slot, (token, code) in ended.items()
                 if code is not None}  # fmt: skip
 
@@ -156,7 +162,41 @@ class LocalLauncher:
         for slot in self.procs:
             self.kill(slot)
         for _token, proc in self.procs.values():
-            proc.wait()
+            proc.join()
+
+
+_FORKS = multiprocessing.get_context("forkserver")
+LOCAL_PRELOAD = ["torch", "workers.learner.__main__"]
+
+
+def _forkserver_pid() -> int | None:
+    return forkserver._forkserver._forkserver_pid  # type: ignore[attr-defined,no-any-return]
+
+
+def _local_learner(argv: list[str], env: dict[str, str], log_path: str) -> None:
+    """In the forked learner: killed with the fork server (which ends with this driver, kill
+    -9 included: a test run killed left its learners retrying for good); a session of its
+    own (a fault signals its group); its environment; its log."""
+    dies_with_parent(signal.SIGKILL, parent=os.getppid())()
+    # The fork server lives while any process holds the write end of its "alive" pipe; a
+    # forked child holds a copy, so that it would outlive a killed driver and keep the
+    # learners alive. Dropped here, the server ends with the driver, and they with it.
+    alive = forkserver._forkserver._forkserver_alive_fd  # type: ignore[attr-defined]
+    if alive is not None:
+        os.close(alive)
+        forkserver._forkserver._forkserver_alive_fd = None  # type: ignore[attr-defined]
+    os.setsid()
+    os.environ.clear()
+    os.environ.update(env)
+    fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    for target in (1, 2):
+        os.dup2(fd, target)
+    os.close(fd)
+    sys.stdout.reconfigure(line_buffering=True)  # type: ignore[union-attr]
+    from workers.learner import __main__ as learner
+
+    sys.argv = [learner.__file__, *argv]  # as `python -m workers.learner ARGV` has it
+    sys.exit(learner.main(argv))
 
 
 class DriveBook:
