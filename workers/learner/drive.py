@@ -281,6 +281,8 @@ class Driver:
         if s.failure_since is not None:
             return
         dead = [slot for slot in s.joining if self.runner.exited(slot)]
+        if dead and self.runner.first_error() is not None:
+            return  # it said why before it ended: this tick's runner fails the job with that
         if dead:
             raise RuntimeError(f"joiner {dead[0]} exited before READY; see its log")
         now = workers_at(self.schedule, s.step)
