@@ -153,8 +153,8 @@ def engine_run(redis_url: str, s: Setup, workers: int, data: Path, tmp: Path,
             while proc.poll() is None:
                 if time.monotonic() > deadline:
                     raise RuntimeError(f"drive did not finish {job} in 600 s")
-                if len(learners) < workers:  # the driver's children: its learners, once up
-                    learners = children(proc.pid)
+                if len(learners) < workers:  # its learners, once up: below its fork server
+                    learners = [c for server in children(proc.pid) for c in children(server)]
                 if len(learners) == workers and all(Path(f"/proc/{p}").exists() for p in learners):
                     cpu.append((time.time(), cpu_seconds(learners)))
                 time.sleep(READ_SECONDS)
@@ -253,6 +253,34 @@ def throughput(redis_url: str, data: Path, tmp: Path, pairs: int, sizes: list[in
 # Resize ----------------------------------------------------------------------------------
 
 
+class ColdLauncher(LocalLauncher):
+    """Learners spawned cold, ``python -m workers.learner``, each importing torch (the
+    drive's own forks from a warm fork server since the suite's CPU was cut)."""
+
+    def start(self, slot: str, token: str) -> None:
+        with (self.logs / f"{slot}.log").open("ab") as log:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "workers.learner", "--spec", str(self.spec_path),
+                 "--slot", slot], stdout=log, stderr=subprocess.STDOUT, env=self.env(),
+                cwd=PROJECT, start_new_session=True,
+            )  # fmt: skip
+        self.procs[slot] = (token, _Spawned(proc))
+
+
+class _Spawned:
+    """A spawned learner as the launcher reads a forked one (``exitcode``, ``join``)."""
+
+    def __init__(self, proc: subprocess.Popen[bytes]) -> None:
+        self.proc, self.pid = proc, proc.pid
+
+    @property
+    def exitcode(self) -> int | None:
+        return self.proc.poll()
+
+    def join(self) -> None:
+        self.proc.wait()
+
+
 class WarmLauncher:
     """Learners forked from a warm fork server, as a slot worker starts them."""
 
@@ -317,7 +345,7 @@ class Session:
                        batch_size=RESIZE_BATCH, epochs=1000, checkpoint_every=1000,
                        collective_timeout=120)  # fmt: skip
         spec.save(work / "spec.json")
-        launcher_cls = WarmLauncher if warm else LocalLauncher
+        launcher_cls = WarmLauncher if warm else ColdLauncher
         self.launcher = launcher_cls(work / "spec.json", work / "logs", redis_url)
         self.jobs = JobStore(connect(redis_url), job)
         # The scheduler's own per-job controller; the benchmark takes the decisions.

@@ -78,9 +78,17 @@ def test_broken_model_code_fails_the_job_with_its_error(
     assert trace in failed["error"]
     logs = "".join(p.read_text() for p in (workdir / "logs").glob("*.log"))
     assert "Traceback" in logs and message.split(":")[0] in logs
-    leftovers = [
-        p
-        for p in psutil.process_iter(["cmdline"])
-        if str(workdir) in " ".join(p.info["cmdline"] or [])
-    ]
+    leftovers = [p for p in psutil.process_iter() if uses(p, workdir)]
     assert leftovers == []
+
+
+def uses(proc: psutil.Process, workdir: Path) -> bool:
+    """Whether ``proc`` names ``workdir`` on its command line or holds a file in it open (a
+    learner forked from the drive's fork server has the server's command line, and its log
+    open)."""
+    try:
+        return str(workdir) in " ".join(proc.cmdline()) or any(
+            Path(f.path).is_relative_to(workdir) for f in proc.open_files()
+        )
+    except psutil.Error:
+        return False

@@ -101,8 +101,9 @@ def test_one_decisions_path_stays_below_the_web() -> None:
 
 
 def test_the_web_and_its_services_start_without_torch() -> None:
-    """Only learners, model checks and the slots' learner fork servers need torch (2 s and
-    more to import on a quiet machine): the web's URLs, the management commands' modules and
+    """Only learners, model checks and the learner fork servers (the slots', the drive's)
+    need torch (2 s and more to import on a quiet machine): the web's URLs, the management
+    commands' modules and
     the Celery workers' tasks (slot and control workers) load without it, so that none of
     those processes pays that cost at its start (docs/architecture.md, "Layering")."""
     code = (

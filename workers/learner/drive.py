@@ -299,11 +299,8 @@ class Driver:
 
     def tick(self) -> int | None:
         self.read_metrics()
-        if self.runner.state.over and self.kills:  # a run that was to test a fault
-            step, due = self.runner.state.step, self.kills[0].step
-            self.event("failed", error=f"the job ended at step {step}, before the fault due "
-                       f"at step {due} could be injected")  # fmt: skip
-            return Exit.USER_CODE_FAILED
+        if self.runner.state.over and self.kills:
+            return self.fault_never_came()
         self.inject_faults()
         if not self.runner.state.over:
             self.plan()
@@ -311,10 +308,19 @@ class Driver:
         if resting == elastic.FAILED:
             self.event("failed", error=self.runner.first_error() or "failed")
             return Exit.USER_CODE_FAILED
+        if resting == elastic.COMPLETED and self.kills:  # ended within this very tick
+            return self.fault_never_came()
         if resting == elastic.COMPLETED:
             self.event("completed")
             return Exit.FINISHED
         return None
+
+    def fault_never_came(self) -> int:
+        """A run that was to test a fault ended before it: it fails, and says so."""
+        step, due = self.runner.state.step, self.kills[0].step
+        self.event("failed", error=f"the job ended at step {step}, before the fault due "
+                   f"at step {due} could be injected")  # fmt: skip
+        return Exit.USER_CODE_FAILED
 
     def steady(self) -> bool:
         """Training as the schedule wants for the rest of the run, nothing starting and no
