@@ -64,7 +64,7 @@ def start_once(env: dict[str, str], policy: str) -> float:
     proc.join()
     assert proc.exitcode == 0, f"the child failed ({proc.exitcode})"
     if policy:
-        server = host._fork_server_pid()
+        server = host.fork_server_pid()
         assert server is not None
         sandbox.kill_children(server)
     return time.perf_counter() - started

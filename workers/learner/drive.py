@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import multiprocessing
 import os
 import signal
 import sys
@@ -36,7 +35,7 @@ from scheduler import elastic
 from scheduler.live.job import JobRunner
 from scheduler.store import Store
 from workers.learner.allocator import huge_pages
-from workers.learner.host import signal_learner
+from workers.learner.host import _forkserver, fork_server_pid, signal_learner
 from workers.learner.spec import JobSpec
 from workers.learner.submission import DEFAULTS, PRECISIONS, Refused, validated
 from workers.sandbox import dies_with_parent
@@ -135,11 +134,11 @@ class LocalLauncher:
         env = self.env()
         if self.gpus:
             env["CUDA_VISIBLE_DEVICES"] = str(len(self.procs) % self.gpus)
-        if _forkserver_pid() is None:  # its first use starts it with this environment
+        if fork_server_pid() is None:  # its first use starts it with this environment
             os.environ.update({k: v for k, v in env.items() if k != "CUDA_VISIBLE_DEVICES"})
-            _FORKS.set_forkserver_preload(LOCAL_PRELOAD)
+            _forkserver.set_forkserver_preload(LOCAL_PRELOAD)
         argv = ["--spec", str(self.spec_path), "--slot", slot]
-        proc = _FORKS.Process(target=_local_learner,
+        proc = _forkserver.Process(target=_local_learner,
                               args=(argv, env, str(self.logs / f"{slot}.log")))  # fmt: skip
         proc.start()
         self.procs[slot] = (token, proc)
@@ -165,12 +164,7 @@ class LocalLauncher:
             proc.join()
 
 
-_FORKS = multiprocessing.get_context("forkserver")
 LOCAL_PRELOAD = ["torch", "workers.learner.__main__"]
-
-
-def _forkserver_pid() -> int | None:
-    return forkserver._forkserver._forkserver_pid  # type: ignore[attr-defined,no-any-return]
 
 
 def _local_learner(argv: list[str], env: dict[str, str], log_path: str) -> None:

@@ -153,7 +153,8 @@ def signal_learner(pid: int, sig: int) -> None:
             os.kill(pid, sig)
 
 
-def _fork_server_pid() -> int | None:
+def fork_server_pid() -> int | None:
+    """The pid of this process's fork server (the slots' and the drive's), None before it starts."""
     return forkserver._forkserver._forkserver_pid  # type: ignore[attr-defined,no-any-return]
 
 
@@ -197,7 +198,7 @@ def run_learner(
             cut_log(log_path, cap)
     with contextlib.suppress(ProcessLookupError):
         os.killpg(proc.pid, signal.SIGKILL)
-    server = _fork_server_pid()
+    server = fork_server_pid()
     if server is not None:  # anything the learner started, setsid or not, goes with it
         killed = sandbox.kill_children(server)
         if killed:
