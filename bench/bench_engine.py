@@ -598,7 +598,7 @@ def bench_dir() -> Iterator[tuple[Path, Path, RedisServer]]:
         os.environ["EDT_DATA_DIR"] = tmpdir
         # 256 iterations per epoch at batch 64: the CNN's window (200 steps) has no epoch end
         data = write_cifar10(tmp / "datasets" / "cifar10", train=16384, test=256)
-        redis = RedisServer(tmp / "redis", appendonly=False).start()
+        redis = RedisServer(tmp / "redis", appendonly=False, dies_with_parent=True).start()
         try:
             yield tmp, data, redis
         finally:

@@ -54,7 +54,7 @@ def main() -> None:
     runs = []
     with tempfile.TemporaryDirectory(prefix="edt-goodput-step-") as tmpdir:
         tmp = Path(tmpdir)
-        redis = RedisServer(tmp / "redis", appendonly=False).start()
+        redis = RedisServer(tmp / "redis", appendonly=False, dies_with_parent=True).start()
         try:
             warm = max(a.steps // 10, 5)
             need = BATCH * (warm + a.steps * a.pairs + 10)  # no evaluation inside a window

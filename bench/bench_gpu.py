@@ -140,7 +140,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="edt-bench-gpu-") as tmpdir:
         tmp = Path(tmpdir)
         data = write_cifar10(tmp / "data", train=65536, test=256)
-        redis = RedisServer(tmp / "redis", appendonly=False).start()
+        redis = RedisServer(tmp / "redis", appendonly=False, dies_with_parent=True).start()
         try:
             for key, s in SETUPS.items():
                 if a.only and key != a.only:

@@ -114,7 +114,7 @@ def main() -> None:
     tmp = Path(tempfile.mkdtemp(prefix="edt-bench-input-"))
     train = BATCH * (args.steps + 2)  # the timed steps lie inside the first epoch
     data = write_photos(tmp / "photos", train, BATCH, args.side, num_classes=10)
-    redis = RedisServer(tmp / "redis", appendonly=False).start()
+    redis = RedisServer(tmp / "redis", appendonly=False, dies_with_parent=True).start()
     load_before = os.getloadavg()[0]
     rows, ratios = [], []
     try:

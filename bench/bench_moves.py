@@ -126,7 +126,7 @@ def main() -> None:
     args = p.parse_args()
     with tempfile.TemporaryDirectory(prefix="edt-bench-moves-") as tmp_name:
         tmp = Path(tmp_name)
-        redis = RedisServer(tmp / "redis", appendonly=False).start()
+        redis = RedisServer(tmp / "redis", appendonly=False, dies_with_parent=True).start()
         try:
             os.environ["REDIS_URL"] = redis.url
             data = write_cifar10(tmp / "data", train=1024, test=64)

@@ -499,7 +499,7 @@ def live_child(jobs: int, slots: int) -> dict[str, object]:
     }
     from edtweb.redis_server import RedisServer
 
-    redis = RedisServer(data / "redis", appendonly=False).start()
+    redis = RedisServer(data / "redis", appendonly=False, dies_with_parent=True).start()
     os.environ["REDIS_URL"] = redis.url
     try:
         return _live_timings(jobs, slots)

@@ -228,7 +228,7 @@ def main() -> None:
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="edt-overhead-") as tmpdir:
         tmp = Path(tmpdir)
-        redis = RedisServer(tmp / "redis", appendonly=False).start()
+        redis = RedisServer(tmp / "redis", appendonly=False, dies_with_parent=True).start()
         try:
             one = one_learner(redis.url, tmp, a.pairs, a.steps) if a.only != "two" else []
             two: list[dict[str, Any]] = []

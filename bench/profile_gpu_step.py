@@ -1,13 +1,15 @@
 """Where an engine step's time goes on a GPU (a diagnosis, not a comparison: bench_gpu.py
 compares).
 
-    python bench/profile_gpu_step.py [--steps 200]
+    python bench/profile_gpu_step.py [--steps 200] [--model wide|resnet] [--precision fp32|bf16]
 
-The learner in this process, one member (NCCL), the wide MLP (bench/wide_mlp.py) at batch
-256: its step time over ``--steps`` steps; the wall time of each phase of ``train_step``
-(timers around the engine's own methods, no synchronisation added); a torch.profiler table
-of 30 steps by CPU and by device time; and a plain loop's step in the same process (the
-data on the GPU). Needs a CUDA device; prints, writes nothing.
+The learner in this process, one member (NCCL), the wide MLP (bench/wide_mlp.py, the
+default) or the ResNet-18-sized CNN (bench/resnet18.py) at batch 256, fp32 unless told:
+its step time over ``--steps`` steps; the wall time of each phase of ``train_step`` (timers
+around the engine's own methods, no synchronisation added); a torch.profiler table of 30
+steps by CPU and by device time; and a plain loop's step in the same process (the data on
+the GPU, the same precision; measured after the profiler, so slower than in a process of
+its own). Needs a CUDA device; prints, writes nothing.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ import torch  # noqa: E402
 from torch.profiler import ProfilerActivity, profile  # noqa: E402
 
 from bench.bench_engine import WIDE  # noqa: E402
+from bench.bench_gpu import RESNET  # noqa: E402
 from bench.bench_step_overhead import engine_learner  # noqa: E402
 from edtweb.redis_server import RedisServer  # noqa: E402
 from workers.learner.datasets import write_cifar10  # noqa: E402
@@ -70,6 +73,8 @@ def ms_per_step(step: Callable[[], Any], n: int) -> float:
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--steps", type=int, default=200)
+    p.add_argument("--model", choices=("wide", "resnet"), default="wide")
+    p.add_argument("--precision", choices=("fp32", "bf16"), default="fp32")
     a = p.parse_args()
     if not torch.cuda.is_available():
         print("no CUDA device: profile_gpu_step.py needs one")
@@ -78,17 +83,19 @@ def main() -> None:
         tmp = Path(tmpdir)
         # whole epochs of room: no evaluation inside a timed window
         data = write_cifar10(tmp / "data", train=BATCH * (3 * a.steps + 100), test=256)
-        redis = RedisServer(tmp / "redis", appendonly=False).start()
+        redis = RedisServer(tmp / "redis", appendonly=False, dies_with_parent=True).start()
         try:
-            report(redis.url, data, tmp, a.steps)
+            report(
+                redis.url, data, tmp, a.steps, WIDE if a.model == "wide" else RESNET, a.precision
+            )
         finally:
             redis.stop()
     sys.stdout.flush()
     os._exit(0)  # the learner's watch and writer threads and its NCCL group: nothing to keep
 
 
-def report(url: str, data: Path, tmp: Path, n: int) -> None:
-    learner = engine_learner(url, WIDE, BATCH, data, tmp)
+def report(url: str, data: Path, tmp: Path, n: int, model: Path, precision: str) -> None:
+    learner = engine_learner(url, model, BATCH, data, tmp, precision=precision)
     step = learner.train_step
     ms_per_step(step, 30)  # warm-up
     engine_ms = ms_per_step(step, n)
@@ -96,7 +103,7 @@ def report(url: str, data: Path, tmp: Path, n: int) -> None:
     for part, name, label in PHASES:
         timed(getattr(learner, part) if part else learner, name, label, spent)
     with_timers = ms_per_step(step, n)
-    print(f"{torch.cuda.get_device_name(0)}, torch {torch.__version__}")
+    print(f"{torch.cuda.get_device_name(0)}, torch {torch.__version__}, {model.name}, {precision}")
     print(f"engine step {engine_ms:.3f} ms ({n} steps); {with_timers:.3f} ms with the timers")
     for label, seconds in sorted(spent.items(), key=lambda kv: -kv[1]):
         print(f"  {label:55s} {seconds / n * 1000:7.3f} ms/step")
@@ -114,10 +121,14 @@ def report(url: str, data: Path, tmp: Path, n: int) -> None:
     optimizer = defn.build_optimizer(net.parameters(), 0.01)
     rng = torch.Generator(device="cuda")
 
+    cast = learner.stepper.autocast  # the same precision as the engine's step
+
     def plain() -> None:
         idx = torch.randint(0, len(x_all), (BATCH,), device="cuda", generator=rng)
         optimizer.zero_grad()
-        defn.loss_fn(net(x_all[idx]), y_all[idx]).backward()
+        with cast():
+            loss = defn.loss_fn(net(x_all[idx]), y_all[idx])
+        loss.backward()
         optimizer.step()
 
     ms_per_step(plain, 30)
