@@ -8,11 +8,10 @@ import sys
 import time
 from pathlib import Path
 
-import psutil
 import pytest
 
 from edtweb.redis_server import RedisServer
-from tests.harness.processes import PROJECT_DIR, subprocess_env
+from tests.harness.processes import PROJECT_DIR, subprocess_env, using
 from tests.harness.waiting import bound
 from workers.learner.datasets import write_cifar10
 
@@ -78,17 +77,4 @@ def test_broken_model_code_fails_the_job_with_its_error(
     assert trace in failed["error"]
     logs = "".join(p.read_text() for p in (workdir / "logs").glob("*.log"))
     assert "Traceback" in logs and message.split(":")[0] in logs
-    leftovers = [p for p in psutil.process_iter() if uses(p, workdir)]
-    assert leftovers == []
-
-
-def uses(proc: psutil.Process, workdir: Path) -> bool:
-    """Whether ``proc`` names ``workdir`` on its command line or holds a file in it open (a
-    learner forked from the drive's fork server has the server's command line, and its log
-    open)."""
-    try:
-        return str(workdir) in " ".join(proc.cmdline()) or any(
-            Path(f.path).is_relative_to(workdir) for f in proc.open_files()
-        )
-    except psutil.Error:
-        return False
+    assert using(workdir) == []

@@ -20,7 +20,7 @@ from edtweb.training.metrics_consumer import MetricsConsumer
 from edtweb.training.models import Job, Metric
 from protocol.keys import ALIVE
 from scheduler.store import Store
-from tests.harness.processes import PROJECT_DIR, Processes, subprocess_env
+from tests.harness.processes import PROJECT_DIR, Processes, subprocess_env, using
 from tests.harness.waiting import wait_for
 from workers.learner.datasets import write_cifar10
 
@@ -62,8 +62,9 @@ def slot_host(
     yield SLOTS
 
 
-def run(job: Job, slots: list[str], timeout: float) -> str:
-    """The scheduler's part (the job's runner) and the metrics consumer's, in turns."""
+def run(job: Job, slots: list[str], timeout: float, seen: set[int] | None = None) -> str:
+    """The scheduler's part (the job's runner) and the metrics consumer's, in turns; the
+    pids of the job's learners go into ``seen``, looked for each turn until two are found."""
     runner = runner_for(job, resume=False)
     consumer = MetricsConsumer(Store(services.redis_client()))
     runner.apply(len(slots), tuple(slots), ())
@@ -73,6 +74,8 @@ def run(job: Job, slots: list[str], timeout: float) -> str:
         if final:
             return final
         consumer.round(block=0.02)
+        if seen is not None and len(seen) < 2:
+            seen.update(p.pid for p in learner_processes(job))
     raise AssertionError(f"job did not end in {timeout} s")
 
 
@@ -83,9 +86,10 @@ def slots_answer(redis_server: RedisServer, slots: list[str]) -> bool:
     return True
 
 
-def learner_processes(job: Job) -> list[Any]:
-    return [p for p in psutil.process_iter(["cmdline"])
-            if str(job.spec_path) in " ".join(p.info["cmdline"] or [])]  # fmt: skip
+def learner_processes(job: Job) -> list[psutil.Process]:
+    """The job's learners: forked from their slot's fork server, each holds its log in the
+    job's directory open."""
+    return using(job.workdir)
 
 
 def test_a_job_trains_on_two_slots_and_completes(
@@ -94,7 +98,9 @@ def test_a_job_trains_on_two_slots_and_completes(
     data = write_cifar10(tmp_path / "data", train=512, test=128)
     job = services.submit_job(alice, name="mlp", model_path=str(PROJECT_DIR / "examples/mlp.py"),
                               data_path=str(data), max_workers=2, epochs=2)  # fmt: skip
-    assert run(job, slot_host, timeout=90) == Job.State.COMPLETED
+    seen: set[int] = set()
+    assert run(job, slot_host, timeout=90, seen=seen) == Job.State.COMPLETED
+    assert len(seen) >= 2, f"the learners were not found while they trained: {seen}"
     job.refresh_from_db()
     assert job.state == Job.State.COMPLETED and job.steps_done == 16
     train = Metric.objects.filter(job=job, kind="train").order_by("step")

@@ -104,6 +104,22 @@ def alive_pids(pids: set[int]) -> set[int]:
     return alive
 
 
+def using(folder: Path) -> list[psutil.Process]:
+    """The processes that name ``folder`` on their command line or hold a file in it open:
+    a job's learners (one forked from a fork server has the server's command line, and its
+    log in the job's directory open)."""
+    found = []
+    for proc in psutil.process_iter():
+        try:
+            if str(folder) in " ".join(proc.cmdline()) or any(
+                Path(f.path).is_relative_to(folder) for f in proc.open_files()
+            ):
+                found.append(proc)
+        except psutil.Error:
+            continue
+    return found
+
+
 REAP_WAIT = 120  # seconds an interrupted pytest-xdist run waits for its workers' teardown
 
 
