@@ -27,6 +27,9 @@ from protocol.jobstore import Progress
 from protocol.retry import doubling
 from scheduler.phases import FINAL, Facts, JobPhase, Transition, advance
 
+# The job rows' states a transition moves the job to (``Enter``), from the one list
+from scheduler.policies.model import COMPLETED, FAILED, RUNNING, SUSPENDED
+
 FAILURE_GRACE_SECONDS = 1.0
 LEASE_GRACE = 2.0  # seconds a lapsed lease must stay missing, watched without a gap
 START_GRACE = 180.0  # seconds a dispatched learner has to take its first lease
@@ -38,9 +41,6 @@ WATCH_GAP = 3.0  # seconds between two looks beyond which the watch starts over 
 FIRST_RETRY = 1.0
 LAST_RETRY = 30.0
 START_FAILURES = 5
-
-# The job rows' states a transition moves the job to (``Enter``).
-RUNNING, SUSPENDED, COMPLETED, FAILED = "RUNNING", "SUSPENDED", "COMPLETED", "FAILED"
 
 
 NO_PROGRESS = Progress("", 0, False, None)

@@ -14,6 +14,7 @@ from protocol.jobstore import Progress
 from scheduler import elastic
 from scheduler.elastic import Control, Enter, Seen, Start
 from scheduler.phases import JobPhase
+from scheduler.policies import model as states
 
 CRASH = (
     "redis.exceptions.NoPermissionError: this user has no permissions to run the 'select' command"
@@ -84,7 +85,7 @@ def test_a_crash_loop_ends_failed_with_the_learners_last_error() -> None:
     assert len(s.starts) == elastic.START_FAILURES  # at most N learner starts
     gaps = [b - a for a, b in zip(s.starts, s.starts[1:], strict=False)]
     assert [round(g) for g in gaps] == [1, 2, 4, 8]  # the delay doubles (to 30 s at most)
-    failed = [a for a in s.actions if isinstance(a, Enter) and a.state == elastic.FAILED]
+    failed = [a for a in s.actions if isinstance(a, Enter) and a.state == states.FAILED]
     assert len(failed) == 1
     assert "could not start: 5 in a row exited before joining" in failed[0].message
     assert CRASH in failed[0].message and "h.0" in failed[0].message

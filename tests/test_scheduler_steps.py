@@ -33,7 +33,6 @@ from protocol.jobstore import JobStore
 from protocol.keys import ALIVE, CHANGED_KEY, queue_for
 from protocol.learner_task import TASK, LearnerPaths, learner_args
 from protocol.slots import SlotInfo
-from scheduler import elastic
 from scheduler.dispatch import SEND, LearnerMessages
 from scheduler.live import loop as scheduling
 from scheduler.live import ports
@@ -42,6 +41,7 @@ from scheduler.live.loop import LiveScheduler
 from scheduler.live.snapshot import BY_SERVICE, BY_SPEEDUP
 from scheduler.placement import Slot, place
 from scheduler.policies import POLICIES, JobView, Snapshot, decide
+from scheduler.policies import model as states
 from scheduler.store import AllocationRecord, Changed, Store, take_changed
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -518,4 +518,4 @@ def test_the_live_schedulers_words_for_job_states_are_the_records() -> None:
     named = {ports.QUEUED, ports.RUNNING, ports.SUSPENDED, ports.COMPLETED, ports.FAILED,
              ports.STOPPED}  # fmt: skip
     assert set(Job.State.values) == named and tuple(Job.ACTIVE) == ports.ACTIVE
-    assert {elastic.RUNNING, elastic.SUSPENDED, elastic.COMPLETED, elastic.FAILED} <= named
+    assert {states.RUNNING, states.SUSPENDED, states.COMPLETED, states.FAILED} <= named

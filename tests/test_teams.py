@@ -277,9 +277,13 @@ def test_the_train_form_offers_only_my_teams_with_my_default_chosen(
     assert reply.status_code == 302, reply.context["form"].errors
     job = Job.objects.get()
     assert (job.team.name, job.resource_group) == ("vision", "a100")
-    # Olga's team is not among Alice's: the form refuses it.
-    refused = client.post("/train/", {**body, "team": "nobody's"})
-    assert "team" in refused.context["form"].errors
+    # A team of Olga's that Alice is not in, and a team that does not exist: both refused.
+    speech = tenancy.save_team(None, {"name": "speech"})
+    tenancy.set_member(speech, people["olga"])
+    for team in ("speech", "nobody's"):
+        refused = client.post("/train/", {**body, "team": team})
+        assert refused.status_code == 200 and "team" in refused.context["form"].errors, team
+    assert Job.objects.count() == 1
     # Without a team of her own, Olga's form has no team field at all.
     Membership.objects.filter(user=people["olga"]).delete()
     client.force_login(people["olga"])

@@ -10,8 +10,7 @@ import pytest
 
 from scheduler.policies.throughput import ThroughputModel
 from scheduler.policies.throughput_fit import MIN_ITERATIONS, Measured, Timing, fit, measured
-
-ORDERS = pytest.mark.parametrize("reverse", [False, True], ids=["given-order", "reversed"])
+from tests.harness.policies import ORDERS
 
 
 def timed(model: ThroughputModel, points: list[tuple[int, int]], max_micro: int = 0,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -47,9 +48,9 @@ def test_it_refuses_a_websocket_from_another_origin(redis_server: RedisServer, a
 
 
 def test_a_logged_in_page_gets_the_slots_then_live_changes(
-    redis_server: RedisServer, store: Store, alice: Any
+    redis_server: RedisServer, store: Store, register_slot: Callable[..., str], alice: Any
 ) -> None:
-    slot = store.register_slot("ws-host", 0, "cpu", pid=1)
+    slot = register_slot("ws-host", 0)
     store.heartbeat(slot, {"kind": "cpu", "cpu_percent": 3.0}, ttl=30)
 
     async def scenario() -> tuple[dict[str, Any], dict[str, Any]]:

@@ -41,6 +41,7 @@ from scheduler.elastic import (
 from scheduler.live.ports import Ports
 from scheduler.metrics import LEARNER_EXITS, LEARNER_STARTS, exit_status
 from scheduler.phases import JobPhase
+from scheduler.policies import model as states
 
 log = logging.getLogger("edt.scheduler")
 
@@ -268,11 +269,11 @@ class JobRunner:
                     self._enter(state, message, checkpoint)
 
     def _enter(self, state: str, message: str, checkpoint: int) -> None:
-        if state == elastic.RUNNING:
+        if state == states.RUNNING:
             self.book.start(self.job_id)
-        elif state == elastic.COMPLETED:
+        elif state == states.COMPLETED:
             self.book.complete(self.job_id)
-        elif state == elastic.FAILED:
+        elif state == states.FAILED:
             self.book.fail(self.job_id, message)
-        elif state == elastic.SUSPENDED:
+        elif state == states.SUSPENDED:
             self.book.suspend(self.job_id, checkpoint)

@@ -31,8 +31,8 @@ from typing import Any
 from protocol.connection import connect
 from protocol.exits import Exit, RunResult
 from protocol.jobstore import JobStore
-from scheduler import elastic
 from scheduler.live.job import JobRunner
+from scheduler.policies import model as states
 from scheduler.store import Store
 from workers.learner.allocator import huge_pages
 from workers.learner.host import _forkserver, fork_server_pid, signal_learner
@@ -299,12 +299,12 @@ class Driver:
         if not self.runner.state.over:
             self.plan()
         resting = self.runner.tick(alive=None, look=False)
-        if resting == elastic.FAILED:
+        if resting == states.FAILED:
             self.event("failed", error=self.runner.first_error() or "failed")
             return Exit.USER_CODE_FAILED
-        if resting == elastic.COMPLETED and self.kills:  # ended within this very tick
+        if resting == states.COMPLETED and self.kills:  # ended within this very tick
             return self.fault_never_came()
-        if resting == elastic.COMPLETED:
+        if resting == states.COMPLETED:
             self.event("completed")
             return Exit.FINISHED
         return None
