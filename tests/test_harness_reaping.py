@@ -2,13 +2,15 @@
 to a pytest-xdist run's main process, as a CI limit or ``timeout`` stops it, tears down
 each worker's stacks, a supervisor's children included; ``kill -9`` of a run stops what the
 harness started through the kernel's parent-death signal. The run killed is
-tests/harness/held_stack.py's, holding a Redis, a control worker and a scheduler."""
+tests/harness/held_stack.py's, holding a Redis, a control worker, a scheduler and a
+PostgreSQL server."""
 
 from __future__ import annotations
 
 import contextlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -66,6 +68,9 @@ def test_a_killed_test_run_leaves_no_process(
         pids = set(stack["pids"])
         commands = describe(pids)
         assert "redis-server" in commands and "celery" in commands and "edt_scheduler" in commands
+        assert "postgres -D" in commands, commands
+        server = next(psutil.Process(p) for p in pids if "postgres -D" in describe({p}))
+        database = Path(server.cmdline()[server.cmdline().index("-D") + 1])
 
         run.send_signal(signum)
         run.wait(timeout=300)
@@ -77,6 +82,8 @@ def test_a_killed_test_run_leaves_no_process(
         if signum == signal.SIGTERM:  # by the fixtures' teardown
             assert "KeyboardInterrupt: signal SIGTERM" in log.read_text()
             assert "stopping every process" in Path(stack["supervisor_log"]).read_text()
+        # its files: the server is gone (a kill -9 leaves its folder in /tmp)
+        shutil.rmtree(database.parent, ignore_errors=True)
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(run.pid, signal.SIGKILL)
