@@ -16,12 +16,9 @@ from edtweb.training import standing
 from edtweb.training.models import Job, Metric
 from edtweb.training.views import human_duration
 from scheduler.store import Allocation, AllocationRecord, Store
+from tests.harness.jobs import stored_job
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-def job(owner: Any, name: str, state: str = Job.State.QUEUED, **fields: Any) -> Job:
-    return Job.objects.create(owner=owner, name=name, state=state, **fields)
 
 
 @pytest.mark.parametrize(
@@ -41,10 +38,10 @@ def test_durations(seconds: int, text: str) -> None:
 def test_a_job_shows_the_place_and_reason_the_scheduler_published_and_nothing_of_its_own(
     store: Store, alice: Any, bob: Any
 ) -> None:
-    running = job(alice, "big", Job.State.RUNNING, priority=8000)
-    ahead = job(bob, "theirs", priority=6000)
-    mine = job(alice, "mine", priority=5000, min_workers=6, max_workers=8)
-    late = job(alice, "late")  # submitted after the decision
+    running = stored_job(alice, "big", Job.State.RUNNING, priority=8000)
+    ahead = stored_job(bob, "theirs", priority=6000)
+    mine = stored_job(alice, "mine", priority=5000, min_workers=6, max_workers=8)
+    late = stored_job(alice, "late")  # submitted after the decision
     said = {running.pk: (0, "alone on 4 slots; exact share 4.00 (its max)"),
             ahead.pk: (1, "waits: minimums total 11 > 4 slots; …"),
             mine.pk: (2, "waits: minimums total 11 > 4 slots; …")}  # fmt: skip
@@ -66,9 +63,9 @@ def test_a_job_shows_the_place_and_reason_the_scheduler_published_and_nothing_of
 def test_the_cluster_queue_says_why_each_job_waits_on_the_page_and_in_the_api(
     client: Client, store: Store, alice: Any, bob: Any
 ) -> None:
-    theirs = job(bob, "theirs", priority=9000)
-    mine = job(alice, "mine", min_workers=2, max_workers=2)
-    job(alice, "ran", Job.State.COMPLETED)
+    theirs = stored_job(bob, "theirs", priority=9000)
+    mine = stored_job(alice, "mine", min_workers=2, max_workers=2)
+    stored_job(alice, "ran", Job.State.COMPLETED)
     said = {theirs.pk: (1, "waits: theirs"), mine.pk: (2, "waits: its min 2 does not fit")}
     store.save_allocations(AllocationRecord(capacity=1, standing=said), ttl=30)
     client.force_login(alice)
@@ -85,7 +82,7 @@ def test_the_cluster_queue_says_why_each_job_waits_on_the_page_and_in_the_api(
 def test_the_page_shows_the_reason_the_configuration_and_a_clone_link(
     client: Client, redis_server: RedisServer, alice: Any
 ) -> None:
-    queued = job(alice, "q", epochs=7, batch_size=32, lr=0.5, min_workers=2, max_workers=3)
+    queued = stored_job(alice, "q", epochs=7, batch_size=32, lr=0.5, min_workers=2, max_workers=3)
     client.force_login(alice)
     page = client.get(f"/jobs/{queued.pk}/").content.decode()
     assert 'id="waiting"' in page and standing.UNDECIDED.replace("'", "&#x27;") in page
@@ -98,8 +95,8 @@ def test_the_page_shows_the_reason_the_configuration_and_a_clone_link(
 def test_an_ended_job_shows_its_priority_as_a_plain_value_without_slider_or_hint(
     client: Client, redis_server: RedisServer, alice: Any
 ) -> None:
-    done = job(alice, "d", Job.State.COMPLETED, priority=7000)
-    queued = job(alice, "q", priority=6000)
+    done = stored_job(alice, "d", Job.State.COMPLETED, priority=7000)
+    queued = stored_job(alice, "q", priority=6000)
     client.force_login(alice)
     ended = client.get(f"/jobs/{done.pk}/").content.decode()
     assert re.search(r'id="priority-edit" hidden', ended)
@@ -112,8 +109,8 @@ def test_an_ended_job_shows_its_priority_as_a_plain_value_without_slider_or_hint
 def test_resume_moves_a_stopped_job_back_to_waiting_and_refuses_a_running_one(
     client: Client, redis_server: RedisServer, alice: Any, bob: Any
 ) -> None:
-    stopped = job(alice, "s", Job.State.STOPPED, error="x")
-    running = job(alice, "r", Job.State.RUNNING)
+    stopped = stored_job(alice, "s", Job.State.STOPPED, error="x")
+    running = stored_job(alice, "r", Job.State.RUNNING)
     client.force_login(alice)
     client.post(f"/jobs/{stopped.pk}/resume")
     stopped.refresh_from_db()
@@ -127,7 +124,7 @@ def test_resume_moves_a_stopped_job_back_to_waiting_and_refuses_a_running_one(
 
 
 def test_the_metrics_download_holds_every_record(client: Client, alice: Any) -> None:
-    done = job(alice, "d", Job.State.COMPLETED)
+    done = stored_job(alice, "d", Job.State.COMPLETED)
     Metric.objects.bulk_create(
         [Metric(job=done, kind="train", step=s, epoch=0, time=s, values={"loss": 1 / (s + 1)})
          for s in range(5000)]
@@ -149,7 +146,9 @@ def test_the_jobs_list_has_model_dataset_owner_best_duration_and_no_zero_minutes
     from django.utils import timezone
 
     started = timezone.now() - timedelta(minutes=3, seconds=5)
-    done = job(alice, "done", Job.State.COMPLETED, started_at=started, finished_at=timezone.now())
+    done = stored_job(
+        alice, "done", Job.State.COMPLETED, started_at=started, finished_at=timezone.now()
+    )
     Metric.objects.bulk_create(
         [Metric(job=done, kind="test", step=s, epoch=s, time=s, values={"test_accuracy": a})
          for s, a in ((1, 0.5), (2, 0.875), (3, 0.75))]
@@ -184,7 +183,7 @@ def test_the_jobs_list_writes_an_eta_as_the_job_page_does(seconds: Any, text: st
 
 def test_admin_pages_list_jobs_datasets_and_models(client: Client, django_user_model: Any) -> None:
     root = django_user_model.objects.create_superuser("root", "", "root-pass-1")
-    job(root, "admin-visible")
+    stored_job(root, "admin-visible")
     client.force_login(root)
     for path in (
         "/admin/training/job/",

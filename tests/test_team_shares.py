@@ -30,6 +30,7 @@ from protocol.keys import SHARES_KEY
 from scheduler.policies import Decision
 from scheduler.store import AllocationRecord, Store
 from tests.harness.api import token_client
+from tests.harness.jobs import stored_job
 from tests.harness.shares import publish
 
 pytestmark = [pytest.mark.django_db, pytest.mark.redis("private_redis")]
@@ -41,12 +42,6 @@ def page_client(user: Any) -> Client:
     client = Client()
     client.force_login(user)
     return client
-
-
-def job(owner: Any, name: str, team: Team | None, state: str, max_workers: int,
-        min_workers: int = 1) -> Job:  # fmt: skip
-    return Job.objects.create(owner=owner, name=name, team=team, state=state,
-                              max_workers=max_workers, min_workers=min_workers)  # fmt: skip
 
 
 @pytest.fixture
@@ -64,10 +59,19 @@ def decided(store: Store, people: dict[str, Any], teams: dict[str, Team]) -> Ite
     """On 8 slots: Alice's job holds 6, Lena's (min 8) waits; Olga's holds 2 (its max);
     Bob's job of no team waits. The scheduler's own code decides, publishes its shares
     entry and the allocation record's reasons."""
-    a = job(people["alice"], "alice-run", teams["vision"], Job.State.RUNNING, 8)
-    job(people["lena"], "lena-wide", teams["vision"], Job.State.QUEUED, 8, min_workers=8)
-    o = job(people["olga"], "olga-run", teams["nlp"], Job.State.RUNNING, 2)
-    job(people["bob"], "bobs-own", None, Job.State.QUEUED, 2)
+    a = stored_job(
+        people["alice"], "alice-run", Job.State.RUNNING, team=teams["vision"], max_workers=8
+    )
+    stored_job(
+        people["lena"],
+        "lena-wide",
+        Job.State.QUEUED,
+        team=teams["vision"],
+        max_workers=8,
+        min_workers=8,
+    )
+    o = stored_job(people["olga"], "olga-run", Job.State.RUNNING, team=teams["nlp"], max_workers=2)
+    stored_job(people["bob"], "bobs-own", Job.State.QUEUED, team=None, max_workers=2)
     decision = publish(store, 8, {a.pk: 6, o.pk: 2})
     yield decision
     store.save_allocations(AllocationRecord(), ttl=0.001)
@@ -188,10 +192,10 @@ def weeks(people: dict[str, Any], teams: dict[str, Team]) -> None:
     counted in the second week); one stopped before it got slots waited for nothing.
     nlp's one job waits 10 minutes."""
     done = Job.State.COMPLETED
-    j1 = job(people["alice"], "j1", teams["vision"], done, 4)
-    j2 = job(people["lena"], "j2", teams["vision"], done, 4)
-    j3 = job(people["alice"], "j3", teams["vision"], Job.State.STOPPED, 4)
-    o = job(people["olga"], "o", teams["nlp"], done, 2)
+    j1 = stored_job(people["alice"], "j1", done, team=teams["vision"], max_workers=4)
+    j2 = stored_job(people["lena"], "j2", done, team=teams["vision"], max_workers=4)
+    j3 = stored_job(people["alice"], "j3", Job.State.STOPPED, team=teams["vision"], max_workers=4)
+    o = stored_job(people["olga"], "o", done, team=teams["nlp"], max_workers=2)
     timeline(j1, (at(0, 10), "submitted", {}), (at(0, 10.5), "generation", {"workers": 2}),
              (at(2), "scaled", scaled(2, 1, 6, 4.0)),  # vision above its share: a reclaim
              (at(3, 11), "scaled", scaled(1, 0, 3, 3.5)), (at(3, 12), "suspended", {}),

@@ -34,6 +34,7 @@ from scheduler.policies import JobView, Snapshot, decide, entitlements, slots_by
 from scheduler.policies import Team as PolicyTeam
 from scheduler.store import Allocation, AllocationRecord, Store
 from tests.harness.api import token_client
+from tests.harness.jobs import stored_job
 
 # A Redis of each test's own: the run's holds the slots of other modules' live hosts.
 pytestmark = [pytest.mark.django_db, pytest.mark.redis("private_redis")]
@@ -83,12 +84,6 @@ def slots(store: Store) -> Iterator[list[str]]:
         store.forget_slot(slot)
     store.save_allocations(AllocationRecord(), ttl=0.001)
     store.r.delete(SHARES_KEY)
-
-
-def job(owner: Any, name: str, team: Team | None, state: str = Job.State.RUNNING,
-        max_workers: int = 8, group: str = "default", priority: int = 5000) -> Job:  # fmt: skip
-    return Job.objects.create(owner=owner, name=name, state=state, max_workers=max_workers,
-                              team=team, resource_group=group, priority=priority)  # fmt: skip
 
 
 # Who may see which page -------------------------------------------------------------------
@@ -172,8 +167,8 @@ def test_the_preview_is_the_policys_answer_before_and_after_the_change(
     for 8 and holding 4 each. As the teams are, vision's guarantee is its sub-team's 1: 1,
     then the 7 left by weight 1:2, vision 3 and nlp 5 (10/3 and 14/3 exact). Vision
     guaranteed 6: 6, then 2 by weight, vision 7 and nlp 1 (20/3 and 4/3 exact)."""
-    a = job(people["alice"], "a", teams["vision"])
-    o = job(people["olga"], "o", teams["nlp"])
+    a = stored_job(people["alice"], "a", Job.State.RUNNING, team=teams["vision"], max_workers=8)
+    o = stored_job(people["olga"], "o", Job.State.RUNNING, team=teams["nlp"], max_workers=8)
     record = AllocationRecord({a.pk: Allocation(tuple(slots[:4])),
                                o.pk: Allocation(tuple(slots[4:8]))}, 8, "fairshare")  # fmt: skip
     store.save_allocations(record, ttl=60)
@@ -218,7 +213,7 @@ def test_a_preview_of_a_team_with_no_jobs_and_of_an_impossible_change(
     people: dict[str, Any], teams: dict[str, Team], slots: list[str], store: Store
 ) -> None:
     root = token_client(people["root"])
-    o = job(people["olga"], "o", teams["nlp"], state=Job.State.QUEUED, max_workers=2)
+    o = stored_job(people["olga"], "o", Job.State.QUEUED, team=teams["nlp"], max_workers=2)
     answer = root.post(PREVIEW, {"teams": {"vision": {"weight": 5, "limit": 3}}},
                        format="json").json()  # fmt: skip
     group = next(g for g in answer["groups"] if g["group"] == "default")
@@ -247,8 +242,22 @@ def test_a_teams_guarantee_counts_in_its_own_group_alone(
 ) -> None:
     """In h100 (one slot at the scheduler's last decision), a job of vision's and one of
     nlp's (weight 2): vision's guarantee counts there only once h100 is its own group."""
-    job(people["alice"], "a", teams["vision"], Job.State.QUEUED, max_workers=1, group="h100")
-    job(people["olga"], "o", teams["nlp"], Job.State.QUEUED, max_workers=1, group="h100")
+    stored_job(
+        people["alice"],
+        "a",
+        Job.State.QUEUED,
+        team=teams["vision"],
+        max_workers=1,
+        resource_group="h100",
+    )
+    stored_job(
+        people["olga"],
+        "o",
+        Job.State.QUEUED,
+        team=teams["nlp"],
+        max_workers=1,
+        resource_group="h100",
+    )
     record = AllocationRecord({}, 7, "fairshare", groups={"default": 6, "h100": 1})
     store.save_allocations(record, ttl=60)
     root = token_client(people["root"])
@@ -281,10 +290,22 @@ def test_the_shares_read_back_as_each_user_may_see_them(
 ) -> None:
     ids = {name: str(t.pk) for name, t in teams.items()}
     vision = teams["vision"]
-    waiting = [job(people["alice"], f"wait-{i}", vision, Job.State.QUEUED) for i in range(2)]
-    theirs = job(people["olga"], "nlp-wait", teams["nlp"], Job.State.QUEUED)
-    mine = job(people["bob"], "bobs-solo", None, Job.State.QUEUED)
-    job(people["alice"], "late", teams["vision"], Job.State.QUEUED, priority=9000)
+    waiting = [
+        stored_job(people["alice"], f"wait-{i}", Job.State.QUEUED, team=vision, max_workers=8)
+        for i in range(2)
+    ]
+    theirs = stored_job(
+        people["olga"], "nlp-wait", Job.State.QUEUED, team=teams["nlp"], max_workers=8
+    )
+    mine = stored_job(people["bob"], "bobs-solo", Job.State.QUEUED, team=None, max_workers=8)
+    stored_job(
+        people["alice"],
+        "late",
+        Job.State.QUEUED,
+        team=teams["vision"],
+        priority=9000,
+        max_workers=8,
+    )
     now = time.time()
     first = write_share(store, now - 60, {"default": {"capacity": 8, "teams": {
         ids["vision"]: {"held": 3, "entitled": 2.667, "demand": 8},
@@ -340,9 +361,9 @@ def test_the_schedulers_own_entries_read_back(
 ) -> None:
     """The entries the live scheduler writes (``scheduler/live/shares.py``, from its
     decisions on the snapshots it builds) are what the chart reads."""
-    a = job(people["alice"], "a", teams["vision"])
-    o = job(people["olga"], "o", teams["nlp"])
-    job(people["olga"], "w", teams["nlp"], Job.State.QUEUED, max_workers=2)
+    a = stored_job(people["alice"], "a", Job.State.RUNNING, team=teams["vision"], max_workers=8)
+    o = stored_job(people["olga"], "o", Job.State.RUNNING, team=teams["nlp"], max_workers=8)
+    stored_job(people["olga"], "w", Job.State.QUEUED, team=teams["nlp"], max_workers=2)
     snapshots = SnapshotBuilder().build_groups(
         job_rows(schedulable_jobs()), {"default": 8, "h100": 1}, {a.pk: 4, o.pk: 4}, read_tenancy()
     )
@@ -363,17 +384,35 @@ def test_the_schedulers_own_entries_read_back(
 def test_the_queue_by_team_needs_no_stream_and_names_only_visible_jobs(
     people: dict[str, Any], teams: dict[str, Team], slots: list[str]
 ) -> None:
-    job(people["olga"], "nlp-a", teams["nlp"], Job.State.QUEUED, priority=100)
-    job(people["olga"], "nlp-b", teams["nlp"], Job.State.SUSPENDED, priority=9000)
-    job(people["alice"], "vis", teams["vision"], Job.State.QUEUED, group="h100")
-    job(people["alice"], "done", teams["vision"], Job.State.COMPLETED)
+    stored_job(
+        people["olga"], "nlp-a", Job.State.QUEUED, team=teams["nlp"], priority=100, max_workers=8
+    )
+    stored_job(
+        people["olga"],
+        "nlp-b",
+        Job.State.SUSPENDED,
+        team=teams["nlp"],
+        priority=9000,
+        max_workers=8,
+    )
+    stored_job(
+        people["alice"],
+        "vis",
+        Job.State.QUEUED,
+        team=teams["vision"],
+        max_workers=8,
+        resource_group="h100",
+    )
+    stored_job(people["alice"], "done", Job.State.COMPLETED, team=teams["vision"], max_workers=8)
     root = token_client(people["root"]).get(SHARES).json()
     assert root["entries"] == [] and root["cursor"] == ""
     assert [(q["group"], q["team"], [j["name"] for j in q["jobs"]]) for q in root["queue"]] == [
         ("default", "nlp", ["nlp-b", "nlp-a"]), ("h100", "vision", ["vis"])]  # fmt: skip
     # A job of no team, someone else's, shows to Bob as another user's job beside his own.
-    job(people["olga"], "olgas-solo", None, Job.State.QUEUED, priority=9999)
-    job(people["bob"], "bobs-solo", None, Job.State.QUEUED)
+    stored_job(
+        people["olga"], "olgas-solo", Job.State.QUEUED, team=None, priority=9999, max_workers=8
+    )
+    stored_job(people["bob"], "bobs-solo", Job.State.QUEUED, team=None, max_workers=8)
     bob = token_client(people["bob"]).get(SHARES).json()
     solo = next(q for q in bob["queue"] if q["team"] == "no team")
     assert [(j["id"] is None, j["name"], j["priority"]) for j in solo["jobs"]] == [
@@ -392,7 +431,9 @@ T0 = datetime(2026, 3, 2, 9, tzinfo=UTC)  # a Monday
 
 
 def ran(owner: Any, team: Team | None, hours: float, slots: int) -> Job:
-    done = job(owner, f"{owner.username}-{hours}", team, Job.State.COMPLETED)
+    done = stored_job(
+        owner, f"{owner.username}-{hours}", Job.State.COMPLETED, team=team, max_workers=8
+    )
     Job.objects.filter(pk=done.pk).update(created_at=T0 - timedelta(hours=1),
                                           finished_at=T0 + timedelta(hours=hours))  # fmt: skip
     for kind, at, data in (("generation", T0, {"workers": slots}),

@@ -1,5 +1,6 @@
-"""A job as the live tests submit and observe it: through the services and the job's store,
-as the scheduler and the pages see it."""
+"""A job as the tests make it: the live tests submit and observe it through the services and
+the job's store, as the scheduler and the pages see it; the page, team and share tests write
+its database row directly (``stored_job``, the one factory for those)."""
 
 from __future__ import annotations
 
@@ -85,3 +86,9 @@ def stream_steps(job: Job) -> list[int]:
             seen.add((r["step"], r["time"]))
             steps.append(int(r["step"]))
     return steps
+
+
+def stored_job(owner: Any, name: str, state: str = Job.State.QUEUED, **fields: Any) -> Job:
+    """A job row of ``owner``'s in ``state`` (QUEUED unless given); ``fields``: any more of
+    its columns (``team``, ``max_workers``, ``priority``, ``resource_group``...)."""
+    return Job.objects.create(owner=owner, name=name, state=state, **fields)
