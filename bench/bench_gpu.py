@@ -1,6 +1,6 @@
 """The engine on one GPU against plain single-GPU PyTorch.
 
-    python bench/bench_gpu.py [--pairs 5] [--only wide|resnet]
+    python bench/bench_gpu.py [--pairs 5] [--only wide|resnet] [--diagnose]
 
 Needs a CUDA device; without one it says so and leaves bench/results/gpu.md as it is.
 For each model, interleaved pairs (the order alternates): the engine
@@ -57,6 +57,8 @@ def plain(model: str, data: str, warmup: int, steps: int, batch: int, prec: str)
     from workers.learner.datasets import load_dataset
     from workers.learner.partition import iterations_per_epoch, permutation
 
+    if os.environ.get("EDT_TORCH_THREADS"):  # as a learner sets it (--diagnose)
+        torch.set_num_threads(int(os.environ["EDT_TORCH_THREADS"]))
     defn = load_definition(Path(model))
     train, _test, _ = load_dataset(Path(data))
     x_all, y_all = (t.cuda() for t in train.tensors)
@@ -114,10 +116,17 @@ class Utilisation:
         return statistics.mean(busy) if busy else 0.0
 
 
-def plain_run(s: Setup, data: Path, prec: str) -> float:
+def plain_run(s: Setup, data: Path, prec: str, as_learner: bool = False) -> float:
+    """The plain loop in a process of its own; ``as_learner``: with what a learner's process
+    is given besides the engine (one torch thread, ``EDT_TORCH_THREADS``; huge pages for the
+    CPU allocator, ``THP_MEM_ALLOC_ENABLE``), to tell that apart from the engine's step."""
     cmd = [sys.executable, __file__, "--plain", str(s.model), str(data), str(s.warmup),
            str(s.steps), str(s.batch), prec]  # fmt: skip
-    out = subprocess.run(cmd, cwd=PROJECT, check=True, capture_output=True, text=True).stdout
+    env = dict(os.environ)
+    if as_learner:
+        env.update(EDT_TORCH_THREADS="1", THP_MEM_ALLOC_ENABLE="1")
+    out = subprocess.run(cmd, cwd=PROJECT, env=env, check=True, capture_output=True,
+                         text=True).stdout  # fmt: skip
     return float(json.loads(out.strip().splitlines()[-1])["samples_per_s"])
 
 
@@ -125,6 +134,9 @@ def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--pairs", type=int, default=5)
     p.add_argument("--only", choices=sorted(SETUPS))
+    p.add_argument("--diagnose", action="store_true",
+                   help="a third side in each pair: the plain loop with a learner's process "
+                        "settings (printed, not in the table)")  # fmt: skip
     p.add_argument("--plain", nargs=6, metavar=("MODEL", "DATA", "WARMUP", "STEPS", "BATCH",
                                                 "PRECISION"))  # fmt: skip
     a = p.parse_args()
@@ -149,6 +161,8 @@ def main() -> None:
                 for i in range(a.pairs):
                     load = os.getloadavg()[0]
                     order = ["engine", "plain"] if i % 2 == 0 else ["plain", "engine"]
+                    if a.diagnose:
+                        order.insert(1, "plain as a learner")
                     got: dict[str, tuple[float, float]] = {}
                     for side in order:
                         with Utilisation() as util:
@@ -156,14 +170,19 @@ def main() -> None:
                                 rate = engine_run(redis.url, s, 1, data, tmp, "--precision",
                                                   prec)["samples_per_s"]  # fmt: skip
                             else:
-                                rate = plain_run(s, data, prec)
+                                rate = plain_run(s, data, prec, side != "plain")
                         got[side] = (rate, util.mean)
                     ratio = got["engine"][0] / got["plain"][0]
                     runs.append({"engine": got["engine"], "plain": got["plain"], "ratio": ratio,
                                  "load": load})  # fmt: skip
                     (e, eu), (b, bu) = got["engine"], got["plain"]
+                    also = ""
+                    if a.diagnose:
+                        d, du = got["plain as a learner"]
+                        also = f"; plain as a learner {d:.0f}/s (GPU {du:.0f} %)"
                     print(f"{key} pair {i + 1}: engine {e:.0f}/s (GPU {eu:.0f} %), plain "
-                          f"{b:.0f}/s (GPU {bu:.0f} %), ratio {ratio:.3f}", flush=True)  # fmt: skip
+                          f"{b:.0f}/s (GPU {bu:.0f} %), ratio {ratio:.3f}{also}",
+                          flush=True)  # fmt: skip
                 rows.append((s, runs))
         finally:
             redis.stop()
