@@ -88,7 +88,7 @@ class Control:
     observation make the same step: a loop may leave a job quiet until one changes."""
 
     phase: JobPhase = JobPhase.WAITING
-    want: int = 0  # slots the last decision gives it
+    target: int = 0  # slots the last decision gives it
     # Goodput mode: the global batch the last decision asked for (0: none asked, the
     # learners keep theirs), and the one the latest generation published carried
     batch: int = 0
@@ -242,7 +242,7 @@ def first_error(seen: Seen) -> str | None:
 def movable(c: Control, seen: Seen) -> bool:
     """Its learners could be moved now: it trains on two or more, at its allocation, with
     no change under way (no joiner, leaver, move or failure, its generation adopted)."""
-    return (c.phase is JobPhase.TRAINING and len(c.members) >= 2 and c.want == len(c.members)
+    return (c.phase is JobPhase.TRAINING and len(c.members) >= 2 and c.target == len(c.members)
             and not (c.joining or c.deferred or c.leaving or c.moving or c.over)
             and c.failure_since is None and seen.adopted == seen.generation)  # fmt: skip
 
@@ -275,7 +275,7 @@ def taking_over(seen: Seen, dispatched: Mapping[str, str], generation_members: l
     kept = [s for s in generation_members if s in live] if seen.generation else []
     return replace(
         c, started=frozenset(live), members=tuple(kept),
-        joining=tuple(s for s in live if s not in kept), want=len(kept),
+        joining=tuple(s for s in live if s not in kept), target=len(kept),
         phase=JobPhase.TRAINING if kept else JobPhase.WAITING,
     )  # fmt: skip
 
@@ -310,9 +310,9 @@ def look(c: Control, seen: Seen, leases: Mapping[str, str],
     return replace(c, learners=watch), newly
 
 
-def apply(c: Control, seen: Seen, want: int, joined: Collection[str], left: Collection[str],
+def apply(c: Control, seen: Seen, target: int, joined: Collection[str], left: Collection[str],
           token: Tokens, batch: int = 0) -> tuple[Control, list[Action]]:  # fmt: skip
-    """A decision for the job: ``want`` slots, with learners to start on ``joined`` and to
+    """A decision for the job: ``target`` slots, with learners to start on ``joined`` and to
     take off ``left``; in goodput mode, ``batch``: the global batch to train at (0: the
     last one asked). Members on ``left`` that joiners on ``joined`` replace, the count
     holding, are moved (:meth:`Step.move`): each trains on until its joiner is READY,
@@ -342,8 +342,8 @@ def apply(c: Control, seen: Seen, want: int, joined: Collection[str], left: Coll
             step.deferred += new
         else:
             step.start_joiners(new)
-    step.pair_moves([s for s in left if s in step.leaving], new, want)
-    step.want = want
+    step.pair_moves([s for s in left if s in step.leaving], new, target)
+    step.target = target
     if batch > 0:
         step.batch = batch
     return step.done_with()
@@ -406,7 +406,7 @@ class Step:
     # and frozensets thawed into lists and sets, mappings copied (``moving``: joiner -> the
     # member it replaces); frozen again, field by field, by :meth:`done_with`.
     phase: JobPhase
-    want: int
+    target: int
     batch: int
     published_batch: int
     members: list[str]
@@ -542,23 +542,23 @@ class Step:
                    why=why, **batch)  # fmt: skip
         self.published_batch = self.batch
 
-    def grow_to(self, want: int) -> None:
-        """Admit READY joiners until ``want`` members, once there are enough of them."""
-        missing = want - len(self.members)
+    def grow_to(self, target: int) -> None:
+        """Admit READY joiners until ``target`` members, once there are enough of them."""
+        missing = target - len(self.members)
         joiners = [s for s in self.joining if s in self.ready and s not in self.moving][:missing]
         if missing <= 0 or len(joiners) < missing or not self.settled():
             return
         self.joining = [s for s in self.joining if s not in joiners]
         self.retries = 0  # learners join again: the next failure waits the first delay
-        self.publish(self.members + joiners, f"grow to {want}")
+        self.publish(self.members + joiners, f"grow to {target}")
 
-    def pair_moves(self, left: list[str], joined: list[str], want: int) -> None:
+    def pair_moves(self, left: list[str], joined: list[str], target: int) -> None:
         """Members ``left`` that the joiners ``joined`` (started or deferred) replace, as
-        many as keep the count at ``want``, become moves."""
+        many as keep the count at ``target``, become moves."""
         olds = [s for s in left if s in self.members and s not in self.moving.values()]
         news = [s for s in joined if s in self.joining or s in self.deferred]
         staying = len(self.members) - len(self.leaving) + len(self.moving)
-        for new, old in list(zip(news, olds, strict=False))[: max(0, want - staying)]:
+        for new, old in list(zip(news, olds, strict=False))[: max(0, target - staying)]:
             self.moving[new] = old
 
     def move(self) -> None:
@@ -596,31 +596,31 @@ class Step:
                 self.leaving.discard(old)
         return tuple(self.moving.items())
 
-    def shrink_to(self, want: int, alive: Collection[str]) -> None:
-        """Keep the ``want`` longest-standing members whose slots are ``alive``; the others
+    def shrink_to(self, keep: int, alive: Collection[str]) -> None:
+        """Keep the ``keep`` longest-standing members whose slots are ``alive``; the others
         leave after this step. A member on a lost slot (its host dead or cut off) is never
         kept in place of one that still trains."""
-        if not 0 < want < len(self.members) or not self.settled():
+        if not 0 < keep < len(self.members) or not self.settled():
             return
-        staying = [s for s in self.members if s in alive][:want]
+        staying = [s for s in self.members if s in alive][:keep]
         if staying:
-            self.publish(staying, f"shrink to {want}")
+            self.publish(staying, f"shrink to {keep}")
 
     def resize(self, alive: Collection[str] | None) -> None:
         before = self.generation
         plain = self.leaving.difference(self.moving.values())  # not waiting for a joiner
-        if plain or 0 < self.want < len(self.members):  # those placed elsewhere go first
-            keep = min(self.want, len(self.members) - len(plain))
+        if plain or 0 < self.target < len(self.members):  # those placed elsewhere go first
+            keep = min(self.target, len(self.members) - len(plain))
             self.shrink_to(keep, set(self.members if alive is None else alive) - plain)
         elif self.moving:
             self.move()
-        elif self.want > len(self.members):
-            self.grow_to(self.want)
+        elif self.target > len(self.members):
+            self.grow_to(self.target)
         self.leaving.intersection_update(self.members)
         # Goodput mode: a new batch with the same members, where no resize carries it (one
         # that waits for joiners will)
         if (self.generation == before and self.batch and self.batch != self.published_batch
-                and self.members and not self.leaving and self.want <= len(self.members)
+                and self.members and not self.leaving and self.target <= len(self.members)
                 and not self.over and self.settled()):  # fmt: skip
             self.publish(list(self.members), f"global batch {self.batch}")
 
@@ -692,7 +692,7 @@ class Step:
     def facts(self, lost: bool) -> Facts:
         learners = sum(1 for s in self.started if not self.exited(s))
         return Facts(
-            want=self.want, members=len(self.members), learners=learners, lost=lost,
+            target=self.target, members=len(self.members), learners=learners, lost=lost,
             done=self.done, error=first_error(self.seen) is not None,
             started=self.step > 0 or self.generation > 0,
             gave_up=self.start_failures >= self.max_start_failures,

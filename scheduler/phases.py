@@ -41,7 +41,7 @@ FINAL = frozenset({JobPhase.SUSPENDED, JobPhase.COMPLETED, JobPhase.FAILED})
 class Facts:
     """What the scheduler observed about one job in this tick."""
 
-    want: int  # slots the decision gives it
+    target: int  # slots the decision gives it
     members: int  # learners in its current generation (0: none runs)
     learners: int  # its learners still alive anywhere: members, joiners, leavers
     lost: bool = False  # a member's lease lapsed, it exited, or it reported a failure
@@ -89,7 +89,7 @@ def advance(phase: JobPhase, facts: Facts) -> Transition | None:
             return Transition(phase, JobPhase.TRAINING, "survivors go on")
         return Transition(phase, JobPhase.WAITING, "restart from checkpoint")
     # 5. No slots for it any more.
-    if facts.want == 0:
+    if facts.target == 0:
         if facts.members:
             return Transition(phase, JobPhase.SUSPENDING, "allocation fell to zero")
         if facts.learners == 0 and facts.started and phase is not JobPhase.RECOVERING:

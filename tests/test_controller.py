@@ -156,7 +156,7 @@ def test_a_step_gives_back_every_field_of_the_state_it_was_given() -> None:
         looked_at=4.0,
     )  # fmt: skip
     state = Control(
-        phase=JobPhase.TRAINING, want=2, batch=64, published_batch=32, members=("h.0", "h.1"),
+        phase=JobPhase.TRAINING, target=2, batch=64, published_batch=32, members=("h.0", "h.1"),
         joining=("h.2",), started=frozenset({"h.0", "h.1", "h.2"}), leaving=frozenset({"h.1"}),
         moving=(("h.2", "h.1"),), step=7, done=True, tail="5-0", over=True, failure_since=6.0,
         handled_failures=1, moved=True, learners=learners, waiting_on_dead=8.0,

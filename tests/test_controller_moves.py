@@ -19,7 +19,7 @@ A, B, C, D = "h1.0", "h2.0", "h1.1", "h1.2"  # a job on A (rank 0) and B; C, D f
 
 def start() -> Control:
     return Control(
-        phase=JobPhase.TRAINING, want=2, members=(A, B), started=frozenset({A, B}),
+        phase=JobPhase.TRAINING, target=2, members=(A, B), started=frozenset({A, B}),
         learners=Learners(tokens={A: "t-a", B: "t-b"}, sent_at={A: 0.0, B: 0.0},
                           leased=frozenset({A, B})),
     )  # fmt: skip
@@ -58,8 +58,8 @@ class Job:
                 self.ready.discard(action.slot)
         return actions
 
-    def apply(self, want: int, joined: list[str], left: list[str]) -> list[elastic.Action]:
-        self.c, actions = elastic.apply(self.c, self.seen(), want, joined, left, self.token)
+    def apply(self, target: int, joined: list[str], left: list[str]) -> list[elastic.Action]:
+        self.c, actions = elastic.apply(self.c, self.seen(), target, joined, left, self.token)
         return self.carry_out(actions)
 
     def tick(self) -> list[elastic.Action]:
@@ -161,7 +161,7 @@ def test_the_joiner_dying_after_the_move_is_an_ordinary_failure() -> None:
 def test_two_learners_move_in_one_generation_whatever_the_order(order: str) -> None:
     job = Job()
     job.c = Control(
-        phase=JobPhase.TRAINING, want=3, members=(A, B, "h3.0"),
+        phase=JobPhase.TRAINING, target=3, members=(A, B, "h3.0"),
         started=frozenset({A, B, "h3.0"}),
         learners=Learners(tokens={A: "a", B: "b", "h3.0": "c"}, sent_at={A: 0, B: 0, "h3.0": 0}),
     )  # fmt: skip

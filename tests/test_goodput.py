@@ -160,10 +160,10 @@ class Job:
                 self.published.append(action)
                 self.generation = action.generation
 
-    def decide(self, want: int, batch: int = 0) -> None:
-        slots = [f"h.{i}" for i in range(want)]
+    def decide(self, target: int, batch: int = 0) -> None:
+        slots = [f"h.{i}" for i in range(target)]
         new = [s for s in slots if s not in self.c.members and s not in self.c.joining]
-        self.c, actions = elastic.apply(self.c, self.seen(), want, new, [], self.token, batch)
+        self.c, actions = elastic.apply(self.c, self.seen(), target, new, [], self.token, batch)
         self.act(actions)
 
     def tick(self, adopt: bool = True) -> None:

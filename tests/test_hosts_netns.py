@@ -365,12 +365,12 @@ def test_a_job_across_two_namespaced_hosts_survives_a_killed_and_a_partitioned_h
 # The scheduler's side of a lost host, without namespaces -----------------------------------
 
 
-def running(members: tuple[str, ...], want: int, gone: frozenset[str] = frozenset(),
+def running(members: tuple[str, ...], target: int, gone: frozenset[str] = frozenset(),
             waiting_on_dead: float = elastic.FAILURE_GRACE_SECONDS) -> Control:  # fmt: skip
     """A controller whose job trains on ``members`` (generation 1, adopted); the learners
     on ``gone`` slots are gone (their leases lapsed)."""
     sent = Learners(tokens=dict.fromkeys(members, "t"), gone=gone)
-    return Control(phase=JobPhase.TRAINING, want=want, members=members, learners=sent,
+    return Control(phase=JobPhase.TRAINING, target=target, members=members, learners=sent,
                    started=frozenset(members), waiting_on_dead=waiting_on_dead)  # fmt: skip
 
 
@@ -420,7 +420,7 @@ def test_a_suspending_job_starts_no_joiner(redis_server: RedisServer, alice: Any
     runner.state = replace(runner.state, phase=JobPhase.SUSPENDING)
     runner.apply(1, ("a.0",), ())
     assert runner.jobs.dispatches() == {}
-    assert runner.want == 0
+    assert runner.target == 0
 
 
 def test_a_learner_listens_on_the_address_it_reaches_redis_from(network: Network) -> None:

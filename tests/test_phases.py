@@ -23,8 +23,8 @@ SG, CG = JobPhase.SUSPENDING, JobPhase.COMPLETING
 SD, CD, FD = JobPhase.SUSPENDED, JobPhase.COMPLETED, JobPhase.FAILED
 
 
-def facts(want: int = 2, members: int = 2, learners: int = 2, **kw: Any) -> Facts:
-    return Facts(want=want, members=members, learners=learners, **kw)
+def facts(target: int = 2, members: int = 2, learners: int = 2, **kw: Any) -> Facts:
+    return Facts(target=target, members=members, learners=learners, **kw)
 
 
 # (phase, facts, expected next phase or None, transition name)
@@ -32,20 +32,20 @@ TABLE: list[tuple[JobPhase, Facts, JobPhase | None, str]] = [
     (W, facts(members=0, learners=2), None, ""),  # joiners on their way
     (W, facts(members=2), T, "generation formed"),
     (T, facts(), None, ""),  # training as allocated: nothing to say
-    (T, facts(want=3), None, ""),  # growing is membership, not a phase
+    (T, facts(target=3), None, ""),  # growing is membership, not a phase
     (T, facts(lost=True), R, "lost learners"),
     (R, facts(lost=True, members=2, learners=1), None, ""),  # waiting out the grace
     (R, facts(members=1, learners=1), T, "survivors go on"),
     (R, facts(members=0, learners=0, started=True), W, "restart from checkpoint"),
-    (R, facts(want=0, members=0, learners=0, started=True), W, "restart from checkpoint"),
+    (R, facts(target=0, members=0, learners=0, started=True), W, "restart from checkpoint"),
     (T, facts(members=0, learners=0), W, "no generation"),
-    (T, facts(want=0), SG, "allocation fell to zero"),
-    (SG, facts(want=0, learners=1), None, ""),
-    (SG, facts(want=0, learners=0), SD, "checkpointed and out"),
-    (SG, facts(want=0, learners=1, error=True), FD, "user code failed"),
-    (W, facts(want=0, members=0, learners=0, started=True), SD, "no learner and no slot left"),
-    (W, facts(want=0, members=0, learners=0), None, ""),  # queued, never ran: stays queued
-    (W, facts(want=0, members=0, learners=1, started=True), None, ""),  # a joiner still exits
+    (T, facts(target=0), SG, "allocation fell to zero"),
+    (SG, facts(target=0, learners=1), None, ""),
+    (SG, facts(target=0, learners=0), SD, "checkpointed and out"),
+    (SG, facts(target=0, learners=1, error=True), FD, "user code failed"),
+    (W, facts(target=0, members=0, learners=0, started=True), SD, "no learner and no slot left"),
+    (W, facts(target=0, members=0, learners=0), None, ""),  # queued, never ran: stays queued
+    (W, facts(target=0, members=0, learners=1, started=True), None, ""),  # a joiner still exits
     (T, facts(done=True), CG, "training finished"),
     (T, facts(done=True, learners=0), CD, "learners exited"),
     (CG, facts(done=True, learners=1), None, ""),
@@ -55,20 +55,20 @@ TABLE: list[tuple[JobPhase, Facts, JobPhase | None, str]] = [
     (T, facts(error=True, done=True), FD, "user code failed"),
     (T, facts(lost=True, done=True), CG, "training finished"),
     (W, facts(members=0, learners=0, gave_up=True), FD, "learners could not start"),
-    (T, facts(want=3, gave_up=True), FD, "learners could not start"),  # its joiners' loop
+    (T, facts(target=3, gave_up=True), FD, "learners could not start"),  # its joiners' loop
     (T, facts(gave_up=True, error=True), FD, "user code failed"),  # the user's error first
-    (W, facts(want=0), SG, "allocation fell to zero"),  # formed as its slots were taken
+    (W, facts(target=0), SG, "allocation fell to zero"),  # formed as its slots were taken
     (W, facts(members=0, learners=1, done=True), CG, "training finished"),  # a joiner exits
     (W, facts(members=0, learners=0, done=True), CD, "learners exited"),
-    (T, facts(want=0, members=0, learners=0, started=True), SD, "no learner and no slot left"),
-    (R, facts(want=0, lost=True, members=1), SG, "allocation fell to zero"),
+    (T, facts(target=0, members=0, learners=0, started=True), SD, "no learner and no slot left"),
+    (R, facts(target=0, lost=True, members=1), SG, "allocation fell to zero"),
     (R, facts(lost=True, done=True, members=1, learners=1), CG, "training finished"),
     (R, facts(members=0, learners=0, done=True), CD, "learners exited"),
     (R, facts(lost=True, error=True), FD, "user code failed"),
     (R, facts(lost=True, members=0, learners=0, gave_up=True), FD, "learners could not start"),
-    (SG, facts(want=0, learners=1, done=True), CG, "training finished"),  # done as it left
-    (SG, facts(want=0, learners=0, done=True), CD, "learners exited"),
-    (SG, facts(want=0, learners=1, gave_up=True), FD, "learners could not start"),
+    (SG, facts(target=0, learners=1, done=True), CG, "training finished"),  # done as it left
+    (SG, facts(target=0, learners=0, done=True), CD, "learners exited"),
+    (SG, facts(target=0, learners=1, gave_up=True), FD, "learners could not start"),
     (CG, facts(done=True, learners=1, error=True), FD, "user code failed"),
     (CG, facts(done=True, learners=1, gave_up=True), FD, "learners could not start"),
     *[(phase, facts(error=True, lost=True), None, "") for phase in sorted(FINAL)],

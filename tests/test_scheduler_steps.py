@@ -310,10 +310,10 @@ def test_a_priority_change_reaches_the_next_decision(client: redis.Redis, alice:
     live = live_scheduler()
     live.step(slots(8))
     live.step(slots(8))  # the same again: the views of the jobs holding 4 slots each kept
-    assert (live.runners[a.pk].want, live.runners[b.pk].want) == (4, 4)
+    assert (live.runners[a.pk].target, live.runners[b.pk].target) == (4, 4)
     Job.objects.filter(pk=b.pk).update(priority=10_000)
     live.step(slots(8))
-    assert (live.runners[a.pk].want, live.runners[b.pk].want) == (3, 5)
+    assert (live.runners[a.pk].target, live.runners[b.pk].target) == (3, 5)
 
 
 @pytest.mark.parametrize("seed", range(20))

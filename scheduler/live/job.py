@@ -151,8 +151,8 @@ class JobRunner:
         return self.state.phase
 
     @property
-    def want(self) -> int:
-        return self.state.want
+    def target(self) -> int:
+        return self.state.target
 
     def holding(self) -> list[str]:
         """The job's slots, oldest learner first: members, then joiners. A job being
@@ -206,11 +206,11 @@ class JobRunner:
             log.info("job %s: the learner on %s is gone (its lease lapsed)", self.job_id, slot)
         return gone
 
-    def apply(self, want: int, joined: Collection[str], left: Collection[str],
+    def apply(self, target: int, joined: Collection[str], left: Collection[str],
               batch: int = 0) -> None:  # fmt: skip
-        """A decision: ``want`` slots, learners to start on ``joined`` and to take off
+        """A decision: ``target`` slots, learners to start on ``joined`` and to take off
         ``left``; ``batch``: a goodput-mode job's global batch (0: the last one asked)."""
-        self.state, actions = elastic.apply(self.state, self._counted(self.seen()), want, joined,
+        self.state, actions = elastic.apply(self.state, self._counted(self.seen()), target, joined,
                                             left, new_token, batch)  # fmt: skip
         self._do(actions)
 

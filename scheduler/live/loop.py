@@ -332,7 +332,7 @@ class LiveScheduler:
             target = targets.get(key, 0)
             came, went = joined.get(key, ()), left.get(key, ())
             batch = batches.get(key, 0)
-            moved = target != runner.want or came or went
+            moved = target != runner.target or came or went
             if moved or (batch and goodput.batch_change_pays(views[key], target, batch, per_host)):
                 runner.apply(target, came, went, batch)
                 self.dirty.add(pk)

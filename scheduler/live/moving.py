@@ -81,7 +81,7 @@ class Mover:
             log.info("job %s: a move to %d host(s) would not pay back (%.1f vs %.1f samples/s)",
                      pk, move.hosts_after, new, old)  # fmt: skip
             return False
-        runner.apply(runner.want, move.taken, move.left)
+        runner.apply(runner.target, move.taken, move.left)
         owner.update(dict.fromkeys(move.taken, str(pk)))
         pairs = ", ".join(f"{a} -> {b}" for a, b in zip(move.left, move.taken, strict=True))
         measured = "measured" if (len(members), move.hosts_after) in rates else "expected"
