@@ -122,7 +122,8 @@ def plain_run(s: Setup, data: Path, prec: str, as_learner: bool = False) -> floa
     CPU allocator, ``THP_MEM_ALLOC_ENABLE``), to tell that apart from the engine's step."""
     cmd = [sys.executable, __file__, "--plain", str(s.model), str(data), str(s.warmup),
            str(s.steps), str(s.batch), prec]  # fmt: skip
-    env = dict(os.environ)
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("EDT_TORCH_THREADS", "THP_MEM_ALLOC_ENABLE")}  # fmt: skip
     if as_learner:
         env.update(EDT_TORCH_THREADS="1", THP_MEM_ALLOC_ENABLE="1")
     out = subprocess.run(cmd, cwd=PROJECT, env=env, check=True, capture_output=True,

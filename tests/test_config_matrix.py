@@ -194,8 +194,8 @@ def on_postgresql(tmp: Path, server: str) -> Iterator[LiveEdt]:
         admin = psycopg.connect(f"{server}/postgres", autocommit=True, connect_timeout=10)
     except psycopg.OperationalError as exc:
         raise AssertionError(
-            f"no PostgreSQL server answers at {server} (EDT_TEST_POSTGRES) for its user "
-            f"without a password (trust auth): {exc}"
+            f"no PostgreSQL server answers at {server} for its user without a password "
+            f"(trust auth): {exc}"
         ) from None
     try:
         admin.execute(f"CREATE DATABASE {name}")

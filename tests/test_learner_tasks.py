@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -62,9 +63,10 @@ def slot_host(
     yield SLOTS
 
 
-def run(job: Job, slots: list[str], timeout: float, seen: set[int] | None = None) -> str:
+def run(job: Job, slots: list[str], timeout: float, seen: set[str] | None = None) -> str:
     """The scheduler's part (the job's runner) and the metrics consumer's, in turns; the
-    pids of the job's learners go into ``seen``, looked for each turn until two are found."""
+    logs the job's learners hold open go into ``seen`` (one per slot), looked for each turn
+    until two are found."""
     runner = runner_for(job, resume=False)
     consumer = MetricsConsumer(Store(services.redis_client()))
     runner.apply(len(slots), tuple(slots), ())
@@ -75,7 +77,7 @@ def run(job: Job, slots: list[str], timeout: float, seen: set[int] | None = None
             return final
         consumer.round(block=0.02)
         if seen is not None and len(seen) < 2:
-            seen.update(p.pid for p in learner_processes(job))
+            seen.update(open_logs(job))
     raise AssertionError(f"job did not end in {timeout} s")
 
 
@@ -84,6 +86,16 @@ def slots_answer(redis_server: RedisServer, slots: list[str]) -> bool:
     for slot in slots:
         assert celery.send_task("edt.ping", queue="slot." + slot).get(timeout=10)["slot"] == slot
     return True
+
+
+def open_logs(job: Job) -> set[str]:
+    """The learners' logs in the job's directory that some process holds open."""
+    logs = job.workdir / "logs"
+    found = set()
+    for proc in learner_processes(job):
+        with contextlib.suppress(psutil.Error):
+            found.update(f.path for f in proc.open_files() if Path(f.path).parent == logs)
+    return found
 
 
 def learner_processes(job: Job) -> list[psutil.Process]:
@@ -98,9 +110,9 @@ def test_a_job_trains_on_two_slots_and_completes(
     data = write_cifar10(tmp_path / "data", train=512, test=128)
     job = services.submit_job(alice, name="mlp", model_path=str(PROJECT_DIR / "examples/mlp.py"),
                               data_path=str(data), max_workers=2, epochs=2)  # fmt: skip
-    seen: set[int] = set()
+    seen: set[str] = set()
     assert run(job, slot_host, timeout=90, seen=seen) == Job.State.COMPLETED
-    assert len(seen) >= 2, f"the learners were not found while they trained: {seen}"
+    assert len(seen) == 2, f"the two learners were not found while they trained: {seen}"
     job.refresh_from_db()
     assert job.state == Job.State.COMPLETED and job.steps_done == 16
     train = Metric.objects.filter(job=job, kind="train").order_by("step")

@@ -35,13 +35,11 @@ from protocol.learner_task import TASK, LearnerPaths, learner_args
 from protocol.slots import SlotInfo
 from scheduler.dispatch import SEND, LearnerMessages
 from scheduler.live import loop as scheduling
-from scheduler.live import ports
 from scheduler.live.job import JobRunner
 from scheduler.live.loop import LiveScheduler
 from scheduler.live.snapshot import BY_SERVICE, BY_SPEEDUP
 from scheduler.placement import Slot, place
 from scheduler.policies import POLICIES, JobView, Snapshot, decide
-from scheduler.policies import model as states
 from scheduler.store import AllocationRecord, Changed, Store, take_changed
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -510,12 +508,3 @@ def test_a_scheduler_in_database_3_deletes_its_old_named_users_and_no_one_elses(
         others = [u for u in client.execute_command("ACL", "USERS") if u.startswith("edt-")]
         redis_acl.delete_users(client, others)
         client.close()
-
-
-def test_the_live_schedulers_words_for_job_states_are_the_records() -> None:
-    """scheduler/live/ports.py names the job states without Django; the records' must be
-    the same words, or a transition would write a state no page knows."""
-    named = {ports.QUEUED, ports.RUNNING, ports.SUSPENDED, ports.COMPLETED, ports.FAILED,
-             ports.STOPPED}  # fmt: skip
-    assert set(Job.State.values) == named and tuple(Job.ACTIVE) == ports.ACTIVE
-    assert {states.RUNNING, states.SUSPENDED, states.COMPLETED, states.FAILED} <= named

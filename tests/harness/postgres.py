@@ -59,45 +59,28 @@ def postgres_server() -> Iterator[str]:
     prefix: list[str] = []
     # in /tmp, open to the account (TMPDIR may be a test's own, closed to other users)
     folder = Path(tempfile.mkdtemp(prefix="edt-test-pg-", dir="/tmp"))
-    if os.geteuid() == 0:
-        uid, gid = sandbox.account(ACCOUNT)
-        os.chown(folder, uid, gid)
-        # keep: the parent-death signal survives the change of user (which clears it)
-        prefix = ["setpriv", f"--reuid={uid}", f"--regid={gid}", "--clear-groups",
-                  "--pdeathsig", "keep", "--"]  # fmt: skip
-    data, socket_dir = folder / "data", folder
-    port = free_port()
     proc: subprocess.Popen[bytes] | None = None
     try:
+        if os.geteuid() == 0:
+            uid, gid = sandbox.account(ACCOUNT)
+            os.chown(folder, uid, gid)
+            # keep: the parent-death signal survives the change of user (which clears it)
+            prefix = ["setpriv", f"--reuid={uid}", f"--regid={gid}", "--clear-groups",
+                      "--pdeathsig", "keep", "--"]  # fmt: skip
+        data = folder / "data"
         made = subprocess.run(
             [*prefix, str(initdb), "-D", str(data), "-U", "postgres", "--auth=trust",
-             "-E", "UTF8", "--no-sync", "--no-instructions"],
+             "-E", "UTF8", "--locale=C", "--no-sync"],
             capture_output=True, text=True, timeout=120,
         )  # fmt: skip
         assert made.returncode == 0, f"initdb failed: {made.stdout}{made.stderr}"
-        log = (folder / "server.log").open("wb")
-        proc = subprocess.Popen(
-            [*prefix, str(postgres), "-D", str(data), "-p", str(port), "-k", str(socket_dir),
-             "-c", "listen_addresses=127.0.0.1", "-c", "fsync=off",
-             "-c", "synchronous_commit=off", "-c", "full_page_writes=off"],
-            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            # a killed test run takes it along: SIGINT, PostgreSQL's fast shutdown (SIGTERM
-            # would wait for its clients)
-            preexec_fn=sandbox.dies_with_parent(signal.SIGINT),
-        )  # fmt: skip
-        url = f"postgres://postgres@127.0.0.1:{port}"
-
-        def answers() -> bool:
-            assert proc is not None and proc.poll() is None, (
-                f"postgres exited: {(folder / 'server.log').read_text()[-2000:]}"
+        for attempt in range(3):  # a free port can be taken before the server binds it
+            proc, url = _start(prefix, postgres, data, folder)
+            if _answers(proc, url, folder):
+                break
+            assert attempt < 2 and "could not bind" in _log(folder), (
+                f"postgres exited: {_log(folder)[-2000:]}"
             )
-            try:
-                psycopg.connect(f"{url}/postgres", connect_timeout=2).close()
-                return True
-            except psycopg.OperationalError:
-                return False
-
-        wait_for(answers, 60, "the test's PostgreSQL server to answer")
         yield url
     finally:
         if proc is not None and proc.poll() is None:
@@ -108,3 +91,41 @@ def postgres_server() -> Iterator[str]:
                 proc.kill()
                 proc.wait()
         shutil.rmtree(folder, ignore_errors=True)
+
+
+def _start(
+    prefix: list[str], postgres: Path, data: Path, folder: Path
+) -> tuple[subprocess.Popen[bytes], str]:
+    port = free_port()
+    with (folder / "server.log").open("ab") as log:
+        proc = subprocess.Popen(
+            [*prefix, str(postgres), "-D", str(data), "-p", str(port), "-k", str(folder),
+             "-c", "listen_addresses=127.0.0.1", "-c", "fsync=off",
+             "-c", "synchronous_commit=off", "-c", "full_page_writes=off"],
+            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            # a session of its own: a Ctrl-C to the run's group stops it only at teardown;
+            # a killed run takes it along: SIGINT, PostgreSQL's fast shutdown (SIGTERM would
+            # wait for its clients)
+            start_new_session=True, preexec_fn=sandbox.dies_with_parent(signal.SIGINT),
+        )  # fmt: skip
+    return proc, f"postgres://postgres@127.0.0.1:{port}"
+
+
+def _answers(proc: subprocess.Popen[bytes], url: str, folder: Path) -> bool:
+    """Wait until the server answers (True) or exits first (False)."""
+
+    def connects() -> bool:
+        try:
+            psycopg.connect(f"{url}/postgres", connect_timeout=2).close()
+            return True
+        except psycopg.OperationalError:
+            return False
+
+    wait_for(lambda: proc.poll() is not None or connects(), 60,
+             lambda: f"the test's PostgreSQL server to answer: {_log(folder)[-2000:]}")  # fmt: skip
+    return proc.poll() is None
+
+
+def _log(folder: Path) -> str:
+    path = folder / "server.log"
+    return path.read_text(errors="replace") if path.exists() else ""
