@@ -30,8 +30,7 @@ sys.path.insert(0, str(PROJECT))
 import torch  # noqa: E402
 from torch.profiler import ProfilerActivity, profile  # noqa: E402
 
-from bench.bench_engine import WIDE  # noqa: E402
-from bench.bench_gpu import RESNET  # noqa: E402
+from bench.bench_gpu import SETUPS  # noqa: E402
 from bench.bench_step_overhead import engine_learner  # noqa: E402
 from edtweb.redis_server import RedisServer  # noqa: E402
 from workers.learner.datasets import write_cifar10  # noqa: E402
@@ -73,7 +72,7 @@ def ms_per_step(step: Callable[[], Any], n: int) -> float:
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--steps", type=int, default=200)
-    p.add_argument("--model", choices=("wide", "resnet"), default="wide")
+    p.add_argument("--model", choices=sorted(SETUPS), default="wide")
     p.add_argument("--precision", choices=("fp32", "bf16"), default="fp32")
     a = p.parse_args()
     if not torch.cuda.is_available():
@@ -85,9 +84,7 @@ def main() -> None:
         data = write_cifar10(tmp / "data", train=BATCH * (3 * a.steps + 100), test=256)
         redis = RedisServer(tmp / "redis", appendonly=False, dies_with_parent=True).start()
         try:
-            report(
-                redis.url, data, tmp, a.steps, WIDE if a.model == "wide" else RESNET, a.precision
-            )
+            report(redis.url, data, tmp, a.steps, SETUPS[a.model].model, a.precision)
         finally:
             redis.stop()
     sys.stdout.flush()

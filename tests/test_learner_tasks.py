@@ -89,10 +89,11 @@ def slots_answer(redis_server: RedisServer, slots: list[str]) -> bool:
 
 
 def open_logs(job: Job) -> set[str]:
-    """The learners' logs in the job's directory that some process holds open."""
+    """The learners' logs in the job's directory that some process holds open (one look at
+    each process's files)."""
     logs = job.workdir / "logs"
     found = set()
-    for proc in learner_processes(job):
+    for proc in psutil.process_iter():
         with contextlib.suppress(psutil.Error):
             found.update(f.path for f in proc.open_files() if Path(f.path).parent == logs)
     return found

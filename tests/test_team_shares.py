@@ -62,16 +62,9 @@ def decided(store: Store, people: dict[str, Any], teams: dict[str, Team]) -> Ite
     a = stored_job(
         people["alice"], "alice-run", Job.State.RUNNING, team=teams["vision"], max_workers=8
     )
-    stored_job(
-        people["lena"],
-        "lena-wide",
-        Job.State.QUEUED,
-        team=teams["vision"],
-        max_workers=8,
-        min_workers=8,
-    )
+    stored_job(people["lena"], "lena-wide", team=teams["vision"], max_workers=8, min_workers=8)
     o = stored_job(people["olga"], "olga-run", Job.State.RUNNING, team=teams["nlp"], max_workers=2)
-    stored_job(people["bob"], "bobs-own", Job.State.QUEUED, team=None, max_workers=2)
+    stored_job(people["bob"], "bobs-own", max_workers=2)
     decision = publish(store, 8, {a.pk: 6, o.pk: 2})
     yield decision
     store.save_allocations(AllocationRecord(), ttl=0.001)

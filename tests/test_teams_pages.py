@@ -213,7 +213,7 @@ def test_a_preview_of_a_team_with_no_jobs_and_of_an_impossible_change(
     people: dict[str, Any], teams: dict[str, Team], slots: list[str], store: Store
 ) -> None:
     root = token_client(people["root"])
-    o = stored_job(people["olga"], "o", Job.State.QUEUED, team=teams["nlp"], max_workers=2)
+    o = stored_job(people["olga"], "o", team=teams["nlp"], max_workers=2)
     answer = root.post(PREVIEW, {"teams": {"vision": {"weight": 5, "limit": 3}}},
                        format="json").json()  # fmt: skip
     group = next(g for g in answer["groups"] if g["group"] == "default")
@@ -242,22 +242,8 @@ def test_a_teams_guarantee_counts_in_its_own_group_alone(
 ) -> None:
     """In h100 (one slot at the scheduler's last decision), a job of vision's and one of
     nlp's (weight 2): vision's guarantee counts there only once h100 is its own group."""
-    stored_job(
-        people["alice"],
-        "a",
-        Job.State.QUEUED,
-        team=teams["vision"],
-        max_workers=1,
-        resource_group="h100",
-    )
-    stored_job(
-        people["olga"],
-        "o",
-        Job.State.QUEUED,
-        team=teams["nlp"],
-        max_workers=1,
-        resource_group="h100",
-    )
+    for owner, name, team in (("alice", "a", "vision"), ("olga", "o", "nlp")):
+        stored_job(people[owner], name, team=teams[team], max_workers=1, resource_group="h100")
     record = AllocationRecord({}, 7, "fairshare", groups={"default": 6, "h100": 1})
     store.save_allocations(record, ttl=60)
     root = token_client(people["root"])
@@ -291,21 +277,11 @@ def test_the_shares_read_back_as_each_user_may_see_them(
     ids = {name: str(t.pk) for name, t in teams.items()}
     vision = teams["vision"]
     waiting = [
-        stored_job(people["alice"], f"wait-{i}", Job.State.QUEUED, team=vision, max_workers=8)
-        for i in range(2)
+        stored_job(people["alice"], f"wait-{i}", team=vision, max_workers=8) for i in range(2)
     ]
-    theirs = stored_job(
-        people["olga"], "nlp-wait", Job.State.QUEUED, team=teams["nlp"], max_workers=8
-    )
-    mine = stored_job(people["bob"], "bobs-solo", Job.State.QUEUED, team=None, max_workers=8)
-    stored_job(
-        people["alice"],
-        "late",
-        Job.State.QUEUED,
-        team=teams["vision"],
-        priority=9000,
-        max_workers=8,
-    )
+    theirs = stored_job(people["olga"], "nlp-wait", team=teams["nlp"], max_workers=8)
+    mine = stored_job(people["bob"], "bobs-solo", max_workers=8)
+    stored_job(people["alice"], "late", team=teams["vision"], priority=9000, max_workers=8)
     now = time.time()
     first = write_share(store, now - 60, {"default": {"capacity": 8, "teams": {
         ids["vision"]: {"held": 3, "entitled": 2.667, "demand": 8},
@@ -363,7 +339,7 @@ def test_the_schedulers_own_entries_read_back(
     decisions on the snapshots it builds) are what the chart reads."""
     a = stored_job(people["alice"], "a", Job.State.RUNNING, team=teams["vision"], max_workers=8)
     o = stored_job(people["olga"], "o", Job.State.RUNNING, team=teams["nlp"], max_workers=8)
-    stored_job(people["olga"], "w", Job.State.QUEUED, team=teams["nlp"], max_workers=2)
+    stored_job(people["olga"], "w", team=teams["nlp"], max_workers=2)
     snapshots = SnapshotBuilder().build_groups(
         job_rows(schedulable_jobs()), {"default": 8, "h100": 1}, {a.pk: 4, o.pk: 4}, read_tenancy()
     )
@@ -384,9 +360,7 @@ def test_the_schedulers_own_entries_read_back(
 def test_the_queue_by_team_needs_no_stream_and_names_only_visible_jobs(
     people: dict[str, Any], teams: dict[str, Team], slots: list[str]
 ) -> None:
-    stored_job(
-        people["olga"], "nlp-a", Job.State.QUEUED, team=teams["nlp"], priority=100, max_workers=8
-    )
+    stored_job(people["olga"], "nlp-a", team=teams["nlp"], priority=100, max_workers=8)
     stored_job(
         people["olga"],
         "nlp-b",
@@ -395,24 +369,15 @@ def test_the_queue_by_team_needs_no_stream_and_names_only_visible_jobs(
         priority=9000,
         max_workers=8,
     )
-    stored_job(
-        people["alice"],
-        "vis",
-        Job.State.QUEUED,
-        team=teams["vision"],
-        max_workers=8,
-        resource_group="h100",
-    )
+    stored_job(people["alice"], "vis", team=teams["vision"], max_workers=8, resource_group="h100")
     stored_job(people["alice"], "done", Job.State.COMPLETED, team=teams["vision"], max_workers=8)
     root = token_client(people["root"]).get(SHARES).json()
     assert root["entries"] == [] and root["cursor"] == ""
     assert [(q["group"], q["team"], [j["name"] for j in q["jobs"]]) for q in root["queue"]] == [
         ("default", "nlp", ["nlp-b", "nlp-a"]), ("h100", "vision", ["vis"])]  # fmt: skip
     # A job of no team, someone else's, shows to Bob as another user's job beside his own.
-    stored_job(
-        people["olga"], "olgas-solo", Job.State.QUEUED, team=None, priority=9999, max_workers=8
-    )
-    stored_job(people["bob"], "bobs-solo", Job.State.QUEUED, team=None, max_workers=8)
+    stored_job(people["olga"], "olgas-solo", priority=9999, max_workers=8)
+    stored_job(people["bob"], "bobs-solo", max_workers=8)
     bob = token_client(people["bob"]).get(SHARES).json()
     solo = next(q for q in bob["queue"] if q["team"] == "no team")
     assert [(j["id"] is None, j["name"], j["priority"]) for j in solo["jobs"]] == [

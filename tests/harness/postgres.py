@@ -37,7 +37,7 @@ def binary(name: str) -> Path | None:
     found = shutil.which(name)
     if found:
         return Path(found)
-    versions = sorted(Path("/usr/lib/postgresql").glob("*/bin"), key=lambda p: _version(p))
+    versions = sorted(Path("/usr/lib/postgresql").glob("*/bin"), key=_version)
     for folder in reversed(versions):
         if (folder / name).exists():
             return folder / name

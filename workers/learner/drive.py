@@ -139,7 +139,7 @@ class LocalLauncher:
             _forkserver.set_forkserver_preload(LOCAL_PRELOAD)
         argv = ["--spec", str(self.spec_path), "--slot", slot]
         proc = _forkserver.Process(target=_local_learner,
-                              args=(argv, env, str(self.logs / f"{slot}.log")))  # fmt: skip
+                                   args=(argv, env, str(self.logs / f"{slot}.log")))  # fmt: skip
         proc.start()
         self.procs[slot] = (token, proc)
 
