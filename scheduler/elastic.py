@@ -30,7 +30,11 @@ from scheduler.phases import FINAL, Facts, JobPhase, Transition, advance
 # The job rows' states a transition moves the job to (``Enter``), from the one list
 from scheduler.policies.model import COMPLETED, FAILED, RUNNING, SUSPENDED
 
-FAILURE_GRACE_SECONDS = 1.0
+# How long a silent member may lag the peers that reported a failed collective before it is
+# judged the culprit: their timeouts run from each one's entry into the collective, and on a
+# loaded host a healthy learner entered over a second later (1.0 s dropped one beside a
+# frozen learner in test_input's kill-then-freeze run under load).
+FAILURE_GRACE_SECONDS = 3.0
 LEASE_GRACE = 2.0  # seconds a lapsed lease must stay missing, watched without a gap
 START_GRACE = 180.0  # seconds a dispatched learner has to take its first lease
 WATCH_GAP = 3.0  # seconds between two looks beyond which the watch starts over (an outage)
