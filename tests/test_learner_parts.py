@@ -213,15 +213,18 @@ def test_torch_reducer_after_a_failed_step_reduces_again_and_records_nothing() -
     torch.manual_seed(SEED)
     model = torch.nn.Sequential(torch.nn.Linear(8, 4), torch.nn.ReLU(), torch.nn.Linear(4, 2))
     params = list(model.parameters())
-    reducer = TorchReducer(params)
+    reducer = TorchReducer(params, carried=3)
     x, y = torch.randn(6, 8), torch.tensor([0, 1, 0, 1, 1, 0])
+    agreement = torch.tensor([4.0, 0.75, 2.0])
 
     def step(launch: Any) -> list[torch.Tensor]:
         for p in params:
             p.grad = None  # as the step's zero_grad(set_to_none=True)
-        reducer.arm(launch, torch.zeros(1))
-        torch.nn.functional.cross_entropy(model(x), y).backward()  # type: ignore[no-untyped-call]
-        reducer.finish()
+        carry = reducer.arm(launch, agreement)
+        loss = torch.nn.functional.cross_entropy(model(x), y)
+        (loss + carry).backward()  # type: ignore[no-untyped-call]
+        # the agreement rode in a bucket (one rank: as it was), taken anew each step
+        assert torch.equal(reducer.finish(), agreement)
         return [p.grad.clone() for p in params if p.grad is not None]
 
     def broken(tensor: torch.Tensor) -> Any:

@@ -12,9 +12,15 @@ rank back-propagated ``loss * (its samples / B)``) on the process group of the g
 the learner is in now, so a resize changes one reference and builds nothing, and the
 buckets keep their memory and their order across generations.
 
-The step's agreement (overlap.py's tail: right answers, loss, rank 0's generation, stop
-flag and records written) is a small tensor of its own, all-reduced on the same group just
-before the first bucket, so it is launched at the same point of backward on every rank.
+The step's agreement (right answers, loss, rank 0's generation, stop flag and records
+written) rides in the first bucket, as the gradient of a *carrier*: a leaf of zeros, as
+many as the agreement's values, that the reducer holds beside the parameters (first, so in
+bucket 0). The step's last backward adds ``(carrier * agreement).sum()`` to its loss (its
+value unchanged: the carrier is zero; the model's gradients unchanged: the agreement is
+detached), so the carrier's gradient is the agreement, summed over the ranks with the
+gradients, and no collective of its own is launched (against a small all-reduce of its
+own, the engine's step rate at two learners rose by a median 4 %, bench/results/
+step-overhead.md).
 
 A parameter that gets no gradient in the step's last backward leaves its bucket unlaunched
 and the reducer unfinished; :meth:`finish` says so (``UnusedParameters``), and the learner
@@ -77,12 +83,17 @@ def _placeholder() -> ProcessGroup:
 
 
 class TorchReducer:
-    def __init__(self, params: Sequence[torch.Tensor], bucket_bytes: int = 0) -> None:
+    def __init__(self, params: Sequence[torch.Tensor], carried: int, bucket_bytes: int = 0) -> None:
         first, rest = (bucket_bytes, bucket_bytes) if bucket_bytes > 0 else (
             FIRST_BUCKET_BYTES, BUCKET_BYTES)  # fmt: skip
+        # the agreement's carrier (``carried`` values), beside the parameters' dtype and
+        # device: its gradient comes first in backward (arm), and goes in bucket 0
+        like = params[0] if params else torch.zeros(())
+        self.carrier = torch.zeros(carried, dtype=torch.float32, device=like.device,
+                                   requires_grad=True)  # fmt: skip
         # The reducer holds the parameters in reverse (roughly the order their gradients
         # come in), so that its buckets, made in its own order, go out early in backward.
-        backward = list(reversed(params))
+        backward = [self.carrier, *reversed(params)]
         groups, limits = _compute_bucket_assignment_by_size(backward, [first, rest])
         self.members = groups
         # (params, buckets, their limits, group, sparse, cap, find unused, grads as bucket
@@ -98,8 +109,6 @@ class TorchReducer:
         self._reducer._rebuild_buckets()
         _register_comm_hook(self._reducer, None, self._hook)
         self._launch: Callable[[torch.Tensor], Any] | None = None
-        self._agreement: torch.Tensor | None = None
-        self._agreed: Any = None
         # the first failure of a launch or of an all-reduce in the step (backward raised
         # because of it, not because of the model)
         self.error: BaseException | None = None
@@ -112,30 +121,32 @@ class TorchReducer:
         against 0.25 s for 1 GB of state, bench/results/engine-resize.md)."""
         if not params:
             return
-        self.arm(_kept, torch.zeros(1, device=params[0].device))
-        (torch.stack([p.sum() for p in params]).sum() * 0.0).backward()  # type: ignore[no-untyped-call]
+        carry = self.arm(_kept, torch.zeros_like(self.carrier, requires_grad=False))
+        (torch.stack([p.sum() for p in params]).sum() * 0.0 + carry).backward()  # type: ignore[no-untyped-call]
         self.finish()
         for p in params:
             p.grad = None
+        self.carrier.grad = None
 
     @property
     def count(self) -> int:
         return len(self.members)
 
-    def arm(self, launch: Callable[[torch.Tensor], Any], agreement: torch.Tensor) -> None:
+    def arm(self, launch: Callable[[torch.Tensor], Any], agreement: torch.Tensor) -> torch.Tensor:
         """The next backward is the step's last: its gradients are all-reduced with
-        ``launch`` as they are in, ``agreement`` just before the first bucket."""
-        self._launch, self._agreement, self._agreed = launch, agreement, None
+        ``launch`` as they are in. Returns what that backward adds to its loss so that
+        ``agreement`` rides in the first bucket (the carrier's gradient, see the module)."""
+        self._launch = launch
         self.error = None
+        self.carrier.grad = None  # its bucket view holds the step before's sum: not added to
         self._reducer.prepare_for_forward()
         self._reducer.prepare_for_backward([])
+        return (self.carrier * agreement.detach().to(self.carrier.dtype)).sum()
 
     def _hook(self, _state: object, bucket: GradBucket) -> torch.futures.Future[torch.Tensor]:
         try:
             if self._launch is None:
                 raise RuntimeError("a bucket became ready outside an armed step")
-            if bucket.index() == 0 and self._agreement is not None:
-                self._agreed = self._launch(self._agreement)
             work = self._launch(bucket.buffer())
         except Exception as exc:
             self.error = self.error or exc
@@ -167,7 +178,7 @@ class TorchReducer:
 
     def let_go(self) -> None:
         """Drop what the step holds of the generation's group (its launch, works, error)."""
-        self._launch, self._agreement, self._agreed = None, None, None
+        self._launch = None
         self.error = None
 
     @property
@@ -177,21 +188,18 @@ class TorchReducer:
 
     def finish(self) -> torch.Tensor:
         """After the last backward (which waited for every bucket, in the reducer): the
-        summed agreement, on the device, unread."""
-        agreement, agreed = self._agreement, self._agreed
+        summed agreement, on the device, unread (a copy: the next step's sum goes where the
+        carrier's gradient is)."""
         try:
             self._reducer._check_reducer_finalized()
         except RuntimeError as exc:
             self.failed()
             raise UnusedParameters(str(exc).split(". ")[0]) from exc
-        self._launch, self._agreement, self._agreed = None, None, None
-        if agreement is None or agreed is None:
-            raise BucketFailure("the step's agreement was not launched")
-        try:
-            agreed.wait()
-        except Exception as exc:
-            raise BucketFailure(str(exc)) from exc
-        return agreement
+        self._launch = None
+        summed = self.carrier.grad
+        if summed is None:
+            raise BucketFailure("the step's agreement was not reduced")
+        return summed.clone()
 
     def close(self) -> None:
         """Take the reducer's hooks off the parameters (the engine's buckets take over)."""

@@ -151,7 +151,7 @@ class Stepper:
         held = rehearse(self.model, self.params, self.defn.loss_fn, x, y, self.autocast)
         if self.goodput is None and self.params and len(held) == len(self.params):
             # every parameter takes part (as the rehearsal saw): torch's reducer
-            self.reducer = TorchReducer(self.params, self.spec.bucket_bytes)
+            self.reducer = TorchReducer(self.params, AGREED, self.spec.bucket_bytes)
         # (on a GPU the caching allocator keeps freed memory for the step anyway)
         self.held = held if self.device.type == "cpu" else []
 
@@ -305,8 +305,8 @@ class Stepper:
         than the generation) back-propagates zeros, so that its buckets go too."""
         launch = gloo_or_nccl_allreduce(self.membership.pg)
 
-        def arm(correct: Any, loss_part: Any) -> None:
-            reducer.arm(launch, self.agreement(correct, loss_part))
+        def arm(correct: Any, loss_part: Any) -> torch.Tensor:
+            return reducer.arm(launch, self.agreement(correct, loss_part))
 
         try:
             if batches:
@@ -314,8 +314,8 @@ class Stepper:
             else:
                 self.optimizer.zero_grad(set_to_none=True)
                 zero = torch.zeros((), device=self.device)
-                arm(zero, zero)
-                (torch.stack([p.sum() for p in self.params]).sum() * 0.0).backward()  # type: ignore[no-untyped-call]
+                carry = arm(zero, zero)
+                (torch.stack([p.sum() for p in self.params]).sum() * 0.0 + carry).backward()  # type: ignore[no-untyped-call]
             return reducer.finish()
         except UnusedParameters:
             # read by every member at the next generation
@@ -334,13 +334,14 @@ class Stepper:
         self,
         batches: Batches,
         batch: int,
-        arm: Callable[[Any, Any], None] | None = None,
+        arm: Callable[[Any, Any], torch.Tensor] | None = None,
         after: Callable[[int], None] | None = None,
     ) -> tuple[Any, Any]:
         """A native model's forward and backward over the step's micro-batches, gradients
         accumulated in ``.grad``; ``arm`` gets the right answers and loss share so far
-        before the last backward, ``after`` each micro-batch's sample count after its
-        backward. Returns the step's right answers and loss on the device, unread."""
+        before the last backward and returns what that backward adds to the loss (the
+        agreement's carrier, reducer.py), ``after`` each micro-batch's sample count after
+        its backward. Returns the step's right answers and loss on the device, unread."""
         self.optimizer.zero_grad(set_to_none=True)
         B = batch
         loss_part: Any = None
@@ -353,11 +354,14 @@ class Stepper:
             share, right = _share(loss.detach(), n, B), _right_answers(out.detach(), y)
             loss_part = share if loss_part is None else loss_part + share
             correct = right if correct is None else correct + right
+            carry = None
             if arm is not None and k == len(batches) - 1:
-                arm(correct, loss_part)
+                carry = arm(correct, loss_part)
             scaled = loss if n == B else loss * (n / B)
             if self.scaler is not None:
                 scaled = self.scaler.scale(scaled)
+            if carry is not None:  # after the scaler: the agreement is not scaled
+                scaled = scaled + carry
             scaled.backward()  # type: ignore[no-untyped-call]
             if after is not None:
                 after(n)
