@@ -49,6 +49,7 @@ class Options:
     cpu_slots: int | None = None
     redis_probe: str = DEFAULT_PROBE
     live_port: int | None = None  # WebSockets from a Daphne of their own (None: a free port)
+    demo: bool = True  # seed the demo dataset and the example models on a fresh install
 
 
 def resolve_redis(
@@ -215,7 +216,8 @@ def run(opts: Options) -> int:
         opts.live_port = opts.live_port or free_port(avoid=taken)
         os.environ["EDT_LIVE_PORT"] = str(opts.live_port)
         password = ensure_admin(data_dir)
-        seed_demo()
+        if opts.demo:
+            seed_demo()
         if collect is not None and collect.wait() != 0:
             print("EDT: collectstatic failed: static files are served uncompressed", flush=True)
         supervisor = supervise_commands(processes(opts), dict(os.environ), str(settings.BASE_DIR))

@@ -50,6 +50,7 @@ def test_launcher_serves_login_and_cluster_and_stops_cleanly(
     password = (tmp_path / "admin-password").read_text().strip()
     assert f"EDT is running at http://127.0.0.1:{port}/" in log.read_text()
     assert f"admin / {password}" in log.read_text()
+    assert "generating the demo dataset" in log.read_text()  # a fresh install can train
 
     with browser_page() as page:
         page.goto(f"http://127.0.0.1:{port}/")
@@ -76,7 +77,7 @@ def test_launcher_starts_its_own_redis_when_none_answers(
     env.pop("REDIS_URL", None)
     dead = f"redis://127.0.0.1:{free_port()}/0"
     proc = processes.manage(
-        "edt_run", "--port", str(port), "--cpu-slots", "1", "--redis-probe", dead,
+        "edt_run", "--port", str(port), "--cpu-slots", "1", "--redis-probe", dead, "--no-demo",
         env=env, log=log,
     )  # fmt: skip
     wait_for(lambda: login_page_answers(port), 180, "the login page")
@@ -90,6 +91,7 @@ def test_launcher_starts_its_own_redis_when_none_answers(
     assert ping_error(own_url) is None
     assert ping_error(logged_url.replace(":***@", "@")) is not None, "no password, no entry"
     assert (tmp_path / "redis" / "appendonlydir").is_dir()
+    assert "demo" not in log.read_text()  # --no-demo: none generated, none checked
     stop_and_check_nothing_left(processes, proc, log)
     assert ping_error(own_url, timeout=0.5) is not None  # our Redis stopped with us
 
@@ -142,7 +144,8 @@ def test_a_child_that_dies_is_restarted_and_the_others_go_on(
     port = free_port()
     log = tmp_path / "run.log"
     env = subprocess_env(tmp_path, REDIS_URL=private_redis.url)
-    proc = processes.manage("edt_run", "--port", str(port), "--cpu-slots", "1", env=env, log=log)
+    proc = processes.manage("edt_run", "--port", str(port), "--cpu-slots", "1", "--no-demo",
+                            env=env, log=log)  # fmt: skip
     wait_for(lambda: login_page_answers(port), 180, "the login page")
     [scheduler] = wait_for(lambda: child_pids(proc, "edt_scheduler"), 30, "the scheduler")
     [metrics] = wait_for(lambda: child_pids(proc, "edt_metrics"), 30, "the metrics consumer")

@@ -148,7 +148,7 @@ def _start(config: pytest.Config, tmp: Path) -> LiveEdt:
         env["EDT_LEARNER_USER"] = f"edt-learner-{worker}"
         sandbox.account(env["EDT_LEARNER_USER"])
     env.pop("DATABASE_URL", None)
-    live = start_edt(tmp, env, redis=redis)
+    live = start_edt(tmp, env, redis=redis, demo=True)  # the browser tests train on the demo
     config.add_cleanup(live.stop)
     return live
 
@@ -161,10 +161,12 @@ def start_edt(
     prefix: Sequence[str] = (),
     args: Sequence[str] = (),
     users: Sequence[str] = (*USERS, *STAFF),
+    demo: bool = False,
 ) -> LiveEdt:
     """``manage.py edt_run args`` with ``env`` (its data directory is ``EDT_DATA_DIR``), once it
     announced itself, with ``users`` (those of :data:`STAFF` are staff; each password costs
-    its hashing, a good part of a second);
+    its hashing, a good part of a second); without the demo dataset and example models
+    unless ``demo`` (6-7 s of CPU a start: the tests upload their own);
     ``prefix`` runs it (and the command creating the users) through another command, as
     another user say. The caller stops it (``LiveEdt.stop``); a launcher that exits at start
     fails with its log's end."""
@@ -172,8 +174,8 @@ def start_edt(
     port = free_port()
     log = tmp / "run.log"
     launcher = processes.manage(
-        "edt_run", "--port", str(port), "--cpu-slots", str(slots), *args, env=env, log=log,
-        prefix=prefix,
+        "edt_run", "--port", str(port), "--cpu-slots", str(slots),
+        *(() if demo else ("--no-demo",)), *args, env=env, log=log, prefix=prefix,
     )  # fmt: skip
     live = LiveEdt(f"http://127.0.0.1:{port}", Path(env["EDT_DATA_DIR"]), tmp, redis, launcher,
                    processes)  # fmt: skip

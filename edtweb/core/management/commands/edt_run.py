@@ -35,11 +35,18 @@ class Command(BaseCommand):
             default=DEFAULT_PROBE,
             help="Redis to use when REDIS_URL is unset, if it answers (default %(default)s)",
         )
+        parser.add_argument(
+            "--no-demo",
+            action="store_true",
+            help="no demo dataset and example models on a fresh install (they take seconds "
+            "of CPU: generated, then checked in the sandbox)",
+        )
 
     def handle(self, *args: Any, **opts: Any) -> None:
         try:
             options = Options(opts["port"], opts["cpu_slots"], opts["redis_probe"])
             options.live_port = opts["live_port"]
+            options.demo = not opts["no_demo"]
             if opts["policy"]:  # the scheduler it starts reads it from its environment
                 os.environ["EDT_POLICY"] = opts["policy"]
             code = run(options)
