@@ -359,8 +359,8 @@ def a_goodput_jobs_batch_goes_with_its_generations(w: World) -> None:
     stay as they were and name no batch. Timed there, a best batch beyond it that is less
     than BATCH_CHANGE_GAIN better starts no generation."""
     w.live = LiveScheduler(w.ports, goodput.POLICY)
-    assert w.live.measures.goodputs is not None
-    w.live.measures.goodputs.measurements.ttl = w.live.records.cache.ttl = 0.0  # read at every step
+    assert w.live.measures.fits is not None
+    w.live.measures.fits.measurements.ttl = w.live.records.cache.ttl = 0.0  # read at every step
     w.book.submit(1, max_workers=2, batch=64, batch_range=(64, 4096))
     w.book.submit(2, max_workers=2, batch=64)
     w.settle()
@@ -388,7 +388,7 @@ def a_goodput_jobs_batch_goes_with_its_generations(w: World) -> None:
     assert nearby != chosen and 1 < ratio < BATCH_CHANGE_GAIN, (nearby, chosen, ratio)
     w.book.records[1] = goodput_records(2200.0, timings, chosen)
     w.settle()
-    assert w.live.measures.goodputs.of(1, 0, 0).timed_batch == chosen  # the bound moved on
+    assert w.live.measures.fits.of(1, 0, 0).timed_batch == chosen  # the bound moved on
     assert goodput_job.generation() == gen + 1
     assert fixed.generation() == fixed_gen and fixed.generation_batch(fixed_gen) == 0
     assert w.live.runners[2].state.batch == 0

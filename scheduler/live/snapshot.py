@@ -128,14 +128,14 @@ class Measures:
         self.records = records if isinstance(records, RecentRecords) else RecentRecords(records)
         self.curves = (Curves(lambda pk: observed_rates(self.records(pk)))
                        if policy in BY_SPEEDUP else None)  # fmt: skip
-        self.goodputs = GoodputFits(self.records) if policy == goodput.POLICY else None
+        self.fits = GoodputFits(self.records) if policy == goodput.POLICY else None
         self.remaining: Timed[int, float] = Timed(RECORDS_TTL)  # job -> work_left
 
     def forget(self, keep: set[int]) -> None:
         """Drop what is kept of jobs no longer active."""
         self.records.forget(keep)
         self.remaining.forget(keep)
-        for cache in (self.curves, self.goodputs):
+        for cache in (self.curves, self.fits):
             if cache is not None:
                 cache.forget(keep)
 
@@ -147,7 +147,7 @@ class Measures:
         """The inputs for ``jobs``; ``asked``: the batch each goodput-mode job's controller
         last asked (else its newest record's)."""
         jobs = list(jobs)
-        curves, fits = self.curves, self.goodputs
+        curves, fits = self.curves, self.fits
         speedups = {j.pk: curves.curve(j.pk, j.max_workers) for j in jobs} if curves else {}
         served = {pk: attained[pk] for pk in (j.pk for j in jobs) if pk in attained}
         goodputs = {}
