@@ -366,16 +366,27 @@ class JobStore:
         self.outbox.clear()
         self.unsaved_checkpoint = None
 
-    def write_records(self, items: list[str], checkpoint: int | None = None) -> None:
+    def write_records(
+        self, items: list[str], checkpoint: int | None = None, retries: int = 0
+    ) -> None:
         """Append ``items`` (JSON records) to the metrics stream, in order, and then say the
-        checkpoint of step ``checkpoint`` is on disk: one round trip, no retry."""
+        checkpoint of step ``checkpoint`` is on disk, and add ``retries`` (the writer's
+        attempts that failed while Redis was away) to the job's count of them, which the
+        scheduler takes (:meth:`take_redis_retries`): one round trip, no retry."""
         pipe = self.r.pipeline(transaction=False)
         for item in items:
             pipe.xadd(self.key("metrics"), {"json": item}, maxlen=1_000_000)
         if checkpoint is not None:
             pipe.set(self.key("checkpoint"), checkpoint)
+        if retries:
+            pipe.incrby(self.key("redis_retries"), retries)
         pipe.sadd(CHANGED_KEY, self.job_id)
         pipe.execute()
+
+    def take_redis_retries(self) -> int:
+        """The learners' Redis retries reported since the last take, taken (each counted
+        once, whichever scheduler takes it: ``edt_redis_retries``)."""
+        return int(str(self.r.getdel(self.key("redis_retries")) or 0))
 
     def read_metrics(self, after: str = "0-0") -> list[tuple[str, dict[str, Any]]]:
         """Records after stream id ``after``, oldest first, with their ids."""

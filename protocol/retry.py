@@ -5,7 +5,9 @@ truth"): the scheduler and the slot workers retry their loops, learners keep tra
 buffer what they would have written. This module holds the timing rules they share; it
 imports no Redis itself, the callers say which errors mean "away". Each failure counted by a
 :class:`Backoff` adds one to ``edt_redis_retries_total`` (registered by the processes that
-expose it: the scheduler's, ``scheduler/metrics.py``).
+expose it: the scheduler's, ``scheduler/metrics.py``). A learner's record writer counts its
+own too and reports them with its first write that succeeds (``JobStore.write_records``);
+the scheduler takes them into the same counter (``JobRunner._counted``).
 """
 
 from __future__ import annotations

@@ -239,6 +239,7 @@ class JobState:
     tail: list[Any] = field(default_factory=list)  # the metrics stream's last entry, if any
     finished: str | None = None  # the step of the learners' done record, once stored
     leases: dict[str, str] = field(default_factory=dict)  # slot -> token, pending slots only
+    retries: int = 0  # the Redis retries its learners reported, taken by this observation
 
 
 class ObservedJobStore(JobStore):
@@ -290,6 +291,11 @@ class ObservedJobStore(JobStore):
     def progress(self) -> Progress:
         return progress_from(self.seen.tail, self.seen.finished)
 
+    def take_redis_retries(self) -> int:
+        """The retries the observation took from Redis (once: then 0)."""
+        taken, self.seen.retries = self.seen.retries, 0
+        return taken
+
     # Writes: to Redis and to the observation --------------------------------------------
 
     def publish_generation(self, members: list[str], batch: int = 0, gen: int = 0) -> int:
@@ -316,9 +322,9 @@ class ObservedJobStore(JobStore):
     def _take(self, reply: Any) -> None:
         """One job's part of the :data:`_OBSERVE` script's answer (0: nothing in Redis)."""
         if not reply:
-            reply = [None, None, [], [], [], [], None, [], None, [], []]
+            reply = [None, None, [], [], [], [], None, [], None, [], [], None]
         gen, adopted, ready, failures, errors, exits, checkpoint, dispatch = reply[:8]
-        finished, tail, crashes = reply[8], reply[9], reply[10]
+        finished, tail, crashes, retries = reply[8], reply[9], reply[10], reply[11]
         self.seen = JobState(
             generation=int(gen) if gen is not None else 0,
             adopted=int(adopted) if adopted is not None else 0,
@@ -332,17 +338,19 @@ class ObservedJobStore(JobStore):
             tail=list(tail),
             finished=None if finished is None else str(finished),
             leases=self.seen.leases,
+            retries=int(retries) if retries is not None else 0,
         )
 
 
 # Every key the coordinator reads of each job, atomically: ARGV is the key prefix, then the
 # jobs' ids. Of the metrics stream only its last entry: the metrics consumer reads the
-# records, the scheduler needs the learners' step and whether they are done. A job with
+# records, the scheduler needs the learners' step and whether they are done. The learners'
+# reported Redis retries are taken (GETDEL: counted once, edt_redis_retries). A job with
 # none of these keys (never ran) answers 0 after one EXISTS. Keys are built here from the
 # ids: one standalone Redis, never a cluster.
 _OBSERVE = """
 local names = {'gen', 'adopted', 'ready', 'failures', 'errors', 'exits', 'checkpoint',
-               'dispatch', 'finished', 'metrics', 'crashes'}
+               'dispatch', 'finished', 'metrics', 'crashes', 'redis_retries'}
 local out = {}
 for i = 2, #ARGV do
   local k = ARGV[1] .. ARGV[i] .. ':'
@@ -356,7 +364,7 @@ for i = 2, #ARGV do
       redis.call('LRANGE', keys[4], 0, -1), redis.call('LRANGE', keys[5], 0, -1),
       redis.call('HGETALL', keys[6]), redis.call('GET', keys[7]), redis.call('HGETALL', keys[8]),
       redis.call('GET', keys[9]), redis.call('XREVRANGE', keys[10], '+', '-', 'COUNT', 1),
-      redis.call('HGETALL', keys[11])}
+      redis.call('HGETALL', keys[11]), redis.call('GETDEL', keys[12])}
   end
 end
 return out

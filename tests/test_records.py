@@ -71,6 +71,11 @@ def test_records_put_while_redis_is_away_are_kept_and_written_in_order_once_it_i
         redis.start()
         wait_for(lambda: writer.written == 101, 30, "every record written once Redis is back")
         assert [r["step"] for _, r in jobs.read_metrics()] == list(range(1, 102))
+        # Its failed attempts went with the write that succeeded, for the scheduler's
+        # edt_redis_retries: each taken once
+        assert writer.retried >= 1
+        assert jobs.take_redis_retries() == writer.retried
+        assert jobs.take_redis_retries() == 0
         # Its retries keep their back-off (RETRY_FIRST doubling to RETRY_CAP), a few waits
         # each: a record does not cut one short (when each did, it waited once per record:
         # 101 here).

@@ -32,6 +32,7 @@ from protocol.connection import connect
 from protocol.jobstore import JobStore
 from protocol.keys import ALIVE, CHANGED_KEY, queue_for
 from protocol.learner_task import TASK, LearnerPaths, learner_args
+from protocol.retry import REDIS_RETRIES
 from protocol.slots import SlotInfo
 from scheduler.dispatch import SEND, LearnerMessages
 from scheduler.live import loop as scheduling
@@ -460,6 +461,25 @@ def test_the_preview_decides_from_the_same_snapshot_as_the_scheduler(
         assert {v.id: v.attained for v in scheduler_saw.jobs}[str(jobs[0].pk)] >= 900.0
     if policy in BY_SPEEDUP:
         assert all(v.speedup for v in scheduler_saw.jobs)
+
+
+def test_the_redis_retries_a_learner_reports_are_counted_once_by_the_scheduler(
+    client: redis.Redis, alice: Any
+) -> None:
+    """A learner's record writer reports its failed attempts with the write that succeeds
+    once Redis is back (tests/test_records.py); the scheduler adds them to its own
+    ``edt_redis_retries``, and a second step counts them no more."""
+    job = Job.objects.create(owner=alice, name="r", model_path="m.py", data_path="d")
+    alive = slots(2)
+    live = live_scheduler()
+    live.step(alive)
+    before = REDIS_RETRIES._value.get()
+    JobStore(client, str(job.pk)).write_records([], retries=3)  # marks the job changed
+    live.step(alive)
+    assert REDIS_RETRIES._value.get() == before + 3
+    JobStore(client, str(job.pk)).write_records([])
+    live.step(alive)
+    assert REDIS_RETRIES._value.get() == before + 3
 
 
 def formed(runner: JobRunner, members: list[str]) -> None:

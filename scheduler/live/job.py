@@ -24,6 +24,7 @@ from typing import Any, Protocol
 from protocol.exits import RunResult
 from protocol.jobstore import JobStore
 from protocol.learner_task import LearnerPaths
+from protocol.retry import REDIS_RETRIES
 from scheduler import elastic
 from scheduler.dispatch import CeleryLauncher, Dispatches
 from scheduler.elastic import (
@@ -132,11 +133,16 @@ class JobRunner:
         )  # fmt: skip
 
     def _counted(self, seen: Seen) -> Seen:
-        """``seen``, its learners' exits not seen before counted (``edt_learner_exits``)."""
+        """``seen``, its learners' exits not seen before counted (``edt_learner_exits``),
+        and the Redis retries they reported since (``edt_redis_retries``, with the
+        scheduler's own)."""
         for result in seen.exits.values():
             if result.token not in self.counted:
                 self.counted.add(result.token)
                 LEARNER_EXITS.labels(exit_status(result.code)).inc()
+        retried = self.jobs.take_redis_retries()
+        if retried:
+            REDIS_RETRIES.inc(retried)
         return seen
 
     def ended(self) -> Seen:

@@ -43,6 +43,10 @@ class RecordWriter(threading.Thread):
         self.written = 0  # the highest train step Redis has taken from this learner
         self.closing = False
         self.idle = False  # the thread waits for records (only then does a record wake it)
+        # attempts that failed while Redis was away: reported with the write that succeeds
+        # (JobStore.write_records), for the scheduler's edt_redis_retries; ``retried``: all
+        self.unreported = 0
+        self.retried = 0
 
     def put(self, record: dict[str, Any]) -> None:
         """Queue ``record`` for the stream; returns at once. The record must not change
@@ -76,7 +80,8 @@ class RecordWriter(threading.Thread):
                 batch, self.queue = self.queue, []
                 checkpoint, self.checkpoint = self.checkpoint, None
             try:
-                self.jobs.write_records([json.dumps(r) for _, r in batch], checkpoint)
+                self.jobs.write_records([json.dumps(r) for _, r in batch], checkpoint,
+                                        self.unreported)  # fmt: skip
             except REDIS_DOWN as exc:
                 with self.cond:  # kept, in order, ahead of what came meanwhile
                     self.queue[:0] = batch
@@ -86,9 +91,12 @@ class RecordWriter(threading.Thread):
                         log.warning("job %s: redis away while writing metrics (%s); "
                                     "keeping them", self.jobs.job_id, exc)  # fmt: skip
                     delay = backoff.failed()
+                    self.unreported += 1
+                    self.retried += 1
                     if not self.closing:
                         self.cond.wait(delay)
                 continue
+            self.unreported = 0
             if backoff.succeeded():
                 log.info("job %s: redis is back; metrics written again", self.jobs.job_id)
             self.written = max([self.written, *(step for step, _ in batch)])
