@@ -133,7 +133,7 @@ def redis_tls_database_3(tmp: Path) -> Iterator[LiveEdt]:
     database 0."""
     tls = server_certificate(tmp / "tls")
     server = RedisServer(tmp / "redis", appendonly=False, password=secrets.token_hex(16),
-                         tls=tls).start()  # fmt: skip
+                         tls=tls, dies_with_parent=True).start()  # fmt: skip
     assert server.url.startswith("rediss://")
     env = base_env(tmp / "data", REDIS_URL=in_database(server.url, 3))
     with edt_of_its_own(tmp, env, redis=server, users=(USER,)) as live:
@@ -152,7 +152,8 @@ def redis_62_socket(tmp: Path) -> Iterator[LiveEdt]:
     folder = tmp / "socket"
     folder.mkdir(mode=0o755)
     server = RedisServer(tmp / "redis", appendonly=False, password=secrets.token_hex(16),
-                         unixsocket=folder / "redis.sock", binary=binary).start()  # fmt: skip
+                         unixsocket=folder / "redis.sock", binary=binary,
+                         dies_with_parent=True).start()  # fmt: skip
     env = base_env(tmp / "data", REDIS_URL=in_database(server.url, 2))
     with edt_of_its_own(tmp, env, redis=server, users=(USER,)) as live:
         yield live
@@ -263,7 +264,9 @@ def test_learners_that_cannot_start_end_the_job_failed_with_the_cause(tmp_path: 
     and after EDT_START_FAILURES (3 here) in a row the job is FAILED with that error, in
     the API, the CLI and the WMLA exec; no fourth learner starts."""
     failures = 3
-    server = RedisServer(tmp_path / "redis", appendonly=False, password=secrets.token_hex(16))
+    server = RedisServer(
+        tmp_path / "redis", appendonly=False, password=secrets.token_hex(16), dies_with_parent=True
+    )
     env = base_env(tmp_path / "data", REDIS_URL=server.start().url,
                    EDT_START_FAILURES=str(failures))  # fmt: skip
     with edt_of_its_own(tmp_path, env, slots=1, redis=server, users=(USER,)) as live:

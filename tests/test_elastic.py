@@ -320,7 +320,7 @@ def test_gradient_buckets_go_out_during_backward_and_sum_to_the_plain_gradients(
 
 
 def test_the_generation_watch_rides_out_a_redis_outage(tmp_path: Path) -> None:
-    server = RedisServer(tmp_path / "redis", appendonly=True).start()
+    server = RedisServer(tmp_path / "redis", appendonly=True, dies_with_parent=True).start()
     try:
         jobs = JobStore(connect(server.url, timeout=1.0), "watched")
         jobs.publish_generation(["a"])
@@ -345,7 +345,7 @@ def test_the_generation_watch_waits_on_the_channel_not_on_a_poll(tmp_path: Path)
     """Rank 0's watch reads Redis when a change is announced, not every few milliseconds:
     a new generation reaches it well within its fallback interval, and while nothing
     changes it reads about once per interval."""
-    server = RedisServer(tmp_path / "redis", appendonly=False).start()
+    server = RedisServer(tmp_path / "redis", appendonly=False, dies_with_parent=True).start()
     try:
         jobs = JobStore(connect(server.url, timeout=1.0), "quiet")
         jobs.publish_generation(["a"])
@@ -678,7 +678,7 @@ def test_a_killed_driver_takes_its_learners_with_it(
     parent-death signal). A learner that trains notices its parent gone and leaves; one
     still starting up used to retry the Redis that would never come back, for good (one
     outlived a killed test run by minutes)."""
-    redis = RedisServer(tmp_path / "redis", appendonly=False).start()
+    redis = RedisServer(tmp_path / "redis", appendonly=False, dies_with_parent=True).start()
     workdir = tmp_path / "run"
     cmd = [sys.executable, "-m", "workers.learner.drive", "--model", str(driven.PACED_TWIN),
            "--data", str(dataset), "--schedule", "0:2", "--batch-size", "64",

@@ -7,6 +7,7 @@ PostgreSQL server."""
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import json
 import os
@@ -91,3 +92,21 @@ def test_a_killed_test_run_leaves_no_process(
             with contextlib.suppress(psutil.Error):
                 psutil.Process(pid).kill()
         run.wait(timeout=30)
+
+
+def test_every_redis_a_test_starts_dies_with_its_test_process() -> None:
+    """A ``kill -9`` of a run stops the Redis servers its tests started only through the
+    parent-death signal they are started with (``RedisServer(dies_with_parent=True)``):
+    one started without it (test_hosts_netns' bridge Redis) outlived a killed run. Every
+    ``RedisServer(...)`` in the tests asks for it."""
+    missing = []
+    for path in sorted((PROJECT_DIR / "tests").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(node, ast.Call):
+                continue
+            name = getattr(node.func, "id", getattr(node.func, "attr", ""))
+            asked = {k.arg: k.value for k in node.keywords}
+            dies = asked.get("dies_with_parent")
+            if name == "RedisServer" and not (isinstance(dies, ast.Constant) and dies.value):
+                missing.append(f"{path.relative_to(PROJECT_DIR)}:{node.lineno}")
+    assert not missing, f"a Redis that would outlive a killed run: {missing}"

@@ -197,7 +197,7 @@ def redis_on_bridge(network: Network, tmp_path: Path) -> Iterator[RedisServer]:
     """Redis on the bridge's address: reachable from the root namespace and every host."""
     password = "test-" + secrets.token_hex(8)
     server = RedisServer(tmp_path / "redis", appendonly=False, password=password,
-                         host=network.gateway).start()  # fmt: skip
+                         host=network.gateway, dies_with_parent=True).start()  # fmt: skip
     yield server
     server.stop()
 

@@ -66,7 +66,9 @@ def events(live: LiveEdt, user: str, job: int) -> list[dict[str, Any]]:
 def test_a_sleeping_job_is_flagged_and_shrunk_only_where_its_teams_rule_says(
     tmp_path: Path,
 ) -> None:
-    server = RedisServer(tmp_path / "redis", appendonly=False, password=secrets.token_hex(16))
+    server = RedisServer(
+        tmp_path / "redis", appendonly=False, password=secrets.token_hex(16), dies_with_parent=True
+    )
     server.start()
     env = subprocess_env(tmp_path / "data", REDIS_URL=server.url,
                          EDT_IDLE_SECONDS=str(IDLE_SECONDS),

@@ -34,7 +34,7 @@ from workers.telemetry import sampler_for
 @pytest.fixture
 def open_redis(tmp_path: Path) -> Iterator[RedisServer]:
     """A redis-server whose ``default`` user needs no password, as Debian's package runs it."""
-    server = RedisServer(tmp_path / "open-redis", appendonly=False).start()
+    server = RedisServer(tmp_path / "open-redis", appendonly=False, dies_with_parent=True).start()
     yield server
     server.stop()
 
@@ -264,7 +264,7 @@ def test_an_open_redis_is_seen_on_a_socket_and_over_tls_too(tmp_path: Path, list
         "tls": server_certificate(tmp_path / "tls")}  # fmt: skip
     for password, open_to_all in ((None, True), ("pw-" + os.urandom(4).hex(), False)):
         server = RedisServer(tmp_path / f"r-{password}", appendonly=False, password=password,
-                             **where).start()  # type: ignore[arg-type]  # fmt: skip
+                             dies_with_parent=True, **where).start()  # type: ignore[arg-type]  # fmt: skip
         try:
             assert server.url.startswith("unix://" if listens == "socket" else "rediss://")
             assert lets_anyone_in(server.url) is open_to_all

@@ -61,7 +61,7 @@ def test_records_reach_the_stream_in_order_without_a_wake_up_per_record(
 def test_records_put_while_redis_is_away_are_kept_and_written_in_order_once_it_is_back(
     tmp_path: Path,
 ) -> None:
-    redis = RedisServer(tmp_path / "redis", appendonly=True).start()
+    redis = RedisServer(tmp_path / "redis", appendonly=True, dies_with_parent=True).start()
     jobs = JobStore(connect(redis.url, timeout=0.5), "away")
     writer = started_writer(jobs)
     try:

@@ -230,7 +230,9 @@ def test_edts_own_redis_password_is_kept_private(tmp_path: Path) -> None:
     password = redis_password(tmp_path)
     assert redis_password(tmp_path) == password and len(password) >= 32
     assert stat.S_IMODE((tmp_path / "redis-password").stat().st_mode) == 0o600
-    server = RedisServer(tmp_path / "redis", appendonly=False, password=password).start()
+    server = RedisServer(
+        tmp_path / "redis", appendonly=False, password=password, dies_with_parent=True
+    ).start()
     try:
         assert server.proc is not None
         argv = Path(f"/proc/{server.proc.pid}/cmdline").read_bytes()

@@ -135,7 +135,7 @@ def test_a_kill_request_reaches_the_slot_task_as_the_signal_asked_for(store: Sto
 def test_a_learner_keeps_its_metrics_while_redis_is_away_and_writes_them_once_back(
     tmp_path: Path,
 ) -> None:
-    private_redis = RedisServer(tmp_path / "redis", appendonly=True).start()
+    private_redis = RedisServer(tmp_path / "redis", appendonly=True, dies_with_parent=True).start()
     jobs = JobStore(connect(private_redis.url, timeout=0.5), "away")
     jobs.emit({"type": "train", "step": 1})
     private_redis.kill()

@@ -82,7 +82,9 @@ def training_records(redis_url: str, job_id: int) -> list[dict[str, Any]]:
 def test_two_teams_share_eight_slots_and_a_guarantee_is_taken_back_in_place(
     tmp_path: Path,
 ) -> None:
-    server = RedisServer(tmp_path / "redis", appendonly=False, password=secrets.token_hex(16))
+    server = RedisServer(
+        tmp_path / "redis", appendonly=False, password=secrets.token_hex(16), dies_with_parent=True
+    )
     server.start()
     env = subprocess_env(tmp_path / "data", REDIS_URL=server.url)
     for name in ("DATABASE_URL", "EDT_LEARNER_USER"):
