@@ -24,7 +24,7 @@ from edtweb.training import services
 from edtweb.training.models import Job
 from scheduler.store import Store
 from tests.harness.api import Get, api_steps, http_get
-from tests.harness.cluster import Cluster, Watch, Watcher, descendants, is_learner
+from tests.harness.cluster import Cluster, Watch, Watcher, descendants, slot_learners
 from tests.harness.jobs import MODEL, Throttle, completed, redone, submit, workers_of
 from tests.harness.waiting import load_factor, wait_for
 from workers.learner.datasets import write_cifar10
@@ -195,8 +195,12 @@ def test_a_killed_slot_worker_is_restarted_and_the_job_completes(
     jobs = services.job_store(job.pk)
     generation = jobs.generation()
     victim = next(s for s in store.list_slots() if s.slot_id == jobs.members(generation)[-1])
-    tree = descendants(victim.pid)  # its learner fork server and the learner forked there
-    assert any(is_learner(p) for p in tree), "no learner on that slot"
+    # its learner and the fork server that learner came from (the host's zygote forked
+    # that server: it is the slot's, not the slot worker's child)
+    learners = slot_learners(cluster.learners(), victim.slot_id)
+    assert learners, "no learner on that slot"
+    servers = [server for p in learners if (server := p.parent()) is not None]
+    tree = servers + [q for p in learners for q in [p, *descendants(p.pid)]]
 
     os.kill(victim.pid, signal.SIGKILL)  # the Celery worker hosting a learner
     # nothing of the dead slot's is left running, within a heartbeat's lapse (EDT_HEARTBEAT_TTL)

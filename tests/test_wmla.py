@@ -21,7 +21,7 @@ import requests
 import torch
 from requests.auth import HTTPBasicAuth
 
-from tests.harness.cluster import descendants, is_learner
+from tests.harness.cluster import learners_on
 from tests.harness.processes import PROJECT_DIR
 from tests.harness.stack import LiveEdt, dataset_archive
 from tests.harness.waiting import wait_for
@@ -171,8 +171,7 @@ def test_a_notebook_submits_polls_reads_the_log_and_gets_the_model(
 def learners_of(wmla: dict[str, Any], exec_id: str) -> list[psutil.Process]:
     """The learner processes of an exec now: on the slots the cluster API says run it."""
     slots = wmla["api"].get(f"{wmla['live'].url}/api/v1/cluster/slots/").json()
-    return [p for s in slots if s["job"] == int(exec_id)
-            for p in descendants(s["pid"]) if is_learner(p)]  # fmt: skip
+    return [p for s in slots if s["job"] == int(exec_id) for p in learners_on(s["slot_id"])]
 
 
 def ended(proc: psutil.Process) -> bool:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 from pathlib import Path
@@ -17,6 +18,8 @@ from tests.harness.processes import Processes, alive_pids, subprocess_env
 from tests.harness.waiting import wait_for
 from workers.control import CONTROL_QUEUE
 from workers.launcher import plan_slots, slot_env
+from workers.learner import host as learner_host
+from workers.learner.zygote import ZYGOTE_ENV
 from workers.telemetry import Discovery, GpuInfo
 
 GPUS = Discovery(
@@ -131,3 +134,81 @@ def test_worker_host_says_in_one_line_when_redis_is_down(
     output = log.read_text().strip()
     assert "Traceback" not in output
     assert output.startswith("CommandError: Redis at redis://127.0.0.1:1/0 does not answer")
+
+
+def running(proc: psutil.Process) -> bool:
+    try:
+        return proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def test_a_hosts_slots_fork_their_fork_servers_from_its_zygote(
+    redis_server: RedisServer, store: Store, processes: Processes, tmp_path: Path
+) -> None:
+    """A CPU host imports the learner once, in its zygote (workers/learner/zygote.py):
+    each slot's fork server is forked from it, with none of the platform's environment. A
+    killed slot worker's fork server ends with it; a killed zygote is started again, and a
+    slot worker started after that has its fork server from the new one."""
+    host = "wh-zygote"
+    log = tmp_path / "worker.log"
+    proc = processes.manage(
+        "edt_worker", "--cpu-slots", "2", "--host-name", host, "--restart-delay", "1",
+        env=subprocess_env(tmp_path), log=log,
+    )  # fmt: skip
+    ids = [f"{host}.{i}" for i in range(2)]
+
+    def warm() -> dict[str, int]:  # slot -> its worker's pid, for the warm ones
+        return {s.slot_id: s.pid for s in store.list_slots()
+                if s.host == host and s.alive and s.telemetry.get("warm")}  # fmt: skip
+
+    def zygote() -> psutil.Process | None:
+        for child in psutil.Process(proc.pid).children():
+            with contextlib.suppress(psutil.Error):  # a dead one, not reaped yet
+                if "workers.learner.zygote" in " ".join(child.cmdline()):
+                    return child
+        return None
+
+    def servers_of(parent: psutil.Process | None) -> list[psutil.Process]:
+        return [p for p in parent.children() if running(p)] if parent is not None else []
+
+    wait_for(lambda: set(warm()) == set(ids), 120, "both slots warm")
+    first = zygote()
+    assert first is not None
+    servers = servers_of(first)
+    assert len(servers) == 2, servers  # one fork server per slot, forked: no import each
+    for server in servers:
+        environ = Path(f"/proc/{server.pid}/environ").read_bytes()
+        assert b"REDIS_URL" not in environ and b"EDT_SLOT_" not in environ
+        assert b"OMP_NUM_THREADS=1" in environ
+    for pid in warm().values():  # no slot worker started a fork server of its own
+        assert not any("multiprocessing.forkserver" in " ".join(c.cmdline())
+                       for c in psutil.Process(pid).children())  # fmt: skip
+
+    os.kill(warm()[ids[0]], signal.SIGKILL)
+    wait_for(lambda: sum(not running(s) for s in servers) == 1, 10,
+             "the dead slot's fork server to end, and only it")  # fmt: skip
+    first.kill()
+    wait_for(lambda: zygote() not in (None, first), 30, "a new zygote")
+    wait_for(lambda: set(warm()) == set(ids), 120, "the killed slot warm again")
+    wait_for(lambda: len(servers_of(zygote())) == 1, 30,
+             "the restarted slot's fork server, from the new zygote")  # fmt: skip
+    assert "learner zygote exited (killed by SIGKILL)" in log.read_text()
+    children = processes.remember_descendants(proc)
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=30) == 0
+    assert alive_pids(children) == set()
+
+
+def test_a_slot_whose_zygote_does_not_answer_starts_its_fork_server_as_before(
+    tmp_path: Path,
+) -> None:
+    """No zygote listening (gone, or not within the wait): nothing is changed, and the
+    slot's fork server starts the stock way."""
+    from multiprocessing.forkserver import ForkServer
+
+    server = ForkServer()
+    assert not learner_host._from_zygote(str(tmp_path / "none.sock"), 0.3, server)
+    assert server._forkserver_pid is None  # type: ignore[attr-defined]
+    assert "ensure_running" not in vars(server)
+    assert ZYGOTE_ENV not in os.environ

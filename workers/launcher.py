@@ -13,8 +13,10 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import partial
@@ -24,7 +26,9 @@ from protocol.keys import queue_for, slot_id_for
 from protocol.slots import SlotRegistry
 from workers import deployment, sandbox
 from workers.control import CONTROL_QUEUE
+from workers.learner import zygote
 from workers.learner.allocator import huge_pages
+from workers.learner.host import PASSED_THROUGH
 from workers.metrics import HostCollector, serve
 from workers.supervisor import Child, RestartPolicy, Supervisor
 from workers.telemetry import Discovery
@@ -119,8 +123,25 @@ def slot_env(spec: SlotSpec, base: dict[str, str], parent_pid: int) -> dict[str,
     else:
         env["CUDA_VISIBLE_DEVICES"] = spec.device
     huge_pages(env)  # for its learners' fork server, started with this environment
+    if spec.device != "cpu":  # its fork server starts with its one GPU visible (zygote.py)
+        env.pop(zygote.ZYGOTE_ENV, None)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(PROJECT_DIR), base.get("PYTHONPATH")]))
     return env
+
+
+def start_zygote(path: Path) -> subprocess.Popen[bytes]:
+    """The host's learner zygote (workers/learner/zygote.py), to listen on ``path`` once it
+    imported the learner: the slots fork their fork servers from it (each waits for it at
+    its first). Its environment is a CPU slot's (one torch thread, no GPU, huge pages) cut
+    to what a learner is passed: every process forked from it holds that environment's
+    first copy in its memory, so none of the platform's (Redis' password) is there. It
+    stops when this host process dies."""
+    slot = slot_env(SlotSpec("", 0, "cpu"), dict(os.environ), os.getpid())
+    env = {k: v for k, v in slot.items() if k in PASSED_THROUGH or k.startswith("NCCL_")}
+    env.update(PYTHONPATH=slot["PYTHONPATH"], PYTHONUNBUFFERED="1")
+    return subprocess.Popen([sys.executable, "-m", "workers.learner.zygote", str(path)],
+                            env=env, cwd=PROJECT_DIR,
+                            preexec_fn=sandbox.dies_with_parent())  # fmt: skip
 
 
 def worker_command(spec: SlotSpec, loglevel: str = "INFO") -> list[str]:
@@ -156,13 +177,26 @@ class WorkerHost:
         children = [
             Child(f"{s.label}: worker", partial(start_worker, s, len(specs))) for s in workers
         ]
+        # CPU slots fork their learners' fork servers from one zygote, started first (a
+        # folder only this user may enter holds its socket); the slots find it in their
+        # environment
+        self.folder: Path | None = None
+        if specs and all(s.device == "cpu" for s in specs):
+            self.folder = Path(tempfile.mkdtemp(prefix="edt-zygote-"))
+            path = self.folder / "zygote.sock"
+            os.environ[zygote.ZYGOTE_ENV] = str(path)
+            children.insert(0, Child("learner zygote", partial(start_zygote, path)))
         self.supervisor = Supervisor(children, RestartPolicy.fixed(restart_delay), log)
 
     def run(self) -> int:
         """Run every worker until SIGTERM or SIGINT; then SIGTERM them (a warm shutdown
         marks the slot offline), SIGKILL stragglers, then whatever they started (learner
         fork servers, learners): nothing outlives us."""
-        return self.supervisor.run(poll_interval=0.5, grace=10.0)
+        try:
+            return self.supervisor.run(poll_interval=0.5, grace=10.0)
+        finally:
+            if self.folder is not None:
+                shutil.rmtree(self.folder, ignore_errors=True)
 
 
 def announce_user_code(host: str, redis_url: str) -> None:

@@ -8,6 +8,7 @@ dataset preparations."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import threading
@@ -174,15 +175,50 @@ def descendants(pid: int) -> list[psutil.Process]:
         return []
 
 
-def is_learner(proc: psutil.Process) -> bool:
-    def forkserver(p: psutil.Process | None) -> bool:
-        return p is not None and "multiprocessing.forkserver" in " ".join(p.cmdline())
+def _line(p: psutil.Process | None) -> str:
+    return " ".join(p.cmdline()) if p is not None else ""
 
+
+def is_zygote(proc: psutil.Process) -> bool:
+    """A worker host's learner zygote (workers/learner/zygote.py), not a process it forked."""
+    zygote = "workers.learner.zygote"
+    return zygote in _line(proc) and zygote not in _line(proc.parent())
+
+
+def is_fork_server(proc: psutil.Process | None) -> bool:
+    """A learner fork server: started the stock way (multiprocessing's command line), or
+    forked from its host's zygote (which it has the command line of), or a process forked
+    from either."""
+    if proc is None:
+        return False
+    line = _line(proc)
+    if "multiprocessing.forkserver" in line:
+        return True
+    return "workers.learner.zygote" in line and not is_zygote(proc)
+
+
+def is_learner(proc: psutil.Process) -> bool:
     try:
-        return proc.status() != psutil.STATUS_ZOMBIE and forkserver(proc) and forkserver(
-            proc.parent())  # fmt: skip
+        return proc.status() != psutil.STATUS_ZOMBIE and is_fork_server(proc) and \
+            is_fork_server(proc.parent())  # fmt: skip
     except psutil.Error:
         return False
+
+
+def learners_on(slot: str) -> list[psutil.Process]:
+    """The learners on ``slot`` now, on this machine (its fork server is its host
+    zygote's child, not its worker's)."""
+    return slot_learners([p for p in psutil.process_iter() if is_learner(p)], slot)
+
+
+def slot_learners(learners: list[psutil.Process], slot: str) -> list[psutil.Process]:
+    """Those of ``learners`` on ``slot``: each holds its log, ``logs/<slot>.log``, open."""
+    found = []
+    for proc in learners:
+        with contextlib.suppress(psutil.Error):
+            if any(f.path.endswith(f"/logs/{slot}.log") for f in proc.open_files()):
+                found.append(proc)
+    return found
 
 
 @pytest.fixture

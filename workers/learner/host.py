@@ -17,10 +17,12 @@ import multiprocessing
 import os
 import re
 import signal
+import socket
 import sys
 import time
+import types
 from dataclasses import dataclass
-from multiprocessing import forkserver
+from multiprocessing import connection, forkserver, resource_tracker
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +32,7 @@ from protocol.exits import Exit
 from protocol.jobstore import JobStore
 from workers import sandbox
 from workers.deployment import redis_refusal
+from workers.learner import zygote
 from workers.learner.allocator import HUGE_PAGES, huge_pages
 
 # The last line of a Python traceback: "SomeError: what happened".
@@ -63,18 +66,84 @@ _forkserver = multiprocessing.get_context("forkserver")
 PRELOAD = ["torch", "workers.learner.__main__", "workers.learner.warmup"]  # warmup: subreaper
 
 
-def _set_up_forkserver() -> None:
+def _set_up_forkserver(wait: float = 5.0) -> None:
     """Called before each use of the fork server. Its first use starts it with this
     process's environment, and every learner it forks allocates as it was started to: so
     that environment asks for huge pages (allocator.py). A slot worker's has it from its
-    launcher already; this sets it for other callers (benchmarks, tests)."""
+    launcher already; this sets it for other callers (benchmarks, tests). A slot worker
+    whose host runs a learner zygote (``zygote.ZYGOTE_ENV``) has its fork server forked
+    from that instead of started anew (zygote.py), waiting ``wait`` seconds at most for a
+    zygote that is starting."""
     huge_pages(os.environ)
     _forkserver.set_forkserver_preload(PRELOAD)
+    path = os.environ.get(zygote.ZYGOTE_ENV)
+    if path and fork_server_pid() is None:
+        _from_zygote(path, wait)
+
+
+def _from_zygote(path: str, wait: float, server: Any = None) -> bool:
+    """This process's fork server (``server``: multiprocessing's), forked by the host's
+    zygote at ``path`` from the two ends the stock start would give a new interpreter
+    (``ForkServer.ensure_running``). False, and nothing changed, when the zygote does not
+    answer within ``wait`` seconds, or on a Python whose fork server authenticates its
+    clients."""
+    server = forkserver._forkserver if server is None else server
+    if hasattr(server, "_forkserver_authkey"):
+        return False
+    with server._lock:
+        if server._forkserver_pid is not None:
+            return True
+        address = connection.arbitrary_address("AF_UNIX")  # type: ignore[attr-defined]
+        alive_r, alive_w = os.pipe()
+        try:
+            with socket.socket(socket.AF_UNIX) as listener:
+                listener.bind(address)
+                os.chmod(address, 0o600)
+                listener.listen()
+                pid = zygote.ask(path, listener.fileno(), alive_r, wait)
+        except OSError as exc:
+            os.close(alive_w)
+            log.warning("the learner zygote at %s did not answer (%s): this slot's fork "
+                        "server starts on its own", path, exc)  # fmt: skip
+            return False
+        finally:
+            os.close(alive_r)
+        server._forkserver_address = address
+        server._forkserver_alive_fd = alive_w
+        server._forkserver_pid = pid
+        server.ensure_running = types.MethodType(_ensure_zygote_child, server)
+    return True
+
+
+def _ensure_zygote_child(server: Any) -> None:
+    """``ForkServer.ensure_running`` for a fork server the zygote forked: not this
+    process's child, so it is looked at in /proc instead of waited for; one that ended is
+    forgotten, and the next start is the stock one."""
+    with server._lock:
+        resource_tracker.ensure_running()
+        pid = server._forkserver_pid
+        if pid is not None and _running(pid):
+            return
+        if server._forkserver_alive_fd is not None:
+            os.close(server._forkserver_alive_fd)
+        server._forkserver_address = server._forkserver_alive_fd = None
+        server._forkserver_pid = None
+        del server.ensure_running  # the class's again
+    server.ensure_running()
+
+
+def _running(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] not in ("Z", "X")
 
 
 def prewarm() -> None:
-    """Start the fork server now (the slot worker calls this once it is ready)."""
-    _set_up_forkserver()
+    """Start the fork server now (the slot worker calls this once it is ready; its host's
+    zygote, if any, may still be starting)."""
+    _set_up_forkserver(zygote.READY_SECONDS)
     probe = _forkserver.Process(target=_noop)
     probe.start()
     probe.join()
