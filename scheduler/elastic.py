@@ -633,9 +633,10 @@ class Step:
     def watch_failures(self) -> bool:
         """Replace the generation once every member reported failure, died, or was silent:
         for ``FAILURE_GRACE_SECONDS`` when peers reported a failure (the silent one is the
-        suspect), for the collective timeout when a member died (the silent ones are
-        waiting on it and still alive). True while a failure is being handled (members
-        lost, their replacement not yet published)."""
+        suspect), for the collective timeout when a member died or a silent one still
+        renews its lease (they are waiting in the collective, alive: each one's timeout
+        runs from its own entry, and a frozen process renews nothing). True while a
+        failure is being handled (members lost, their replacement not yet published)."""
         reports = self.seen.failures
         failed = {
             r["slot"] for r in reports[self.handled_failures :] if r["gen"] == self.generation
@@ -646,7 +647,8 @@ class Step:
         now = self.seen.now
         self.failure_since = self.failure_since or now
         silent = set(self.members) - failed - dead
-        grace = self.waiting_on_dead if dead else FAILURE_GRACE_SECONDS
+        renewing = {s for s in silent if s in self.leased and s not in self.missing_since}
+        grace = self.waiting_on_dead if dead or renewing else FAILURE_GRACE_SECONDS
         if silent and now - self.failure_since < grace:
             return True
         self.handled_failures = len(reports)

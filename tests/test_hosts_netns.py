@@ -408,6 +408,34 @@ def test_a_member_waiting_on_a_cut_off_peer_is_kept_until_its_collective_times_o
     assert published(actions) == [("a.0",)] and c.members == ("a.0",)
 
 
+def test_a_silent_member_that_renews_its_lease_is_waited_for_and_a_frozen_one_is_not() -> None:
+    """c reported its collective's failure; b, frozen, renews nothing (its lease went
+    missing) and is the suspect; a still renews its lease: it waits in the same collective,
+    entered later, and its own timeout comes later (rank 0 broadcasting the state to a
+    joiner, say). a is waited for (up to the collective timeout), not dropped with b after
+    the grace; once it reports, b alone is lost."""
+    grace = elastic.FAILURE_GRACE_SECONDS
+    three = ("a.0", "b.0", "c.0")
+    sent = Learners(tokens=dict.fromkeys(three, "t"), leased=frozenset(three),
+                    missing_since={"b.0": 99.0})  # fmt: skip
+    c = replace(running(("a.0", "b.0", "c.0"), 3, waiting_on_dead=8.0 + grace), learners=sent)
+    report = {"slot": "c.0", "gen": 1, "step": 10, "error": "timed out waiting 8000ms for recv"}
+    seen = Seen(generation=1, adopted=1, now=100.0, failures=(report,))
+    c, actions, _ = elastic.tick(c, seen, None, never)
+    c, actions, _ = elastic.tick(c, replace(seen, now=100.0 + grace + 1), None, never)
+    assert published(actions) == [] and c.members == ("a.0", "b.0", "c.0"), "a dropped"
+    late = {**report, "slot": "a.0"}
+    c, actions, _ = elastic.tick(c, replace(seen, now=100.0 + grace + 2,
+                                            failures=(report, late)), None, never)  # fmt: skip
+    assert published(actions) == [("a.0", "c.0")]
+    # With a's lease missing too, both silent members are suspects after the grace.
+    sent = replace(sent, missing_since={"a.0": 99.0, "b.0": 99.0})
+    c = replace(running(("a.0", "b.0", "c.0"), 3, waiting_on_dead=8.0 + grace), learners=sent)
+    c, actions, _ = elastic.tick(c, seen, None, never)
+    c, actions, _ = elastic.tick(c, replace(seen, now=100.0 + grace + 1), None, never)
+    assert published(actions) == [("c.0",)]
+
+
 def test_a_suspending_job_starts_no_joiner(redis_server: RedisServer, alice: Any,
                                            tmp_path: Path) -> None:  # fmt: skip
     """Its learners are checkpointing to leave: a joiner would see the stop flag, exit at

@@ -298,6 +298,9 @@ class Driver:
         self.inject_faults()
         if not self.runner.state.over:
             self.plan()
+        # the learners' leases, as the live scheduler looks at them: a frozen learner's
+        # lapses, one waiting in a collective renews it (elastic's watch_failures)
+        self.runner.look(set(self.runner.state.learners.tokens))
         resting = self.runner.tick(alive=None, look=False)
         if resting == states.FAILED:
             self.event("failed", error=self.runner.first_error() or "failed")
