@@ -638,12 +638,17 @@ class Step:
         runs from its own entry, and a frozen process renews nothing). True while a
         failure is being handled (members lost, their replacement not yet published)."""
         reports = self.seen.failures
-        failed = {
-            r["slot"] for r in reports[self.handled_failures :] if r["gen"] == self.generation
-        }
+        new = reports[self.handled_failures :]
+        failed = {r["slot"] for r in new if r["gen"] == self.generation}
         dead = {s for s in self.members if self.exited(s) and not self.finished(s)}
         if not failed and not dead:
             return False
+        # A member that reported the failure of an earlier generation never reached this
+        # one (its collective there failed on the same lost peer, after this one was
+        # published): it is alive, and a survivor.
+        failed |= {
+            r["slot"] for r in new if r["gen"] < self.generation and r["slot"] in self.members
+        }
         now = self.seen.now
         self.failure_since = self.failure_since or now
         silent = set(self.members) - failed - dead

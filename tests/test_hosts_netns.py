@@ -436,6 +436,28 @@ def test_a_silent_member_that_renews_its_lease_is_waited_for_and_a_frozen_one_is
     assert published(actions) == [("c.0",)]
 
 
+def test_a_member_that_reported_the_generation_before_is_a_survivor() -> None:
+    """b froze as generation 2 was being replaced by 3 (a joiner, c): a, rank 0, was still
+    in generation 2's collective with b and reports that one's failure; c cannot form
+    generation 3 without a and reports it. a is alive and holds the state: b alone is
+    lost (test_input's kill-then-freeze run dropped a with b)."""
+    members = ("a.0", "b.0", "c.0")
+    c = running(members, 3, waiting_on_dead=8.0 + elastic.FAILURE_GRACE_SECONDS)
+    reports = (
+        {"slot": "a.0", "gen": 2, "step": 31, "error": "timed out"},
+        {"slot": "c.0", "gen": 3, "step": 16, "error": "could not form generation 3"},
+    )
+    seen = Seen(generation=3, adopted=2, now=100.0, failures=reports)
+    c, actions, _ = elastic.tick(c, seen, None, never)
+    later = replace(seen, now=100.0 + elastic.FAILURE_GRACE_SECONDS + 1)
+    c, actions, _ = elastic.tick(c, later, None, never)
+    assert published(actions) == [("a.0", "c.0")]
+    # A report of an earlier generation alone is no failure of this one.
+    c, actions, _ = elastic.tick(running(members, 3), replace(seen, failures=reports[:1]),
+                                 None, never)  # fmt: skip
+    assert published(actions) == [] and c.failure_since is None
+
+
 def test_a_suspending_job_starts_no_joiner(redis_server: RedisServer, alice: Any,
                                            tmp_path: Path) -> None:  # fmt: skip
     """Its learners are checkpointing to leave: a joiner would see the stop flag, exit at
