@@ -137,10 +137,7 @@ def test_worker_host_says_in_one_line_when_redis_is_down(
 
 
 def running(proc: psutil.Process) -> bool:
-    try:
-        return proc.status() != psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return False
+    return bool(alive_pids({proc.pid}))
 
 
 def test_a_hosts_slots_fork_their_fork_servers_from_its_zygote(

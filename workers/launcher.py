@@ -28,7 +28,7 @@ from workers import deployment, sandbox
 from workers.control import CONTROL_QUEUE
 from workers.learner import zygote
 from workers.learner.allocator import huge_pages
-from workers.learner.host import PASSED_THROUGH
+from workers.learner.host import passed_env
 from workers.metrics import HostCollector, serve
 from workers.supervisor import Child, RestartPolicy, Supervisor
 from workers.telemetry import Discovery
@@ -136,9 +136,7 @@ def start_zygote(path: Path) -> subprocess.Popen[bytes]:
     to what a learner is passed: every process forked from it holds that environment's
     first copy in its memory, so none of the platform's (Redis' password) is there. It
     stops when this host process dies."""
-    slot = slot_env(SlotSpec("", 0, "cpu"), dict(os.environ), os.getpid())
-    env = {k: v for k, v in slot.items() if k in PASSED_THROUGH or k.startswith("NCCL_")}
-    env.update(PYTHONPATH=slot["PYTHONPATH"], PYTHONUNBUFFERED="1")
+    env = passed_env(slot_env(SlotSpec("", 0, "cpu"), dict(os.environ), os.getpid()))
     return subprocess.Popen([sys.executable, "-m", "workers.learner.zygote", str(path)],
                             env=env, cwd=PROJECT_DIR,
                             preexec_fn=sandbox.dies_with_parent())  # fmt: skip

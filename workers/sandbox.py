@@ -484,6 +484,21 @@ def dies_with_parent(sig: int = signal.SIGTERM, parent: int | None = None) -> Ca
     return arm
 
 
+def _stat(pid: int | str) -> list[str]:
+    """The fields of ``/proc/<pid>/stat`` after the command's name: its state, its parent,
+    ... (OSError: no such process)."""
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    return stat[stat.rindex(")") + 2 :].split()
+
+
+def running(pid: int) -> bool:
+    """``pid`` is a process that has not ended (a zombie has), child of this one or not."""
+    try:
+        return _stat(pid)[0] not in ("Z", "X")
+    except OSError:
+        return False
+
+
 def _table() -> dict[int, list[int]]:
     """Parent pid → its children still alive, or still exiting: a zombie whose other threads
     have not exited yet (a killed process with threads, as one that imported torch) keeps its
@@ -493,8 +508,7 @@ def _table() -> dict[int, list[int]]:
         if not entry.isdigit():
             continue
         try:
-            stat = Path(f"/proc/{entry}/stat").read_text()
-            fields = stat[stat.rindex(")") + 2 :].split()
+            fields = _stat(entry)
             if fields[0] != "Z" or len(os.listdir(f"/proc/{entry}/task")) > 1:
                 below.setdefault(int(fields[1]), []).append(int(entry))
         except OSError:
@@ -532,12 +546,13 @@ def kill_children(subreaper: int, keep: Callable[[int], bool] = lambda _pid: Fal
                 os.kill(pid, signal.SIGKILL)
                 killed.add(pid)
         if subreaper == os.getpid():
-            _reap()
+            reap()
         time.sleep(0.005)
     raise SandboxError(f"descendants of {subreaper} survived 30 s of SIGKILL")
 
 
-def _reap() -> None:
+def reap() -> None:
+    """Collect every child of this process that ended (a subreaper's orphans too)."""
     with contextlib.suppress(ChildProcessError):
         while os.waitpid(-1, os.WNOHANG)[0] > 0:
             pass

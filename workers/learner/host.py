@@ -53,8 +53,14 @@ REFUSED = Exit.REFUSED
 
 def learner_env(redis_url: str, base: dict[str, str]) -> dict[str, str]:
     """Only what a learner needs: no SECRET_KEY, DATABASE_URL or other platform secrets."""
+    return {**passed_env(base), "REDIS_URL": redis_url}
+
+
+def passed_env(base: dict[str, str]) -> dict[str, str]:
+    """What of ``base`` a process running learners' code is given (a learner less its
+    Redis URL, the host's learner zygote): none of the platform's secrets."""
     env = {k: v for k, v in base.items() if k in PASSED_THROUGH or k.startswith("NCCL_")}
-    env.update(REDIS_URL=redis_url, PYTHONPATH=str(PROJECT_DIR), PYTHONUNBUFFERED="1")
+    env.update(PYTHONPATH=str(PROJECT_DIR), PYTHONUNBUFFERED="1")
     env.setdefault("EDT_TORCH_THREADS", "1")
     huge_pages(env)
     return env
@@ -122,7 +128,7 @@ def _ensure_zygote_child(server: Any) -> None:
     with server._lock:
         resource_tracker.ensure_running()
         pid = server._forkserver_pid
-        if pid is not None and _running(pid):
+        if pid is not None and sandbox.running(pid):
             return
         if server._forkserver_alive_fd is not None:
             os.close(server._forkserver_alive_fd)
@@ -130,14 +136,6 @@ def _ensure_zygote_child(server: Any) -> None:
         server._forkserver_pid = None
         del server.ensure_running  # the class's again
     server.ensure_running()
-
-
-def _running(pid: int) -> bool:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat.rsplit(")", 1)[1].split()[0] not in ("Z", "X")
 
 
 def prewarm() -> None:

@@ -54,7 +54,7 @@ def serve(path: Path) -> None:
     listener.listen()
     listener.settimeout(1.0)
     while True:
-        _reap()
+        sandbox.reap()  # the fork servers that ended, and the orphans that came back here
         try:
             conn, _ = listener.accept()
         except TimeoutError:
@@ -96,13 +96,6 @@ def _become_fork_server(listener: socket.socket, conn: socket.socket, listen_fd:
         code = exc.code if isinstance(exc.code, int) else 0
     finally:
         os._exit(code)
-
-
-def _reap() -> None:
-    """Collect the fork servers that ended, and the orphans that came back here."""
-    with contextlib.suppress(ChildProcessError):
-        while os.waitpid(-1, os.WNOHANG)[0] > 0:
-            pass
 
 
 def ask(path: str, listen_fd: int, alive_r: int, wait: float = READY_SECONDS) -> int:
