@@ -111,13 +111,17 @@ def test_a_sweep_made_on_its_page_runs_its_trials_draws_them_and_compares_two(
         assert "ids=" in (page.get_attribute("#compare-csv", "href") or "")
         compare_url = page.url
 
-        # The jobs list: ticking two jobs opens the same comparison.
+        # The jobs list: ticking the same two jobs opens the same comparison. The rows are
+        # found by job, not by place: the admin sees every job of this shared EDT, and a row
+        # another test's sweep adds on top moves the others down as the list refreshes.
+        compared = compare_url.partition("ids=")[2].split(",")
         page.click("nav >> text=Jobs")
-        page.check("#jobs tbody tr:nth-child(1) .pick")
+        page.check(f"#jobs tbody tr[data-job='{compared[0]}'] .pick")
         assert page.is_disabled("#compare-jobs")
-        page.check("#jobs tbody tr:nth-child(2) .pick")
+        page.check(f"#jobs tbody tr[data-job='{compared[1]}'] .pick")
         page.click("#compare-jobs")
         page.wait_for_url(re.compile(r".*/compare/\?ids=\d+,\d+$"))
+        assert sorted(page.url.partition("ids=")[2].split(",")) == sorted(compared)
 
         # Each sweep page fits a phone and passes axe.
         ARTIFACTS.mkdir(exist_ok=True)
