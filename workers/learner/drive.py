@@ -35,7 +35,7 @@ from scheduler.live.job import JobRunner
 from scheduler.policies import model as states
 from scheduler.store import Store
 from workers.learner.allocator import huge_pages
-from workers.learner.host import _forkserver, fork_server_pid, signal_learner
+from workers.learner.host import PRELOAD, _forkserver, fork_server_pid, signal_learner
 from workers.learner.spec import JobSpec
 from workers.learner.submission import DEFAULTS, PRECISIONS, Refused, validated
 from workers.sandbox import dies_with_parent
@@ -136,7 +136,11 @@ class LocalLauncher:
             env["CUDA_VISIBLE_DEVICES"] = str(len(self.procs) % self.gpus)
         if fork_server_pid() is None:  # its first use starts it with this environment
             os.environ.update({k: v for k, v in env.items() if k != "CUDA_VISIBLE_DEVICES"})
-            _forkserver.set_forkserver_preload(LOCAL_PRELOAD)
+            # A slot's preload, its warm-up included (without it each learner imported
+            # torch._dynamo at its optimizer's construction: 1.3 s of CPU quiet, 4 busy),
+            # and this module: a forked learner runs it again as its __mp_main__, with
+            # what it imports already there
+            _forkserver.set_forkserver_preload([*PRELOAD, "workers.learner.drive"])
         argv = ["--spec", str(self.spec_path), "--slot", slot]
         proc = _forkserver.Process(target=_local_learner,
                                    args=(argv, env, str(self.logs / f"{slot}.log")))  # fmt: skip
@@ -162,9 +166,6 @@ class LocalLauncher:
             self.kill(slot)
         for _token, proc in self.procs.values():
             proc.join()
-
-
-LOCAL_PRELOAD = ["torch", "workers.learner.__main__"]
 
 
 def _local_learner(argv: list[str], env: dict[str, str], log_path: str) -> None:
