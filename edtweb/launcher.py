@@ -150,19 +150,21 @@ def collect_static() -> subprocess.Popen[bytes] | None:
 
 
 def processes(opts: Options) -> dict[str, str]:
+    """The commands the launcher supervises. Those of ``manage.py`` skip Django's system
+    checks: the launcher's own command ran them (most of a second of CPU each)."""
     py = sys.executable
-    worker = f"{py} manage.py edt_worker"
+    worker = f"{py} manage.py edt_worker --skip-checks"
     if opts.cpu_slots is not None:
         worker += f" --cpu-slots {opts.cpu_slots}"
     return {
         "web": f"{py} -m daphne -b 127.0.0.1 -p {opts.port} edtweb.asgi:application",
         # Live updates apart from pages and API: a busy API never delays a WebSocket.
         "live": f"{py} -m daphne -b 127.0.0.1 -p {opts.live_port} edtweb.asgi:application",
-        "scheduler": f"{py} manage.py edt_scheduler",
+        "scheduler": f"{py} manage.py edt_scheduler --skip-checks",
         # Metrics from Redis into the database and to the pages, apart from the decisions.
-        "metrics": f"{py} manage.py edt_metrics",
+        "metrics": f"{py} manage.py edt_metrics --skip-checks",
         # Sweeps: their Optuna studies, trials asked as jobs, reported, pruned.
-        "sweeps": f"{py} manage.py edt_sweeps",
+        "sweeps": f"{py} manage.py edt_sweeps --skip-checks",
         "worker": worker,
     }
 

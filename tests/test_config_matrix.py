@@ -1,19 +1,19 @@
 """The configurations admins run EDT in, each a live EDT of the test's own (one at a time),
-training a short job submitted through the ``edt`` CLI to COMPLETED with its metrics stored:
+training a short job submitted through the ``edt`` CLI to COMPLETED with its metrics stored.
+Settings that do not meet share a case (a case is a whole EDT: seconds of CPU each):
 
-- ``own-redis``: no ``REDIS_URL`` and nothing answering on the probe's port: the launcher
-  starts a password-protected Redis in its data directory, as `make run` does on a bare
-  machine;
-- ``redis-tls-db-3``: a Redis the admin runs, answering TLS alone, with a password, and
-  ``REDIS_URL`` (``rediss://``, with its CA file) naming database 3: the learners' ACL users
-  may select that database alone (protocol/redis_acl.py) and check the server by the CA;
+- ``unprivileged-own-redis``: EDT run as a user of its own, not root, with no
+  ``EDT_LEARNER_USER`` (user code then runs as that same user), no ``REDIS_URL`` and
+  nothing answering on the probe's port: the launcher starts a password-protected Redis in
+  its data directory, as `make run` does on a bare machine;
+- ``postgresql-redis-tls-db-3``: ``DATABASE_URL`` naming a fresh database on a PostgreSQL
+  server the test starts (tests/harness/postgres.py; ``EDT_TEST_POSTGRES`` names another),
+  and a Redis the admin runs, answering TLS alone, with a password, and ``REDIS_URL``
+  (``rediss://``, with its CA file) naming database 3: the learners' ACL users may select
+  that database alone (protocol/redis_acl.py) and check the server by the CA;
 - ``redis-6.2-socket``: Redis 6.2 (the oldest EDT supports: no write-only key patterns) on a
   Unix socket alone, with a password, database 2: the learners reach it through the socket,
-  which their sandbox shows them (workers/learner/host.py);
-- ``postgresql``: ``DATABASE_URL`` naming a fresh database on a PostgreSQL server the test
-  starts (tests/harness/postgres.py; ``EDT_TEST_POSTGRES`` names another);
-- ``unprivileged``: EDT run as a user of its own, not root, with no ``EDT_LEARNER_USER``:
-  user code then runs as that same user.
+  which their sandbox shows them (workers/learner/host.py).
 
 Then a crash loop: learners that exit before joining for a cause outside the user's code
 (their job's spec file is gone) end the job FAILED, with that cause in its message (the API,
@@ -113,31 +113,30 @@ def train_short_job(live: LiveEdt) -> dict[str, Any]:
 # The configurations ------------------------------------------------------------------------
 
 
-@contextmanager
-def own_redis(tmp: Path) -> Iterator[LiveEdt]:
-    """No REDIS_URL and nothing on the probe's port: the launcher starts Redis itself."""
-    probe = f"redis://127.0.0.1:{free_port()}/0"
-    with edt_of_its_own(tmp, base_env(tmp / "data"), args=("--redis-probe", probe),
-                        users=(USER,)) as live:  # fmt: skip
-        yield live
+def started_its_own_redis(tmp: Path, data_dir: Path) -> None:
+    """The launcher said it started Redis, which keeps its append-only file in ``data_dir``."""
     log = (tmp / "run.log").read_text()
     assert "started by EDT" in log, log[:2000]
-    files = [p.name for p in (tmp / "data" / "redis").iterdir()]
+    files = [p.name for p in (data_dir / "redis").iterdir()]
     assert any(name.startswith("appendonly") for name in files), files
 
 
 @contextmanager
-def redis_tls_database_3(tmp: Path) -> Iterator[LiveEdt]:
-    """The admin's Redis on TLS alone, with a password, and REDIS_URL (its CA file as a
-    query parameter) naming database 3: everything EDT writes lands there, nothing in
-    database 0."""
+def postgresql_redis_tls_database_3(tmp: Path) -> Iterator[LiveEdt]:
+    """A fresh database on a PostgreSQL server of the test's own (or the one
+    ``EDT_TEST_POSTGRES`` names, trust auth for its user), dropped at the end, the job's rows
+    read back from it; and the admin's Redis on TLS alone, with a password, REDIS_URL (its
+    CA file as a query parameter) naming database 3: everything EDT writes lands there,
+    nothing in database 0."""
     tls = server_certificate(tmp / "tls")
     server = RedisServer(tmp / "redis", appendonly=False, password=secrets.token_hex(16),
                          tls=tls, dies_with_parent=True).start()  # fmt: skip
     assert server.url.startswith("rediss://")
-    env = base_env(tmp / "data", REDIS_URL=in_database(server.url, 3))
-    with edt_of_its_own(tmp, env, redis=server, users=(USER,)) as live:
-        yield live
+    with ExitStack() as stack:
+        stack.callback(server.stop)  # the last: the keys are counted below as EDT runs
+        postgres = POSTGRES or stack.enter_context(postgres_server())
+        env = base_env(tmp / "data", REDIS_URL=in_database(server.url, 3))
+        yield stack.enter_context(on_postgresql(tmp, postgres, env))
         keys = {db: keys_in(in_database(server.url, db)) for db in (0, 3)}
         assert keys[3] and not keys[0], f"keys per database: {keys}"
 
@@ -179,17 +178,8 @@ def keys_in(url: str) -> int:
 
 
 @contextmanager
-def postgresql(tmp: Path) -> Iterator[LiveEdt]:
-    """A fresh database on a PostgreSQL server of the test's own (or the one
-    ``EDT_TEST_POSTGRES`` names, trust auth for its user), dropped at the end; the job's
-    rows are read back from it."""
-    with ExitStack() as stack:
-        server = POSTGRES or stack.enter_context(postgres_server())
-        yield stack.enter_context(on_postgresql(tmp, server))
-
-
-@contextmanager
-def on_postgresql(tmp: Path, server: str) -> Iterator[LiveEdt]:
+def on_postgresql(tmp: Path, server: str, env: dict[str, str]) -> Iterator[LiveEdt]:
+    """A live EDT with ``env`` on a fresh database of the PostgreSQL ``server``."""
     name = f"edt_test_{secrets.token_hex(6)}"
     try:
         admin = psycopg.connect(f"{server}/postgres", autocommit=True, connect_timeout=10)
@@ -200,7 +190,7 @@ def on_postgresql(tmp: Path, server: str) -> Iterator[LiveEdt]:
         ) from None
     try:
         admin.execute(f"CREATE DATABASE {name}")
-        env = base_env(tmp / "data", DATABASE_URL=f"{server}/{name}")
+        env = dict(env, DATABASE_URL=f"{server}/{name}")
         with edt_of_its_own(tmp, env, users=(USER,)) as live:
             yield live
             with psycopg.connect(f"{server}/{name}") as db:
@@ -213,9 +203,10 @@ def on_postgresql(tmp: Path, server: str) -> Iterator[LiveEdt]:
 
 
 @contextmanager
-def unprivileged(tmp: Path) -> Iterator[LiveEdt]:
-    """EDT run as a user of its own (not root), in a directory it owns, with its own
-    Redis; no EDT_LEARNER_USER: the learners run as that same user."""
+def unprivileged_own_redis(tmp: Path) -> Iterator[LiveEdt]:
+    """EDT run as a user of its own (not root), in a directory it owns; no REDIS_URL and
+    nothing on the probe's port: the launcher starts Redis itself; no EDT_LEARNER_USER: the
+    learners run as that same user."""
     worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
     with unprivileged_account(f"edt-admin-{worker}") as account:
         env = base_env(account.home / "data", EDT_STATIC_ROOT=str(account.home / "static"),
@@ -237,14 +228,13 @@ def unprivileged(tmp: Path) -> Iterator[LiveEdt]:
             assert owners == {account.uid}, f"the job's files belong to {owners}"
         finally:
             live.stop()
+        started_its_own_redis(tmp, live.data_dir)
 
 
 CONFIGURATIONS = {
-    "own-redis": own_redis,
-    "redis-tls-db-3": redis_tls_database_3,
+    "unprivileged-own-redis": unprivileged_own_redis,
+    "postgresql-redis-tls-db-3": postgresql_redis_tls_database_3,
     "redis-6.2-socket": redis_62_socket,
-    "postgresql": postgresql,
-    "unprivileged": unprivileged,
 }
 
 

@@ -30,10 +30,12 @@ PROJECT_DIR = Path(__file__).resolve().parent.parent
 
 def run_command(command: str, object_id: int, log: Path) -> int:
     """Run ``manage.py COMMAND OBJECT_ID`` to its end, its errors appended to ``log``; the
-    exit status as ``Popen.returncode`` gives it (negative: killed by that signal)."""
+    exit status as ``Popen.returncode`` gives it (negative: killed by that signal). Without
+    Django's system checks: the worker host ran them as it started (they import every view:
+    most of a second of CPU, in each check and preparation)."""
     with log.open("ab") as err:
         proc = subprocess.Popen(
-            [sys.executable, "manage.py", command, str(object_id)],
+            [sys.executable, "manage.py", command, "--skip-checks", str(object_id)],
             cwd=PROJECT_DIR,
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,

@@ -158,7 +158,10 @@ def start_worker(spec: SlotSpec | ControlSpec, slots: int) -> subprocess.Popen[b
     host's slot count (``EDT_HOST_SLOTS``: learners' and checks' memory is the host's
     divided among its slots, sandbox.memory_limit). It shuts down (SIGTERM: warm) when
     this host process dies, whatever killed it."""
-    env = spec.environment(dict(os.environ, EDT_HOST_SLOTS=str(slots)), os.getpid())
+    # Django's system checks ran as this host started (``manage.py edt_worker``); Celery's
+    # Django fix-up would run them again in each worker (most of a second of CPU each)
+    env = spec.environment(dict(os.environ, EDT_HOST_SLOTS=str(slots), CELERY_SKIP_CHECKS="1"),
+                           os.getpid())  # fmt: skip
     return subprocess.Popen(spec.command(), env=env, cwd=PROJECT_DIR,
                             preexec_fn=sandbox.dies_with_parent())  # fmt: skip
 

@@ -35,6 +35,10 @@ from workers.control import CONTROL_QUEUE
 from workers.launcher import ControlSpec
 from workers.supervisor import supervise_commands
 
+# The cluster's Django commands skip Django's system checks (most of a second of CPU each),
+# which each EDT's launcher runs as it starts (tests/test_launcher.py).
+SKIP_CHECKS = "--skip-checks"
+
 
 def live_env(redis_server: RedisServer) -> dict[str, str]:
     """A live process's environment: this test's Redis, data dir and database."""
@@ -89,7 +93,7 @@ class Cluster:
         """The first worker host, on this test's host name (`cluster.worker`)."""
         self.hosts[self.host] = (count, None)
         self.worker = self.processes.manage(
-            "edt_worker", "--cpu-slots", str(count), "--host-name", self.host, *extra,
+            "edt_worker", SKIP_CHECKS, "--cpu-slots", str(count), "--host-name", self.host, *extra,
             env=self.env, log=self.tmp / "worker.log",
         )  # fmt: skip
         self.hosts[self.host] = (count, self.worker)
@@ -100,7 +104,8 @@ class Cluster:
         own (it shares only Redis, the database and the data dir with the others)."""
         self.hosts[name] = (count, None)
         proc = self.processes.manage(
-            "edt_worker", "--cpu-slots", str(count), "--host-name", name, "--restart-delay",
+            "edt_worker", SKIP_CHECKS, "--cpu-slots", str(count), "--host-name", name,
+            "--restart-delay",
             f"{restart_delay:g}", *extra, env=self.env, log=self.tmp / f"worker-{name}.log",
         )  # fmt: skip
         self.hosts[name] = (count, proc)
@@ -119,12 +124,14 @@ class Cluster:
         (jobs complete once their metrics are stored), as `make run` starts them."""
         if self.metrics is None:
             self.metrics = self.start_metrics()
-        proc = self.processes.manage("edt_scheduler", env=self.env, log=self.tmp / f"{name}.log")
+        proc = self.processes.manage("edt_scheduler", SKIP_CHECKS, env=self.env,
+                                     log=self.tmp / f"{name}.log")  # fmt: skip
         self.schedulers.append(proc)
         return proc
 
     def start_metrics(self, name: str = "metrics") -> subprocess.Popen[str]:
-        return self.processes.manage("edt_metrics", env=self.env, log=self.tmp / f"{name}.log")
+        return self.processes.manage("edt_metrics", SKIP_CHECKS, env=self.env,
+                                     log=self.tmp / f"{name}.log")  # fmt: skip
 
     def supervise(self, *names: str) -> Supervised:
         """Start ``names`` ("web", "scheduler") with `make run`'s own command lines, and
