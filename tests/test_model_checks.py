@@ -37,10 +37,11 @@ def build_model():
 
 
 def running(worker: subprocess.Popen[str], command: str, pk: int) -> psutil.Process | None:
-    """The live ``manage.py COMMAND PK`` under the control worker, if any."""
+    """The live ``manage.py COMMAND [options] PK`` under the control worker, if any."""
     for proc in psutil.Process(worker.pid).children(recursive=True):
         try:
-            if proc.cmdline()[-2:] == [command, str(pk)] and proc.status() != "zombie":
+            line = proc.cmdline()
+            if command in line and line[-1] == str(pk) and proc.status() != "zombie":
                 return proc
         except psutil.NoSuchProcess:
             continue

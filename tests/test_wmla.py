@@ -360,7 +360,8 @@ def _checking(live: LiveEdt, model: int, killed: set[int]) -> psutil.Process | N
         try:
             if (
                 proc.pid not in killed
-                and proc.cmdline()[-2:] == ["edt_check_model", str(model)]
+                and "edt_check_model" in proc.cmdline()
+                and proc.cmdline()[-1] == str(model)
                 and proc.environ().get("EDT_DATA_DIR") == str(live.data_dir)
                 and any("workers.learner.validate" in p.cmdline()
                         for p in proc.children(recursive=True))
