@@ -44,6 +44,11 @@ return 0
 """
 
 
+_REVOKE = """
+if redis.call('HGET', KEYS[1], ARGV[1]) == ARGV[2] then redis.call('HDEL', KEYS[1], ARGV[1]) end
+"""
+
+
 def send_starts(client: redis.Redis, starts: list[Start]) -> None:
     """Write the learners' tokens and push their messages, in one script."""
     if starts:
@@ -234,6 +239,13 @@ class JobStore:
             send_starts(self.r, [start])
         else:
             batch.append(start)
+
+    @patient
+    def revoke_dispatch(self, slot_id: str, token: str) -> None:
+        """The slot's dispatch, if it is still ``token``'s, taken back: a task of that token
+        still queued (the slot's worker died with it; its restart takes it) starts nothing.
+        A later dispatch to the slot is left alone."""
+        self.r.eval(_REVOKE, 1, self.key("dispatch"), slot_id, token)
 
     @patient
     def dispatch_token(self, slot_id: str) -> str | None:

@@ -36,6 +36,23 @@ def test_a_task_with_a_stale_token_starts_nothing(store: object, tmp_path: Path)
     assert not (tmp_path / "logs").exists()
 
 
+def test_a_revoked_dispatch_starts_nothing_and_a_later_one_stays(
+    store: object, tmp_path: Path
+) -> None:
+    from scheduler.store import Store
+
+    assert isinstance(store, Store)
+    jobs = JobStore(store.r, "revoked-job")
+    jobs.set_dispatch("h.0", "first")
+    jobs.revoke_dispatch("h.0", "first")  # judged gone: its task, still queued, comes late
+    spec = tmp_path / "spec.json"  # never read: nothing starts
+    assert run_learner(jobs, "h.0", "first", spec, "redis://unused") == STALE
+    jobs.set_dispatch("h.0", "second")
+    jobs.revoke_dispatch("h.0", "first")  # an older token's revoke leaves the newer
+    assert jobs.dispatch_token("h.0") == "second"
+    assert not (tmp_path / "logs").exists()
+
+
 def test_a_kill_that_comes_before_the_learners_own_session_still_kills_it() -> None:
     # A learner takes its own session (its process group) first thing; a kill asked for
     # as it starts finds no such group yet, and must reach the learner itself.

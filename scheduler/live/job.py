@@ -204,12 +204,17 @@ class JobRunner:
     # Steps ----------------------------------------------------------------------------------
 
     def look(self, alive: Collection[str]) -> list[str]:
-        """Look at the leases of its pending learners once; the slots newly judged gone."""
+        """Look at the leases of its pending learners once; the slots newly judged gone.
+        Their dispatches are taken back: a learner judged gone never started, or stopped
+        renewing, and a task for it still queued on a lost slot would otherwise start it
+        when the slot's worker comes back, holding the slot from the next learner sent
+        there (test_scheduler_live's lost slot, once)."""
         seen = self.ended()
         leases = self.jobs.leases(elastic.pending(self.state, seen))
         self.state, gone = elastic.look(self.state, seen, leases, alive)
         for slot in gone:
             log.info("job %s: the learner on %s is gone (its lease lapsed)", self.job_id, slot)
+            self.jobs.revoke_dispatch(slot, self.state.learners.tokens[slot])
         return gone
 
     def apply(self, target: int, joined: Collection[str], left: Collection[str],
