@@ -211,10 +211,11 @@ class JobRunner:
         there (test_scheduler_live's lost slot, once)."""
         seen = self.ended()
         leases = self.jobs.leases(elastic.pending(self.state, seen))
-        self.state, gone = elastic.look(self.state, seen, leases, alive)
-        for slot in gone:
+        state, gone = elastic.look(self.state, seen, leases, alive)
+        for slot in gone:  # before the state is kept: Redis away, the next look does it again
+            self.jobs.revoke_dispatch(slot, state.learners.tokens[slot])
             log.info("job %s: the learner on %s is gone (its lease lapsed)", self.job_id, slot)
-            self.jobs.revoke_dispatch(slot, self.state.learners.tokens[slot])
+        self.state = state
         return gone
 
     def apply(self, target: int, joined: Collection[str], left: Collection[str],

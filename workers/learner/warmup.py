@@ -3,9 +3,9 @@
 The first optimizer imports much of torch lazily (its constructor imports torch._dynamo:
 1.3 s of CPU on a quiet 2-core host, several seconds on a busy one), and so does its first
 step; done here, every learner forked afterwards starts with it done (the drive's fork
-server preloads it too). The fork server also becomes a
-subreaper: whatever a learner leaves behind (``setsid`` children included) comes back to it,
-and the slot's worker kills it all when the learner ends (``workers/sandbox.py``).
+server preloads it too). The fork server also becomes a subreaper: whatever a learner leaves
+behind (``setsid`` children included) comes back to it, and the slot's worker kills it all
+when the learner ends (``workers/sandbox.py``).
 """
 
 from __future__ import annotations
